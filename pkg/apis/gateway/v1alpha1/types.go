@@ -1,0 +1,177 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// EndpointType says how the gateway reaches a managed cluster's API server.
+// +enum
+type EndpointType string
+
+const (
+	// EndpointDirect dials spec.endpoint.address, optionally through spec.endpoint.proxyURL.
+	EndpointDirect EndpointType = "Direct"
+	// EndpointKonnectivity dials spec.endpoint.address through the konnectivity
+	// proxy-server configured on the gateway; the cluster's agent makes the last hop.
+	EndpointKonnectivity EndpointType = "Konnectivity"
+)
+
+// CredentialType says how the gateway authenticates to a managed cluster.
+// +enum
+type CredentialType string
+
+const (
+	// CredentialX509Certificate authenticates with a client certificate and key.
+	CredentialX509Certificate CredentialType = "X509Certificate"
+	// CredentialBearerToken authenticates with a bearer token.
+	CredentialBearerToken CredentialType = "BearerToken"
+)
+
+// ImpersonationMode says whose identity the managed cluster sees.
+// +enum
+type ImpersonationMode string
+
+const (
+	// ImpersonationNone sends requests as the gateway's own credential.
+	ImpersonationNone ImpersonationMode = "None"
+	// ImpersonationCaller impersonates the hub caller (user, groups, UID, extras)
+	// using the gateway's credential, which then needs the impersonate permission.
+	ImpersonationCaller ImpersonationMode = "Caller"
+)
+
+// +genclient
+// +genclient:nonNamespaced
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// ClusterGateway makes one managed cluster's API server reachable through the
+// hub at clustergateways/{name}/proxy/{path}. It is stored as a labelled Secret
+// in the gateway's secret namespace; credential material is write-only.
+type ClusterGateway struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ClusterGatewaySpec   `json:"spec"`
+	Status ClusterGatewayStatus `json:"status,omitempty"`
+}
+
+// ClusterGatewaySpec says where a managed cluster is and how to authenticate to it.
+type ClusterGatewaySpec struct {
+	// Endpoint is where the managed cluster's API server is and how to reach it.
+	Endpoint Endpoint `json:"endpoint"`
+	// Credential is how the gateway authenticates to the managed cluster.
+	Credential Credential `json:"credential"`
+	// Impersonation says whose identity the managed cluster sees.
+	// +optional
+	Impersonation Impersonation `json:"impersonation,omitempty"`
+}
+
+// Endpoint is where a managed cluster's API server is.
+type Endpoint struct {
+	// Type is Direct (dial the address, optionally through proxyURL) or
+	// Konnectivity (dial the address through the gateway's konnectivity proxy-server).
+	// Defaults to Direct.
+	// +optional
+	Type EndpointType `json:"type,omitempty"`
+	// Address is the https URL of the cluster's API server as reached directly,
+	// or as dialed by the konnectivity agent, e.g. https://10.0.0.1:6443.
+	Address string `json:"address"`
+	// CABundle is the PEM bundle that signs the API server's serving certificate.
+	// Empty means the system roots.
+	// +optional
+	CABundle []byte `json:"caBundle,omitempty"`
+	// ServerName overrides the name the serving certificate is verified against.
+	// +optional
+	ServerName string `json:"serverName,omitempty"`
+	// InsecureSkipTLSVerify disables verification of the API server's certificate.
+	// Only for tests; never combine with caBundle.
+	// +optional
+	InsecureSkipTLSVerify bool `json:"insecureSkipTLSVerify,omitempty"`
+	// ProxyURL is an http, https or socks5 proxy to dial the address through.
+	// Only for type Direct.
+	// +optional
+	ProxyURL string `json:"proxyURL,omitempty"`
+}
+
+// Credential is how the gateway authenticates to a managed cluster. The material
+// (certificate, key, token) is write-only: accepted on create and update, never
+// returned by the API; an update that omits it keeps the stored material.
+type Credential struct {
+	// Type is X509Certificate or BearerToken.
+	Type CredentialType `json:"type"`
+	// X509 is the client certificate and key, for type X509Certificate.
+	// +optional
+	X509 *X509Credential `json:"x509,omitempty"`
+	// BearerToken is the token, for type BearerToken.
+	// +optional
+	BearerToken string `json:"bearerToken,omitempty"`
+}
+
+// X509Credential is a PEM client certificate and its private key.
+type X509Credential struct {
+	// Certificate is the PEM client certificate (chain).
+	Certificate []byte `json:"certificate,omitempty"`
+	// PrivateKey is the PEM private key matching the certificate.
+	PrivateKey []byte `json:"privateKey,omitempty"`
+}
+
+// Impersonation says whose identity the managed cluster sees.
+type Impersonation struct {
+	// Mode is None (the gateway's own credential) or Caller (impersonate the hub
+	// caller). Defaults to None.
+	// +optional
+	Mode ImpersonationMode `json:"mode,omitempty"`
+}
+
+// ClusterGatewayStatus is computed from the stored object on every read.
+type ClusterGatewayStatus struct {
+	// Conditions: Ready is False, with a reason and message, when the stored
+	// data cannot be used to reach the cluster.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Credential describes the stored credential without revealing it.
+	// +optional
+	Credential *CredentialStatus `json:"credential,omitempty"`
+}
+
+// CredentialStatus describes a stored credential without revealing it.
+type CredentialStatus struct {
+	// Subject is the client certificate's subject, for X509Certificate.
+	// +optional
+	Subject string `json:"subject,omitempty"`
+	// NotAfter is when the client certificate expires, for X509Certificate.
+	// +optional
+	NotAfter *metav1.Time `json:"notAfter,omitempty"`
+}
+
+// Condition types and reasons.
+const (
+	ConditionReady = "Ready"
+
+	ReasonValid          = "Valid"
+	ReasonInvalidSecret  = "InvalidSecret"
+	ReasonCertExpired    = "CredentialExpired"
+)
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// ClusterGatewayList is a list of ClusterGateways.
+type ClusterGatewayList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	Items []ClusterGateway `json:"items"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// ClusterGatewayProxyOptions is the query of the proxy subresource: the path
+// on the managed cluster that the request is forwarded to.
+type ClusterGatewayProxyOptions struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// Path is the path on the managed cluster's API server.
+	// +optional
+	Path string `json:"path,omitempty"`
+}
