@@ -1,0 +1,52 @@
+package localenv
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	gatewayv1alpha1 "github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+)
+
+// clusterGateway describes managed cluster c to the gateway: Direct to its
+// kube-apiserver, verified with its CA, as user "gateway" (system:masters).
+func clusterGateway(c *Cluster) *gatewayv1alpha1.ClusterGateway {
+	return &gatewayv1alpha1.ClusterGateway{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "gateway.clustergateway.io/v1alpha1", Kind: "ClusterGateway"},
+		ObjectMeta: metav1.ObjectMeta{Name: c.GatewayName},
+		Spec: gatewayv1alpha1.ClusterGatewaySpec{
+			Endpoint: gatewayv1alpha1.Endpoint{
+				Type:     gatewayv1alpha1.EndpointDirect,
+				Address:  c.URL,
+				CABundle: c.CA.CertPEM,
+			},
+			Credential: gatewayv1alpha1.Credential{
+				Type: gatewayv1alpha1.CredentialX509Certificate,
+				X509: &gatewayv1alpha1.X509Credential{Certificate: c.GatewayUser.CertPEM, PrivateKey: c.GatewayUser.KeyPEM},
+			},
+		},
+	}
+}
+
+// createClusterGateways creates cluster-1, cluster-2, ... through the hub.
+// `kubectl create`, not client-side `apply`: apply would copy the private key
+// into the last-applied-configuration annotation, defeating write-only credentials.
+func (e *Env) createClusterGateways() error {
+	var docs [][]byte
+	for _, c := range e.Managed {
+		b, err := yaml.Marshal(clusterGateway(c))
+		if err != nil {
+			return err
+		}
+		docs = append(docs, b)
+	}
+	path := filepath.Join(e.StateDir, "manifests", "clustergateways.yaml")
+	if err := os.WriteFile(path, bytes.Join(docs, []byte("---\n")), 0o600); err != nil {
+		return err
+	}
+	_, err := e.Kubectl(e.Hub.Kubeconfig, "create", "-f", path)
+	return err
+}

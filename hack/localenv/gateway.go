@@ -1,0 +1,168 @@
+package localenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+)
+
+// Gateway is the cluster-gateway process, running on 127.0.0.1 as the
+// cluster-gateway ServiceAccount of the hub.
+type Gateway struct {
+	Port       int
+	URL        string   // https://127.0.0.1:Port
+	CA         *CA      // signs Serving; the APIService caBundle
+	Serving    *KeyPair // SANs cluster-gateway.cluster-gateway-system.svc, localhost, 127.0.0.1
+	Kubeconfig string   // hub, as the ServiceAccount (token)
+	Token      string
+	Process    *Process // nil while stopped
+	Args       []string // flags of the running process
+}
+
+const (
+	GatewayNamespace = "cluster-gateway-system"
+	APIServiceName   = "v1alpha1.gateway.clustergateway.io"
+)
+
+func (e *Env) newGateway() (*Gateway, error) {
+	dir := filepath.Join(e.StateDir, "pki", "gateway")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	g := &Gateway{Kubeconfig: filepath.Join(e.StateDir, "gateway.kubeconfig")}
+	var err error
+	if g.CA, err = newCA(dir, "ca"); err != nil {
+		return nil, err
+	}
+	if g.Serving, err = g.CA.issue(dir, "serving", certSpec{
+		CommonName: "cluster-gateway",
+		DNSNames:   []string{"cluster-gateway.cluster-gateway-system.svc", "localhost"},
+		IPs:        []string{"127.0.0.1"},
+		Server:     true,
+	}); err != nil {
+		return nil, err
+	}
+	// Fixed for the environment's life: the Service and APIService name it.
+	if g.Port, err = freePort("127.0.0.1"); err != nil {
+		return nil, err
+	}
+	g.URL = "https://" + hostPort("127.0.0.1", g.Port)
+	return g, nil
+}
+
+// writeGatewayKubeconfig gets a ServiceAccount token the way an operator
+// would; TokenRequest needs no controller-manager, only the SA signing key.
+func (e *Env) writeGatewayKubeconfig() error {
+	out, err := e.Kubectl(e.Hub.Kubeconfig, "create", "token", "cluster-gateway", "-n", GatewayNamespace, "--duration=48h")
+	if err != nil {
+		return err
+	}
+	e.Gateway.Token = strings.TrimSpace(out)
+	return writeKubeconfig(e.Gateway.Kubeconfig, "hub", e.Hub.URL, e.Hub.CA.CertPEM, nil, e.Gateway.Token)
+}
+
+// gatewayBin is the gateway binary built by `make build`.
+func (e *Env) gatewayBin() string { return filepath.Join(e.BinDir, "cluster-gateway") }
+
+// StartGateway starts the gateway with the standard flags plus extraArgs
+// (or Options.GatewayArgs if extraArgs is nil), waits for its /readyz and for
+// the hub to report the APIService Available.
+func (e *Env) StartGateway(ctx context.Context, extraArgs []string) error {
+	g := e.Gateway
+	if g.Process != nil && !g.Process.Exited() {
+		return fmt.Errorf("gateway already running (pid %d); call StopGateway first", g.Process.Pid())
+	}
+	if extraArgs == nil {
+		extraArgs = e.GatewayArgs
+	}
+	timeout := e.GatewayRequestTimeout
+	if timeout == 0 {
+		timeout = e.HubRequestTimeout
+	}
+	args := []string{
+		"--secure-port=" + strconv.Itoa(g.Port),
+		"--bind-address=127.0.0.1",
+		"--tls-cert-file=" + g.Serving.CertFile,
+		"--tls-private-key-file=" + g.Serving.KeyFile,
+		"--kubeconfig=" + g.Kubeconfig,
+		"--authentication-kubeconfig=" + g.Kubeconfig,
+		"--authorization-kubeconfig=" + g.Kubeconfig,
+		"--secret-namespace=" + GatewayNamespace,
+	}
+	if timeout > 0 {
+		args = append(args, "--request-timeout="+timeout.String())
+	}
+	args = append(args, extraArgs...)
+	p, err := e.start("cluster-gateway", "cluster-gateway", args...)
+	if err != nil {
+		return err
+	}
+	g.Process, g.Args = p, args
+	client, err := mtlsClient(g.CA.CertPEM, e.Hub.Admin)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.StartTimeout)
+	defer cancel()
+	if err := waitReady(ctx, p, "cluster-gateway", func(ctx context.Context) error {
+		return httpOK(ctx, client, g.URL+"/readyz")
+	}); err != nil {
+		return err
+	}
+	return e.waitAPIServiceAvailable(ctx)
+}
+
+// StopGateway stops the gateway process (SIGTERM, then SIGKILL).
+func (e *Env) StopGateway() error {
+	if e.Gateway == nil || e.Gateway.Process == nil {
+		return nil
+	}
+	err := e.Gateway.Process.Stop(stopGrace)
+	e.Gateway.Process = nil
+	return err
+}
+
+var apiServiceGVR = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
+
+// waitAPIServiceAvailable waits until the hub's aggregator reaches the gateway.
+func (e *Env) waitAPIServiceAvailable(ctx context.Context) error {
+	dc, err := dynamic.NewForConfig(e.Hub.RESTConfig())
+	if err != nil {
+		return err
+	}
+	last := "not found"
+	for {
+		obj, err := dc.Resource(apiServiceGVR).Get(ctx, APIServiceName, metav1.GetOptions{})
+		if err == nil {
+			conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+			for _, c := range conds {
+				m, _ := c.(map[string]any)
+				if m["type"] == "Available" {
+					if m["status"] == "True" {
+						return nil
+					}
+					last = fmt.Sprintf("Available=%v: %v: %v", m["status"], m["reason"], m["message"])
+				}
+			}
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("APIService %s not Available (%s); check the gateway log %s and `kubectl --kubeconfig %s get apiservice %s -o yaml`",
+				APIServiceName, last, e.Gateway.Process.LogPath, e.Hub.Kubeconfig, APIServiceName)
+		case <-e.Gateway.Process.Done():
+			return e.Gateway.Process.exitError()
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
