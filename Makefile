@@ -48,3 +48,32 @@ generate: $(CODEGEN) ## Regenerate deepcopy, openapi, clientset, listers and inf
 test: tools build ## Unit and end-to-end tests against real components.
 	$(GO) test -race -count=1 ./pkg/... ./cmd/...
 	KUBE_BIN=$(BIN) $(GO) test -count=1 -timeout 30m ./test/e2e/...
+
+# The local environment of hack/localenv: etcd, a hub and two managed
+# kube-apiservers with fake kubelets, and the gateway, all on 127.0.0.0/8.
+LOCAL_STATE := $(OUTPUT)/local
+LOCAL_PID   := $(LOCAL_STATE)/local-env.pid
+
+.PHONY: demo
+demo: tools build ## Bring the local environment up in the foreground; Ctrl-C stops it.
+	$(GO) build -o $(BIN)/local-env ./hack/local-env
+	$(BIN)/local-env -state-dir $(LOCAL_STATE) -bin $(BIN)
+
+.PHONY: local-up
+local-up: tools build ## Bring the local environment up in the background (`make local-down` stops it).
+	@if [ -f $(LOCAL_PID) ] && kill -0 $$(cat $(LOCAL_PID)) 2>/dev/null; then \
+		echo "local environment already running (pid $$(cat $(LOCAL_PID))); run 'make local-down' first"; exit 1; fi
+	$(GO) build -o $(BIN)/local-env ./hack/local-env
+	@mkdir -p $(LOCAL_STATE) && rm -f $(LOCAL_STATE)/ready
+	@nohup $(BIN)/local-env -state-dir $(LOCAL_STATE) -bin $(BIN) >$(LOCAL_STATE)/local-env.log 2>&1 </dev/null & echo $$! >$(LOCAL_PID)
+	@pid=$$(cat $(LOCAL_PID)); for i in $$(seq 1 300); do \
+		if [ -f $(LOCAL_STATE)/ready ]; then sed -n '/^Local environment is up/,$$p' $(LOCAL_STATE)/local-env.log; exit 0; fi; \
+		if ! kill -0 $$pid 2>/dev/null; then echo "local-env exited; its log:"; cat $(LOCAL_STATE)/local-env.log; rm -f $(LOCAL_PID); exit 1; fi; \
+		sleep 1; done; echo "not ready after 300s; see $(LOCAL_STATE)/local-env.log; 'make local-down' stops it"; exit 1
+
+.PHONY: local-down
+local-down: ## Stop the background local environment and wait for it to exit.
+	@if [ ! -f $(LOCAL_PID) ]; then echo "no $(LOCAL_PID): nothing to stop"; exit 0; fi; \
+	pid=$$(cat $(LOCAL_PID)); kill -TERM $$pid 2>/dev/null; \
+	for i in $$(seq 1 60); do kill -0 $$pid 2>/dev/null || { rm -f $(LOCAL_PID); echo "stopped (pid $$pid)"; exit 0; }; sleep 1; done; \
+	echo "pid $$pid still running after 60s; see $(LOCAL_STATE)/local-env.log"; exit 1

@@ -149,9 +149,9 @@ type CredentialStatus struct {
 const (
 	ConditionReady = "Ready"
 
-	ReasonValid          = "Valid"
-	ReasonInvalidSecret  = "InvalidSecret"
-	ReasonCertExpired    = "CredentialExpired"
+	ReasonValid         = "Valid"
+	ReasonInvalidSecret = "InvalidSecret"
+	ReasonCertExpired   = "CredentialExpired"
 )
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

@@ -1,0 +1,81 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
+	"k8s.io/klog/v2"
+
+	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+)
+
+var proxyResource = schema.GroupResource{Group: v1alpha1.GroupName, Resource: "clustergateways/proxy"}
+
+// upstreamError turns a failure to reach a managed cluster into a Status a
+// user can act on: 502 when its certificate is not trusted, 503 when it cannot
+// be reached, 504 when it did not answer in time.
+func upstreamError(cluster string, err error) *apierrors.StatusError {
+	var (
+		verifyErr   *tls.CertificateVerificationError
+		unknownCA   x509.UnknownAuthorityError
+		hostnameErr x509.HostnameError
+		invalidErr  x509.CertificateInvalidError
+		recordErr   tls.RecordHeaderError
+		netErr      net.Error
+	)
+	switch {
+	case errors.As(err, &verifyErr), errors.As(err, &unknownCA), errors.As(err, &hostnameErr), errors.As(err, &invalidErr):
+		return statusError(http.StatusBadGateway, metav1.StatusReasonInternalError, fmt.Sprintf(
+			"the API server of cluster %q presented a certificate the gateway does not trust (%v): check spec.endpoint.caBundle and spec.endpoint.serverName of ClusterGateway %q",
+			cluster, err, cluster))
+	case errors.As(err, &recordErr):
+		return statusError(http.StatusBadGateway, metav1.StatusReasonInternalError, fmt.Sprintf(
+			"cluster %q did not answer with TLS (%v): spec.endpoint.address must be the https address of its API server", cluster, err))
+	case errors.Is(err, context.DeadlineExceeded):
+		return statusError(http.StatusGatewayTimeout, metav1.StatusReasonTimeout, fmt.Sprintf(
+			"cluster %q did not answer in time: %v", cluster, err))
+	case errors.As(err, &netErr) && netErr.Timeout():
+		return statusError(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, fmt.Sprintf(
+			"cluster %q is unreachable: the connection timed out (%v)", cluster, err))
+	}
+	return statusError(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, fmt.Sprintf(
+		"cluster %q is unreachable: %v", cluster, err))
+}
+
+func statusError(code int32, reason metav1.StatusReason, message string) *apierrors.StatusError {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status:  metav1.StatusFailure,
+		Code:    code,
+		Reason:  reason,
+		Message: message,
+		Details: &metav1.StatusDetails{Group: proxyResource.Group, Kind: proxyResource.Resource},
+	}}
+}
+
+// responder writes upstream failures as Status objects in the content type
+// the client asked for.
+type responder struct {
+	cluster string
+}
+
+func (r responder) Error(w http.ResponseWriter, req *http.Request, err error) {
+	if errors.Is(err, context.Canceled) && req.Context().Err() != nil {
+		return // the client went away; nobody is listening
+	}
+	status := upstreamError(r.cluster, err)
+	klog.V(2).InfoS("Proxying to cluster failed", "cluster", r.cluster, "code", status.ErrStatus.Code, "err", err)
+	writeStatus(w, req, status)
+}
+
+func writeStatus(w http.ResponseWriter, req *http.Request, err error) {
+	responsewriters.ErrorNegotiated(err, codecs, schema.GroupVersion{Group: v1alpha1.GroupName, Version: "v1alpha1"}, w, req)
+}

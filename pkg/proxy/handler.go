@@ -1,0 +1,237 @@
+package proxy
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/util/httpstream"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	utilproxy "k8s.io/apimachinery/pkg/util/proxy"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	apirequest "k8s.io/apiserver/pkg/endpoints/request"
+
+	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+	"github.com/clustergateway/cluster-gateway/pkg/pool"
+	"github.com/clustergateway/cluster-gateway/pkg/registry/clustergateway"
+)
+
+// codecs encode the Status objects of errors; metav1 types are enough.
+var codecs = func() serializer.CodecFactory {
+	s := runtime.NewScheme()
+	metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
+	return serializer.NewCodecFactory(s)
+}()
+
+// Tunnel is the konnectivity client: dials through the proxy-server, with an
+// ID that changes when its credentials rotate.
+type Tunnel interface {
+	pool.Dialer
+	ID() string
+}
+
+// Options configure the proxy.
+type Options struct {
+	Cache *clustergateway.Cache
+	Pool  *pool.Pool
+	// Tunnel dials Konnectivity endpoints; nil when no proxy-server is configured.
+	Tunnel Tunnel
+	// Authorizer, when set, also authorizes the inner request (verb, resource,
+	// namespace, name or non-resource path) for the hub caller.
+	Authorizer authorizer.Authorizer
+}
+
+// Proxy serves the proxy subresource.
+type Proxy struct {
+	opts    Options
+	targets sync.Map // name -> *cachedTarget
+}
+
+// cachedTarget is the transport shape of a gateway at one resourceVersion.
+type cachedTarget struct {
+	rv     string
+	target pool.Target
+}
+
+// New returns the proxy.
+func New(opts Options) *Proxy { return &Proxy{opts: opts} }
+
+// Forget drops what is cached for a deleted gateway and retires its transport.
+func (p *Proxy) Forget(name string) {
+	p.targets.Delete(name)
+	p.opts.Pool.Remove(name)
+}
+
+// Handler serves one proxied request for the named gateway. subpath is the
+// path on the managed cluster; the query is taken from the request as sent.
+func (p *Proxy) Handler(name, subpath string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		p.serve(w, req, name, subpath)
+	})
+}
+
+func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath string) {
+	gw, err := p.opts.Cache.Get(name)
+	if err != nil {
+		writeStatus(w, req, err)
+		return
+	}
+	if !gw.Ready {
+		writeStatus(w, req, statusError(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+			fmt.Sprintf("ClusterGateway %q cannot be used: %s", name, gw.Problem)))
+		return
+	}
+	if err := p.authorizeInner(req, subpath); err != nil {
+		writeStatus(w, req, err)
+		return
+	}
+	target, err := p.target(gw)
+	if err != nil {
+		writeStatus(w, req, err)
+		return
+	}
+	lease, err := p.opts.Pool.Acquire(target)
+	if err != nil {
+		writeStatus(w, req, statusError(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+			fmt.Sprintf("ClusterGateway %q cannot be used: %v", name, err)))
+		return
+	}
+	defer lease.Release()
+
+	location := *gw.Address
+	location.Path = joinPath(gw.Address.Path, subpath)
+	location.RawPath = ""
+	location.RawQuery = req.URL.RawQuery
+
+	out := req.WithContext(req.Context())
+	out.Header = utilnet.CloneHeader(req.Header)
+	out.URL = &location
+	out.Host = location.Host
+	stripIdentity(out.Header)
+	if err := p.setIdentity(out, gw); err != nil {
+		writeStatus(w, req, err)
+		return
+	}
+
+	upgrade := httpstream.IsUpgradeRequest(req)
+	h := utilproxy.NewUpgradeAwareHandler(&location, lease.Transport(), false, false, responder{cluster: name})
+	h.UseRequestLocation = true
+	h.UseLocationHost = true
+	if upgrade {
+		// Upgrades need HTTP/1.1; the headers are already on the request.
+		h.UpgradeTransport = utilproxy.NewUpgradeRequestRoundTripper(lease.UpgradeTransport(), utilproxy.MirrorRequest)
+	}
+	h.ServeHTTP(w, out)
+}
+
+// target returns the pool key of a gateway, built once per resourceVersion.
+func (p *Proxy) target(gw *clustergateway.Gateway) (*pool.Target, error) {
+	obj := gw.Object
+	var t pool.Target
+	if c, ok := p.targets.Load(obj.Name); ok && c.(*cachedTarget).rv == obj.ResourceVersion {
+		t = c.(*cachedTarget).target
+	} else {
+		ep := obj.Spec.Endpoint
+		t = pool.Target{
+			Cluster:    obj.Name,
+			Address:    gw.Address,
+			CAData:     ep.CABundle,
+			ServerName: ep.ServerName,
+			Insecure:   ep.InsecureSkipTLSVerify,
+			ProxyURL:   gw.ProxyURL,
+		}
+		if c := obj.Spec.Credential; c.Type == v1alpha1.CredentialX509Certificate && c.X509 != nil {
+			t.CertData, t.KeyData = c.X509.Certificate, c.X509.PrivateKey
+		}
+		p.targets.Store(obj.Name, &cachedTarget{rv: obj.ResourceVersion, target: t})
+	}
+	if obj.Spec.Endpoint.Type == v1alpha1.EndpointKonnectivity {
+		if p.opts.Tunnel == nil {
+			return nil, statusError(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, fmt.Sprintf(
+				"ClusterGateway %q is reached through konnectivity, but this gateway has no proxy-server configured: start it with --konnectivity-server-address", obj.Name))
+		}
+		t.Tunnel = p.opts.Tunnel
+		t.TunnelID = p.opts.Tunnel.ID()
+	}
+	return &t, nil
+}
+
+// setIdentity adds the gateway's credential or the caller's impersonation.
+func (p *Proxy) setIdentity(out *http.Request, gw *clustergateway.Gateway) error {
+	spec := gw.Object.Spec
+	if spec.Credential.Type == v1alpha1.CredentialBearerToken {
+		out.Header.Set("Authorization", "Bearer "+spec.Credential.BearerToken)
+	}
+	if spec.Impersonation.Mode == v1alpha1.ImpersonationCaller {
+		u, ok := apirequest.UserFrom(out.Context())
+		if !ok {
+			return apierrors.NewInternalError(fmt.Errorf("no hub user on the request to impersonate"))
+		}
+		setImpersonation(out.Header, u)
+	}
+	return nil
+}
+
+// authorizeInner checks the inner request against the hub's authorizer when
+// --authorize-proxy-subpath is on.
+func (p *Proxy) authorizeInner(req *http.Request, subpath string) error {
+	if p.opts.Authorizer == nil {
+		return nil
+	}
+	u, ok := apirequest.UserFrom(req.Context())
+	if !ok {
+		return apierrors.NewInternalError(fmt.Errorf("no hub user on the request to authorize"))
+	}
+	in, err := innerInfo(req, "/"+strings.TrimPrefix(subpath, "/"))
+	if err != nil {
+		return apierrors.NewBadRequest(fmt.Sprintf("cannot parse the proxied path %q: %v", subpath, err))
+	}
+	attrs := authorizer.AttributesRecord{
+		User:            u,
+		Verb:            in.Verb,
+		Namespace:       in.Namespace,
+		APIGroup:        in.APIGroup,
+		APIVersion:      in.APIVersion,
+		Resource:        in.Resource,
+		Subresource:     in.Subresource,
+		Name:            in.Name,
+		ResourceRequest: in.IsResourceRequest,
+		Path:            in.Path,
+	}
+	decision, reason, err := p.opts.Authorizer.Authorize(req.Context(), attrs)
+	if decision == authorizer.DecisionAllow {
+		return nil
+	}
+	what := in.Path
+	if in.IsResourceRequest {
+		what = fmt.Sprintf("%s %s", in.Verb, strings.Trim(in.Resource+"/"+in.Subresource, "/"))
+		if in.Namespace != "" {
+			what += " in namespace " + in.Namespace
+		}
+	}
+	msg := fmt.Sprintf("the hub does not allow %q to %s through the gateway", u.GetName(), what)
+	if reason != "" {
+		msg += ": " + reason
+	}
+	if err != nil {
+		msg += fmt.Sprintf(" (%v)", err)
+	}
+	return apierrors.NewForbidden(proxyResource, "", fmt.Errorf("%s", msg))
+}
+
+func joinPath(base, sub string) string {
+	base = strings.TrimSuffix(base, "/")
+	if sub == "" {
+		return base + "/"
+	}
+	if !strings.HasPrefix(sub, "/") {
+		sub = "/" + sub
+	}
+	return base + sub
+}

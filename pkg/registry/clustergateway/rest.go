@@ -1,0 +1,334 @@
+package clustergateway
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/registry/rest"
+
+	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+)
+
+// REST stores ClusterGateways as Secrets: reads come from the Cache, writes
+// go to the hub, and watches follow the hub's watch of the Secrets so
+// resourceVersions mean what clients expect.
+type REST struct {
+	cache *Cache
+	rest.TableConvertor
+}
+
+// NewREST returns the storage of the clustergateways resource.
+func NewREST(c *Cache) *REST {
+	return &REST{cache: c, TableConvertor: tableConvertor{}}
+}
+
+var (
+	_ rest.Getter               = &REST{}
+	_ rest.Lister               = &REST{}
+	_ rest.Watcher              = &REST{}
+	_ rest.Creater              = &REST{}
+	_ rest.Updater              = &REST{}
+	_ rest.GracefulDeleter      = &REST{}
+	_ rest.Scoper               = &REST{}
+	_ rest.ShortNamesProvider   = &REST{}
+	_ rest.CategoriesProvider   = &REST{}
+	_ rest.SingularNameProvider = &REST{}
+	_ rest.TableConvertor       = &REST{}
+	_ rest.Storage              = &REST{}
+)
+
+var resource = v1alpha1.Resource("clustergateways")
+
+func (r *REST) New() runtime.Object     { return &v1alpha1.ClusterGateway{} }
+func (r *REST) NewList() runtime.Object { return &v1alpha1.ClusterGatewayList{} }
+func (r *REST) Destroy()                {}
+func (r *REST) NamespaceScoped() bool   { return false }
+func (r *REST) ShortNames() []string    { return []string{"cgw"} }
+func (r *REST) Categories() []string    { return []string{"all-clusters"} }
+func (r *REST) GetSingularName() string { return "clustergateway" }
+
+// Get reads the gateway from the cache.
+func (r *REST) Get(_ context.Context, name string, _ *metav1.GetOptions) (runtime.Object, error) {
+	g, err := r.cache.Get(name)
+	if err != nil {
+		return nil, err
+	}
+	return redact(g.Object), nil
+}
+
+// List reads the cache; labels and metadata.name select.
+func (r *REST) List(_ context.Context, options *metainternalversion.ListOptions) (runtime.Object, error) {
+	labelSel, fieldSel := selectors(options)
+	gws, rv, err := r.cache.List(labelSel)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	list := &v1alpha1.ClusterGatewayList{ListMeta: metav1.ListMeta{ResourceVersion: rv}}
+	for _, g := range gws {
+		if !fieldSel.Matches(fields.Set{"metadata.name": g.Object.Name}) {
+			continue
+		}
+		list.Items = append(list.Items, *redact(g.Object))
+	}
+	return list, nil
+}
+
+func selectors(options *metainternalversion.ListOptions) (labels.Selector, fields.Selector) {
+	labelSel, fieldSel := labels.Everything(), fields.Everything()
+	if options != nil {
+		if options.LabelSelector != nil {
+			labelSel = options.LabelSelector
+		}
+		if options.FieldSelector != nil {
+			fieldSel = options.FieldSelector
+		}
+	}
+	return labelSel, fieldSel
+}
+
+// Watch follows the hub's watch of the gateway Secrets, so resourceVersion,
+// bookmarks and "too old" errors behave as they do for any hub resource.
+func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptions) (watch.Interface, error) {
+	labelSel, fieldSel := selectors(options)
+	req, _ := labels.NewRequirement(LabelGateway, "=", []string{"true"})
+	opts := metav1.ListOptions{
+		LabelSelector:       labelSel.Add(*req).String(),
+		FieldSelector:       fieldSel.String(),
+		ResourceVersion:     options.ResourceVersion,
+		AllowWatchBookmarks: options.AllowWatchBookmarks,
+		SendInitialEvents:   options.SendInitialEvents,
+	}
+	if options.ResourceVersion != "" {
+		opts.ResourceVersionMatch = options.ResourceVersionMatch
+	}
+	if options.TimeoutSeconds != nil {
+		opts.TimeoutSeconds = options.TimeoutSeconds
+	}
+	w, err := r.cache.client.CoreV1().Secrets(r.cache.namespace).Watch(ctx, opts)
+	if err != nil {
+		return nil, translateError(err, "")
+	}
+	return watch.Filter(w, func(in watch.Event) (watch.Event, bool) {
+		switch s := in.Object.(type) {
+		case *corev1.Secret:
+			if in.Type == watch.Bookmark {
+				return watch.Event{Type: in.Type, Object: &v1alpha1.ClusterGateway{ObjectMeta: metav1.ObjectMeta{
+					ResourceVersion: s.ResourceVersion, Annotations: s.Annotations}}}, true
+			}
+			return watch.Event{Type: in.Type, Object: redact(fromSecret(s))}, true
+		case *metav1.Status:
+			return in, true
+		default:
+			return in, false
+		}
+	}), nil
+}
+
+// Create validates the gateway and writes its Secret.
+func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
+	gw, ok := obj.(*v1alpha1.ClusterGateway)
+	if !ok {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("not a ClusterGateway: %T", obj))
+	}
+	gw = gw.DeepCopy()
+	prepareForCreate(gw)
+	if errs := v1alpha1.ValidateClusterGateway(gw); len(errs) > 0 {
+		return nil, apierrors.NewInvalid(v1alpha1.SchemeGroupVersion.WithKind("ClusterGateway").GroupKind(), gw.Name, errs)
+	}
+	if createValidation != nil {
+		if err := createValidation(ctx, gw); err != nil {
+			return nil, err
+		}
+	}
+	s, err := toSecret(gw, nil, r.cache.namespace)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	created, err := r.cache.client.CoreV1().Secrets(r.cache.namespace).Create(ctx, s, metav1.CreateOptions{DryRun: options.DryRun})
+	if err != nil {
+		return nil, translateError(err, gw.Name)
+	}
+	if len(options.DryRun) == 0 {
+		r.waitForCache(ctx, created.Name, func(s *corev1.Secret) bool { return s != nil && s.UID == created.UID })
+	}
+	return redact(fromSecret(created)), nil
+}
+
+func prepareForCreate(gw *v1alpha1.ClusterGateway) {
+	v1alpha1.SetDefaults_ClusterGateway(gw)
+	gw.Status = v1alpha1.ClusterGatewayStatus{}
+	gw.ResourceVersion = ""
+	gw.UID = ""
+	gw.Generation = 0
+	gw.DeletionTimestamp = nil
+}
+
+// Update applies an update or patch. Credential material that the update
+// omits (it is never returned, so a read-modify-write cannot carry it) is
+// kept when the credential type is unchanged.
+func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc,
+	updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	existing, err := r.cache.secret(name)
+	if err != nil {
+		if !apierrors.IsNotFound(err) {
+			return nil, false, apierrors.NewInternalError(err)
+		}
+		if !forceAllowCreate {
+			return nil, false, apierrors.NewNotFound(resource, name)
+		}
+		obj, err := objInfo.UpdatedObject(ctx, nil)
+		if err != nil {
+			return nil, false, err
+		}
+		created, err := r.Create(ctx, obj, createValidation, &metav1.CreateOptions{DryRun: options.DryRun, FieldManager: options.FieldManager})
+		return created, err == nil, err
+	}
+	full := fromSecret(existing)
+	oldObj := redact(full)
+	obj, err := objInfo.UpdatedObject(ctx, oldObj)
+	if err != nil {
+		return nil, false, err
+	}
+	gw, ok := obj.(*v1alpha1.ClusterGateway)
+	if !ok {
+		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("not a ClusterGateway: %T", obj))
+	}
+	gw = gw.DeepCopy()
+	v1alpha1.SetDefaults_ClusterGateway(gw)
+	if gw.ResourceVersion == "" {
+		gw.ResourceVersion = existing.ResourceVersion
+	} else if gw.ResourceVersion != existing.ResourceVersion {
+		return nil, false, apierrors.NewConflict(resource, name, fmt.Errorf("the object has been modified; please apply your changes to the latest version and try again"))
+	}
+	if gw.UID != "" && gw.UID != existing.UID {
+		return nil, false, apierrors.NewConflict(resource, name, fmt.Errorf("the UID in the object (%s) does not match the stored one (%s)", gw.UID, existing.UID))
+	}
+	carryOverMaterial(gw, full)
+	gw.UID, gw.CreationTimestamp, gw.Status = existing.UID, existing.CreationTimestamp, v1alpha1.ClusterGatewayStatus{}
+	if errs := v1alpha1.ValidateClusterGatewayUpdate(gw, full); len(errs) > 0 {
+		return nil, false, apierrors.NewInvalid(v1alpha1.SchemeGroupVersion.WithKind("ClusterGateway").GroupKind(), name, errs)
+	}
+	if updateValidation != nil {
+		if err := updateValidation(ctx, gw, oldObj); err != nil {
+			return nil, false, err
+		}
+	}
+	s, err := toSecret(gw, existing, r.cache.namespace)
+	if err != nil {
+		return nil, false, apierrors.NewInternalError(err)
+	}
+	updated, err := r.cache.client.CoreV1().Secrets(r.cache.namespace).Update(ctx, s, metav1.UpdateOptions{DryRun: options.DryRun})
+	if err != nil {
+		return nil, false, translateError(err, name)
+	}
+	if len(options.DryRun) == 0 {
+		r.waitForCache(ctx, name, func(s *corev1.Secret) bool {
+			return s == nil || s.ResourceVersion == updated.ResourceVersion || s.UID != updated.UID || newer(s.ResourceVersion, updated.ResourceVersion)
+		})
+	}
+	return redact(fromSecret(updated)), false, nil
+}
+
+func carryOverMaterial(gw, old *v1alpha1.ClusterGateway) {
+	if gw.Spec.Credential.Type != old.Spec.Credential.Type {
+		return
+	}
+	switch gw.Spec.Credential.Type {
+	case v1alpha1.CredentialX509Certificate:
+		if gw.Spec.Credential.X509 == nil && old.Spec.Credential.X509 != nil {
+			gw.Spec.Credential.X509 = old.Spec.Credential.X509.DeepCopy()
+		}
+	case v1alpha1.CredentialBearerToken:
+		if gw.Spec.Credential.BearerToken == "" {
+			gw.Spec.Credential.BearerToken = old.Spec.Credential.BearerToken
+		}
+	}
+}
+
+// Delete removes the gateway's Secret.
+func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions) (runtime.Object, bool, error) {
+	existing, err := r.cache.secret(name)
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, false, apierrors.NewNotFound(resource, name)
+		}
+		return nil, false, apierrors.NewInternalError(err)
+	}
+	obj := redact(fromSecret(existing))
+	if deleteValidation != nil {
+		if err := deleteValidation(ctx, obj); err != nil {
+			return nil, false, err
+		}
+	}
+	opts := metav1.DeleteOptions{DryRun: options.DryRun, PropagationPolicy: options.PropagationPolicy, GracePeriodSeconds: options.GracePeriodSeconds}
+	if p := options.Preconditions; p != nil {
+		opts.Preconditions = &metav1.Preconditions{UID: p.UID, ResourceVersion: p.ResourceVersion}
+	}
+	if err := r.cache.client.CoreV1().Secrets(r.cache.namespace).Delete(ctx, name, opts); err != nil {
+		return nil, false, translateError(err, name)
+	}
+	if len(options.DryRun) == 0 {
+		r.waitForCache(ctx, name, func(s *corev1.Secret) bool { return s == nil || s.UID != existing.UID })
+	}
+	return obj, true, nil
+}
+
+// waitForCache waits briefly until the cache has seen a write, so a client that
+// reads right after writing sees its own write. It gives up quietly: the
+// write has happened; the cache will catch up.
+func (r *REST) waitForCache(ctx context.Context, name string, done func(*corev1.Secret) bool) {
+	_ = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		s, err := r.cache.secret(name)
+		if apierrors.IsNotFound(err) {
+			s = nil
+		} else if err != nil {
+			return false, nil
+		}
+		return done(s), nil
+	})
+}
+
+// newer compares resourceVersions as the hub's etcd revisions they are; an
+// unparsable one is never newer.
+func newer(a, b string) bool {
+	var x, y uint64
+	if _, err := fmt.Sscan(a, &x); err != nil {
+		return false
+	}
+	if _, err := fmt.Sscan(b, &y); err != nil {
+		return false
+	}
+	return x > y
+}
+
+// translateError names the gateway, not its Secret, in the hub's errors.
+func translateError(err error, name string) error {
+	status, ok := err.(apierrors.APIStatus)
+	if !ok {
+		return apierrors.NewInternalError(err)
+	}
+	s := status.Status()
+	switch {
+	case apierrors.IsNotFound(err):
+		return apierrors.NewNotFound(resource, name)
+	case apierrors.IsAlreadyExists(err):
+		return apierrors.NewAlreadyExists(resource, name)
+	case apierrors.IsConflict(err):
+		return apierrors.NewConflict(resource, name, fmt.Errorf("the object has been modified; please apply your changes to the latest version and try again"))
+	case apierrors.IsForbidden(err):
+		return apierrors.NewInternalError(fmt.Errorf("the gateway may not write its Secrets in its namespace; check its RBAC (config/rbac.yaml): %s", s.Message))
+	case apierrors.IsResourceExpired(err), apierrors.IsGone(err), apierrors.IsInvalid(err), apierrors.IsBadRequest(err), apierrors.IsTooManyRequests(err):
+		return err
+	}
+	return err
+}
