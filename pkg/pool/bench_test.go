@@ -1,0 +1,37 @@
+package pool
+
+import (
+	"net/url"
+	"testing"
+)
+
+// BenchmarkAcquireRelease is the per-request cost of the pool itself (a
+// lookup, a fingerprint, a lease), with a realistic CA and client cert.
+func BenchmarkAcquireRelease(b *testing.B) {
+	ca := newTestCA(b, "ca")
+	cert, key := ca.issue(b, "client", 0)
+	p := New(Options{Capacity: 16})
+	defer p.Close()
+	tg := &Target{
+		Cluster:  "bench",
+		Address:  &url.URL{Scheme: "https", Host: "127.0.0.1:6443"},
+		CAData:   ca.pem,
+		CertData: cert,
+		KeyData:  key,
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			l, err := p.Acquire(tg)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			l.Release()
+		}
+	})
+	if p.Stats().Created != 1 {
+		b.Errorf("created %d entries, want 1", p.Stats().Created)
+	}
+}

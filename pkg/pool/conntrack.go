@@ -1,0 +1,20 @@
+package pool
+
+import (
+	"net"
+	"sync"
+)
+
+// trackedConn is every connection an entry dials, so retiring the entry can
+// close connections that http.Transport still holds for live streams.
+type trackedConn struct {
+	net.Conn
+	e    *entry
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { c.e.untrack(c) })
+	return err
+}

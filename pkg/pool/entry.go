@@ -1,0 +1,179 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// errRetired is returned by dials on an entry whose connections were closed:
+// a caller that kept a lease past the grace period must acquire a new one.
+var errRetired = errors.New("cluster transport was retired; acquire a new lease from the pool")
+
+// entry is one cluster's transports plus the connections they dialed.
+type entry struct {
+	pool    *Pool
+	cluster string
+	fp      string
+	addr    string // canonical host:port; the only address this entry dials
+
+	rt      *http.Transport // HTTP/2-capable, for ordinary requests
+	upgrade *http.Transport // HTTP/1.1 only, for exec/attach/port-forward
+
+	rawDial dialFunc // direct, tunnel or proxy; wrapped by dialContext
+
+	lastUsed atomic.Int64 // pool clock, see Pool.now
+
+	mu       sync.Mutex
+	active   int  // leases not yet released
+	retiring bool // out of the LRU; drained closes when active hits 0
+	drained  chan struct{}
+	dead     bool // connections closed; no new dials
+	conns    map[*trackedConn]struct{}
+}
+
+// newEntry builds transports without dialing, so it is cheap and can run
+// outside the pool lock. It starts no goroutines: a built entry that loses a
+// race is simply dropped.
+func (p *Pool) newEntry(t *Target, addr, fp string) (*entry, error) {
+	tlsCfg, err := tlsConfigFor(t)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := p.rawDialerFor(t)
+	if err != nil {
+		return nil, err
+	}
+	e := &entry{
+		pool:    p,
+		cluster: t.Cluster,
+		fp:      fp,
+		addr:    addr,
+		rawDial: raw,
+		drained: make(chan struct{}),
+		conns:   make(map[*trackedConn]struct{}),
+	}
+	e.rt, e.upgrade, err = newTransports(tlsCfg, e.dialContext, p.opts)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %q: %w", t.Cluster, err)
+	}
+	return e, nil
+}
+
+// dialContext is the DialContext of both transports: it bounds the dial,
+// counts it and tracks the connection.
+func (e *entry) dialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	if !strings.EqualFold(addr, e.addr) {
+		// The entry's client certificate and CA belong to one endpoint;
+		// refuse to present them anywhere else.
+		return nil, fmt.Errorf("cluster %q transport only dials %s, not %s; build request URLs from the ClusterGateway endpoint", e.cluster, e.addr, addr)
+	}
+	if e.isDead() {
+		return nil, fmt.Errorf("cluster %q: %w", e.cluster, errRetired)
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.pool.opts.DialTimeout)
+	defer cancel()
+	e.pool.noteDial()
+	c, err := e.rawDial(ctx, network, addr)
+	if err != nil {
+		e.pool.noteDialFailure()
+		return nil, fmt.Errorf("cluster %q: dial %s: %w", e.cluster, addr, err)
+	}
+	return e.track(c)
+}
+
+func (e *entry) isDead() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.dead
+}
+
+func (e *entry) track(c net.Conn) (net.Conn, error) {
+	tc := &trackedConn{Conn: c, e: e}
+	e.mu.Lock()
+	if e.dead {
+		// Retired while this dial was in flight.
+		e.mu.Unlock()
+		_ = c.Close()
+		return nil, fmt.Errorf("cluster %q: %w", e.cluster, errRetired)
+	}
+	e.conns[tc] = struct{}{}
+	e.mu.Unlock()
+	e.pool.noteConnOpened()
+	return tc, nil
+}
+
+func (e *entry) untrack(c *trackedConn) {
+	e.mu.Lock()
+	_, ok := e.conns[c]
+	delete(e.conns, c)
+	e.mu.Unlock()
+	if ok {
+		e.pool.noteConnClosed()
+	}
+}
+
+// lease counts a new user; the caller holds the pool lock, so a retiring
+// entry (already out of the LRU) can never gain one.
+func (e *entry) lease(now int64) *Lease {
+	e.mu.Lock()
+	e.active++
+	e.mu.Unlock()
+	e.lastUsed.Store(now)
+	e.pool.noteStreamStarted()
+	return &Lease{e: e}
+}
+
+func (e *entry) release(now int64) {
+	e.mu.Lock()
+	e.active--
+	if e.retiring && e.active == 0 {
+		close(e.drained)
+	}
+	e.mu.Unlock()
+	e.lastUsed.Store(now)
+	e.pool.noteStreamEnded()
+}
+
+func (e *entry) idle() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.active == 0
+}
+
+// markRetiring returns a channel closed once no lease is active.
+func (e *entry) markRetiring() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.retiring = true
+	if e.active == 0 {
+		close(e.drained)
+	}
+	return e.drained
+}
+
+func (e *entry) closeIdle() {
+	e.rt.CloseIdleConnections()
+	e.upgrade.CloseIdleConnections()
+}
+
+// closeAll cuts every connection, including live streams, and stops new
+// dials. Closing the raw conns makes the transports' read loops exit.
+func (e *entry) closeAll() {
+	e.mu.Lock()
+	e.dead = true
+	conns := make([]*trackedConn, 0, len(e.conns))
+	for c := range e.conns {
+		conns = append(conns, c)
+	}
+	e.mu.Unlock()
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	e.closeIdle()
+}

@@ -1,0 +1,36 @@
+package pool
+
+import (
+	"net/http"
+	"sync/atomic"
+)
+
+// Lease is one user's hold on a cluster's entry. While it is held the entry's
+// connections outlive a retirement for up to Options.RetireGrace, so hold it
+// for exactly as long as the proxied request or stream runs.
+type Lease struct {
+	e        *entry
+	released atomic.Bool
+}
+
+// Transport is the HTTP/2-capable transport for ordinary requests, shared by
+// all leases of the entry. The caller adds the bearer token per request.
+func (l *Lease) Transport() http.RoundTripper { return l.e.rt }
+
+// UpgradeTransport is an HTTP/1.1-only transport over the same tracked
+// dialer, for exec/attach/port-forward through UpgradeAwareHandler (whose
+// DialURL reads its DialContext and TLSClientConfig).
+func (l *Lease) UpgradeTransport() *http.Transport { return l.e.upgrade }
+
+// Cluster is the ClusterGateway name the lease was acquired for.
+func (l *Lease) Cluster() string { return l.e.cluster }
+
+// Fingerprint is the fingerprint of the Target the entry was built from.
+func (l *Lease) Fingerprint() string { return l.e.fp }
+
+// Release ends the lease; calling it again does nothing.
+func (l *Lease) Release() {
+	if l.released.CompareAndSwap(false, true) {
+		l.e.release(l.e.pool.now())
+	}
+}

@@ -1,0 +1,154 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+)
+
+// ErrClosed is returned by Acquire after Close.
+var ErrClosed = errors.New("cluster transport pool is closed")
+
+// Retirement reasons, the values of the reason label of
+// cluster_gateway_pool_entry_retirements_total.
+const (
+	ReasonEvicted  = "evicted"
+	ReasonIdle     = "idle"
+	ReasonRotated  = "rotated"
+	ReasonDeleted  = "deleted"
+	ReasonShutdown = "shutdown"
+)
+
+// Pool holds at most Options.Capacity live entries, one per cluster.
+type Pool struct {
+	opts  Options
+	start time.Time // origin of the monotonic clock used for idleness
+
+	mu        sync.Mutex // guards lru, closed, retiredBy; never held while dialing
+	lru       *simplelru.LRU[string, *entry]
+	closed    bool
+	retiredBy map[string]int64
+
+	wg          sync.WaitGroup // retire goroutines and the janitor
+	stopJanitor context.CancelFunc
+
+	counters
+}
+
+// New returns a running pool; call Close to release it. It registers the
+// package metrics (once per process).
+func New(opts Options) *Pool {
+	Register()
+	opts = opts.withDefaults()
+	// Eviction is done by hand before Add so the reason can be recorded.
+	l, err := simplelru.NewLRU[string, *entry](opts.Capacity, nil)
+	if err != nil {
+		panic(fmt.Sprintf("pool: %v", err)) // unreachable: Capacity > 0
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Pool{
+		opts:        opts,
+		start:       time.Now(),
+		lru:         l,
+		retiredBy:   make(map[string]int64),
+		stopJanitor: cancel,
+	}
+	if opts.IdleTTL > 0 {
+		p.wg.Add(1)
+		go p.janitor(ctx)
+	}
+	return p
+}
+
+// now is a monotonic clock reading, immune to wall-clock jumps.
+func (p *Pool) now() int64 { return int64(time.Since(p.start)) }
+
+// Acquire returns a lease on t.Cluster's entry, creating the entry if needed
+// (cheap: no dialing) or replacing it when t's fingerprint changed; the old
+// one is retired with reason "rotated". The lock is held only for map work.
+func (p *Pool) Acquire(t *Target) (*Lease, error) {
+	addr, err := t.validate()
+	if err != nil {
+		return nil, err
+	}
+	fp := t.Fingerprint()
+
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if e, ok := p.lru.Get(t.Cluster); ok && e.fp == fp {
+		l := e.lease(p.now())
+		p.mu.Unlock()
+		return l, nil
+	}
+	p.mu.Unlock()
+
+	// Parse keys and build transports outside the lock.
+	ne, err := p.newEntry(t, addr, fp)
+	if err != nil {
+		return nil, err
+	}
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, ErrClosed
+	}
+	if e, ok := p.lru.Get(t.Cluster); ok {
+		if e.fp == fp {
+			// Another Acquire built the same entry first; ne has no
+			// connections or goroutines and is dropped.
+			return e.lease(p.now()), nil
+		}
+		p.lru.Remove(t.Cluster)
+		p.retireLocked(e, ReasonRotated)
+	} else if p.lru.Len() >= p.opts.Capacity {
+		if _, old, ok := p.lru.RemoveOldest(); ok {
+			p.retireLocked(old, ReasonEvicted)
+		}
+	}
+	p.lru.Add(t.Cluster, ne)
+	p.noteCreated()
+	return ne.lease(p.now()), nil
+}
+
+// Remove retires cluster's entry (the gateway was deleted). Live streams get
+// the grace period like any retirement.
+func (p *Pool) Remove(cluster string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e, ok := p.lru.Peek(cluster); ok {
+		p.lru.Remove(cluster)
+		p.retireLocked(e, ReasonDeleted)
+	}
+}
+
+// Len is the number of live (not retiring) entries.
+func (p *Pool) Len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lru.Len()
+}
+
+// Close retires every entry (reason "shutdown") and waits for the janitor and
+// all retirements, which may take up to RetireGrace while streams run.
+// Acquire fails afterwards. Close is idempotent.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	if !p.closed {
+		p.closed = true
+		p.stopJanitor()
+		for _, e := range p.lru.Values() {
+			p.retireLocked(e, ReasonShutdown)
+		}
+		p.lru.Purge()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}

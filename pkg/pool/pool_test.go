@@ -1,0 +1,325 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func newTestPool(t testing.TB, opts Options) *Pool {
+	t.Helper()
+	p := New(opts)
+	t.Cleanup(p.Close)
+	return p
+}
+
+func acquire(t testing.TB, p *Pool, tg *Target) *Lease {
+	t.Helper()
+	l, err := p.Acquire(tg)
+	if err != nil {
+		t.Fatalf("Acquire(%s): %v", tg.Cluster, err)
+	}
+	return l
+}
+
+// 1,000 requests to one cluster share one entry and one HTTP/2 connection.
+func TestManyRequestsShareOneEntryAndConnection(t *testing.T) {
+	u := newUpstream(t)
+	p := newTestPool(t, Options{Capacity: 8})
+	tg := u.target(t, "c1", "client-1")
+
+	// Warm up so concurrent requests find the connection already up (the
+	// first concurrent dials could otherwise race, which is not reuse).
+	l := acquire(t, p, tg)
+	mustGet(t, l.Transport(), u.url, "/hello")
+	l.Release()
+
+	const workers, perWorker = 8, 125
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for range workers {
+		wg.Go(func() {
+			for range perWorker {
+				l, err := p.Acquire(tg)
+				if err != nil {
+					errs <- err
+					return
+				}
+				resp, body, err := get(context.Background(), l.Transport(), u.url, "/hello")
+				l.Release()
+				if err != nil {
+					errs <- err
+					return
+				}
+				if resp.ProtoMajor != 2 || body != "HTTP/2.0 client-1" {
+					errs <- fmt.Errorf("got %s %q, want HTTP/2 from client-1", resp.Proto, body)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+
+	st := p.Stats()
+	if st.Created != 1 || st.Live != 1 || p.Len() != 1 {
+		t.Errorf("entries: created %d live %d, want 1 and 1", st.Created, st.Live)
+	}
+	if got := u.accepted.Load(); got != 1 {
+		t.Errorf("upstream accepted %d connections for %d requests, want 1", got, workers*perWorker+1)
+	}
+	if st.Dials != 1 || st.OpenConns != 1 || st.ActiveStreams != 0 {
+		t.Errorf("dials %d open %d active %d, want 1 1 0", st.Dials, st.OpenConns, st.ActiveStreams)
+	}
+}
+
+// A new client certificate and CA bundle make a new entry; the old entry's
+// watch keeps streaming through the grace period and is then cut.
+func TestRotationKeepsStreamUntilGrace(t *testing.T) {
+	const grace = time.Second
+	u := newUpstream(t)
+	p := newTestPool(t, Options{Capacity: 8, RetireGrace: grace})
+
+	old := u.target(t, "c1", "client-1")
+	l1 := acquire(t, p, old)
+	w := startStream(t, l1.Transport(), u)
+
+	rotated := u.target(t, "c1", "client-2")
+	rotated.CAData = append(append([]byte{}, u.serverCA.pem...), newTestCA(t, "next-ca").pem...)
+	if old.Fingerprint() == rotated.Fingerprint() {
+		t.Fatal("rotation did not change the fingerprint")
+	}
+	rotatedAt := time.Now()
+	l2 := acquire(t, p, rotated)
+	defer l2.Release()
+
+	st := p.Stats()
+	if st.Live != 1 || st.Retiring != 1 || st.Created != 2 || st.Retired[ReasonRotated] != 1 {
+		t.Fatalf("after rotation: %+v, want 1 live, 1 retiring, 2 created, 1 rotated", st)
+	}
+	if _, body := mustGet(t, l2.Transport(), u.url, "/hello"); body != "HTTP/2.0 client-2" {
+		t.Errorf("new lease answered %q, want the rotated client certificate", body)
+	}
+	if again := acquire(t, p, rotated); again.e != l2.e {
+		t.Error("same fingerprint after rotation got a different entry")
+	} else {
+		again.Release()
+	}
+
+	// The old watch still streams after retirement...
+	before := w.lines.Load()
+	eventually(t, "old watch to keep streaming", func() bool { return w.lines.Load() >= before+3 || w.ended() })
+	if w.ended() && w.endedAt.Sub(rotatedAt) < grace {
+		t.Fatalf("old watch ended %v after rotation, before the %v grace: %v", w.endedAt.Sub(rotatedAt), grace, w.err)
+	}
+	// ...and is cut when the grace period ends, although its lease is held.
+	eventually(t, "old watch to be cut", w.ended)
+	if d := w.endedAt.Sub(rotatedAt); d < grace {
+		t.Errorf("old watch cut %v after rotation, before the %v grace", d, grace)
+	}
+	eventually(t, "old entry to finish retiring", func() bool { return p.Stats().Retiring == 0 })
+
+	// Its transport no longer dials: a caller keeping a stale lease gets
+	// an error that says what to do, not a leaked connection.
+	if _, _, err := get(context.Background(), l1.Transport(), u.url, "/hello"); err == nil || !strings.Contains(err.Error(), "acquire a new lease") {
+		t.Errorf("request on retired lease: %v, want a retired error", err)
+	}
+	l1.Release()
+	l1.Release() // idempotent
+	st = p.Stats()
+	if st.ActiveStreams != 1 || st.OpenConns != 1 {
+		t.Errorf("after retirement: active %d open %d, want only the new lease and its connection", st.ActiveStreams, st.OpenConns)
+	}
+	if got := u.accepted.Load(); got != 2 {
+		t.Errorf("upstream accepted %d connections, want 2 (one per entry)", got)
+	}
+}
+
+// Remove retires at once; connections close as soon as the last lease is
+// released, long before the grace period.
+func TestRemoveClosesWhenLeasesDrain(t *testing.T) {
+	u := newUpstream(t)
+	p := newTestPool(t, Options{Capacity: 8, RetireGrace: time.Minute})
+	l := acquire(t, p, u.target(t, "c1", "client-1"))
+	w := startStream(t, l.Transport(), u)
+
+	p.Remove("c1")
+	p.Remove("c1") // nothing left to remove
+	st := p.Stats()
+	if p.Len() != 0 || st.Retiring != 1 || st.Retired[ReasonDeleted] != 1 {
+		t.Fatalf("after Remove: len %d %+v, want 0 live, 1 retiring, 1 deleted", p.Len(), st)
+	}
+	before := w.lines.Load()
+	eventually(t, "watch to keep streaming after Remove", func() bool { return w.lines.Load() >= before+3 })
+	if w.ended() {
+		t.Fatalf("watch ended right after Remove: %v", w.err)
+	}
+
+	w.stop()
+	l.Release()
+	eventually(t, "connections to close once the lease is released", func() bool {
+		st := p.Stats()
+		return st.Retiring == 0 && st.OpenConns == 0
+	})
+}
+
+// Three times capacity distinct clusters never exceed capacity live entries,
+// sequentially or concurrently; the least recently used goes first.
+func TestCapacityBoundsLiveEntries(t *testing.T) {
+	const capacity = 4
+	u := newUpstream(t)
+	p := newTestPool(t, Options{Capacity: capacity})
+	targets := make([]*Target, 3*capacity)
+	for i := range targets {
+		targets[i] = u.target(t, fmt.Sprintf("c%d", i), "client")
+	}
+
+	for i, tg := range targets {
+		l := acquire(t, p, tg)
+		mustGet(t, l.Transport(), u.url, "/hello")
+		l.Release()
+		if n := p.Len(); n > capacity {
+			t.Fatalf("after %d clusters: %d live entries, capacity %d", i+1, n, capacity)
+		}
+		if i == capacity-1 {
+			acquire(t, p, targets[0]).Release() // c0 is now most recently used
+		}
+		if i == capacity {
+			p.mu.Lock()
+			_, ok := p.lru.Peek("c0")
+			p.mu.Unlock()
+			if !ok {
+				t.Error("recently used c0 was evicted instead of the least recently used")
+			}
+		}
+	}
+	st := p.Stats()
+	if st.Created != 3*capacity || st.Retired[ReasonEvicted] != 2*capacity {
+		t.Errorf("created %d evicted %d, want %d and %d", st.Created, st.Retired[ReasonEvicted], 3*capacity, 2*capacity)
+	}
+	eventually(t, "evicted entries to close their connections", func() bool {
+		st := p.Stats()
+		return st.Retiring == 0 && st.OpenConns == capacity
+	})
+
+	// Concurrent churn over all clusters: the bound holds at every moment.
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	var over error
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if n := p.Len(); n > capacity {
+				over = fmt.Errorf("%d live entries, capacity %d", n, capacity)
+				return
+			}
+		}
+	})
+	var churn sync.WaitGroup
+	for w := range 4 {
+		churn.Go(func() {
+			for i := range 100 {
+				l, err := p.Acquire(targets[(w*7+i)%len(targets)])
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				l.Release()
+			}
+		})
+	}
+	churn.Wait()
+	close(stop)
+	wg.Wait()
+	if over != nil {
+		t.Error(over)
+	}
+}
+
+// Entries unused for IdleTTL are retired; an entry with a live lease is not.
+func TestIdleTTLRetires(t *testing.T) {
+	const ttl = 100 * time.Millisecond
+	u := newUpstream(t)
+	p := newTestPool(t, Options{Capacity: 8, IdleTTL: ttl})
+
+	l := acquire(t, p, u.target(t, "idle", "client"))
+	mustGet(t, l.Transport(), u.url, "/hello")
+	l.Release()
+	eventually(t, "idle entry to be retired", func() bool {
+		st := p.Stats()
+		return p.Len() == 0 && st.Retired[ReasonIdle] == 1 && st.Retiring == 0 && st.OpenConns == 0
+	})
+
+	held := acquire(t, p, u.target(t, "busy", "client"))
+	since := time.Now()
+	sweeps := p.sweeps.Load()
+	// Wait until the janitor has looked at it several times past the TTL.
+	eventually(t, "janitor sweeps past the TTL", func() bool {
+		return time.Since(since) > 3*ttl && p.sweeps.Load() >= sweeps+4
+	})
+	if p.Len() != 1 {
+		t.Fatal("entry with a live lease was retired as idle")
+	}
+	held.Release()
+	eventually(t, "released entry to go idle", func() bool { return p.Len() == 0 })
+	if got := p.Stats().Retired[ReasonIdle]; got != 2 {
+		t.Errorf("idle retirements %d, want 2", got)
+	}
+}
+
+// Targets that cannot work are errors that say what to fix, and create
+// nothing.
+func TestInvalidTargets(t *testing.T) {
+	u := newUpstream(t)
+	p := newTestPool(t, Options{})
+	certPEM, keyPEM := u.clientCA.issue(t, "c", 0)
+	_, otherKeyPEM := u.clientCA.issue(t, "other", 0)
+	for name, mutate := range map[string]func(*Target){
+		"garbage CA":          func(t *Target) { t.CAData = []byte("garbage") },
+		"whitespace CA":       func(t *Target) { t.CAData = []byte(" \n") },
+		"corrupt certificate": func(t *Target) { t.CAData = []byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n") },
+		"truncated CA": func(t *Target) {
+			t.CAData = append(append([]byte{}, u.serverCA.pem...), "-----BEGIN CERTIFICATE-----\nMIIB"...)
+		},
+		"key in CA bundle":  func(t *Target) { t.CAData = append(append([]byte{}, u.serverCA.pem...), keyPEM...) },
+		"insecure with CA":  func(t *Target) { t.Insecure = true },
+		"cert without key":  func(t *Target) { t.CertData, t.KeyData = certPEM, nil },
+		"mismatched key":    func(t *Target) { t.CertData, t.KeyData = certPEM, otherKeyPEM },
+		"no cluster":        func(t *Target) { t.Cluster = "" },
+		"no address":        func(t *Target) { t.Address = nil },
+		"http address":      func(t *Target) { a := *t.Address; a.Scheme = "http"; t.Address = &a },
+		"tunnel and proxy":  func(t *Target) { t.Tunnel = &countingDialer{}; t.TunnelID = "x"; t.ProxyURL = u.url },
+		"tunnel without ID": func(t *Target) { t.Tunnel = &countingDialer{} },
+		"ftp proxy":         func(t *Target) { pu := *u.url; pu.Scheme = "ftp"; t.ProxyURL = &pu },
+	} {
+		t.Run(name, func(t *testing.T) {
+			tg := u.target(t, "bad", "client")
+			mutate(tg)
+			l, err := p.Acquire(tg)
+			if err == nil {
+				l.Release()
+				t.Fatal("Acquire succeeded")
+			}
+			if !errors.Is(err, ErrInvalidTarget) {
+				t.Errorf("error %v is not ErrInvalidTarget", err)
+			}
+		})
+	}
+	if st := p.Stats(); st.Created != 0 || st.Live != 0 {
+		t.Errorf("invalid targets created entries: %+v", st)
+	}
+	if _, err := p.Acquire(nil); !errors.Is(err, ErrInvalidTarget) {
+		t.Errorf("Acquire(nil): %v", err)
+	}
+}

@@ -1,0 +1,98 @@
+package pool
+
+import (
+	"maps"
+	"sync/atomic"
+)
+
+// Stats is a snapshot of one pool (the metrics sum over all pools).
+type Stats struct {
+	Live          int              // entries that can be handed out
+	Retiring      int              // retired entries whose connections are not all closed yet
+	Created       int64            // entries ever created
+	Retired       map[string]int64 // retirements by reason (Reason* constants)
+	ActiveStreams int64            // leases not yet released
+	OpenConns     int64            // tracked connections not yet closed
+	Dials         int64            // dial attempts
+	DialFailures  int64            // dial attempts that failed (before TLS)
+}
+
+type counters struct {
+	retiring      atomic.Int64
+	created       atomic.Int64
+	activeStreams atomic.Int64
+	openConns     atomic.Int64
+	dials         atomic.Int64
+	dialFailures  atomic.Int64
+	sweeps        atomic.Int64 // janitor passes, for tests
+}
+
+// Stats returns a snapshot of the pool's counters.
+func (p *Pool) Stats() Stats {
+	p.mu.Lock()
+	live := p.lru.Len()
+	retired := maps.Clone(p.retiredBy)
+	p.mu.Unlock()
+	return Stats{
+		Live:          live,
+		Retiring:      int(p.retiring.Load()),
+		Created:       p.created.Load(),
+		Retired:       retired,
+		ActiveStreams: p.activeStreams.Load(),
+		OpenConns:     p.openConns.Load(),
+		Dials:         p.dials.Load(),
+		DialFailures:  p.dialFailures.Load(),
+	}
+}
+
+// The note* helpers keep the per-pool counters and the process-wide metrics
+// in step.
+
+func (p *Pool) noteCreated() {
+	p.created.Add(1)
+	entryCreations.Inc()
+	liveEntries.Inc()
+}
+
+// noteRetired: the entry left the LRU and is now retiring.
+func (p *Pool) noteRetired(reason string) {
+	p.retiring.Add(1)
+	entryRetirements.WithLabelValues(reason).Inc()
+	liveEntries.Dec()
+	retiringEntries.Inc()
+}
+
+func (p *Pool) noteRetireDone() {
+	p.retiring.Add(-1)
+	retiringEntries.Dec()
+}
+
+func (p *Pool) noteStreamStarted() {
+	p.activeStreams.Add(1)
+	activeStreams.Inc()
+}
+
+func (p *Pool) noteStreamEnded() {
+	p.activeStreams.Add(-1)
+	activeStreams.Dec()
+}
+
+func (p *Pool) noteConnOpened() {
+	p.openConns.Add(1)
+	openConnections.Inc()
+}
+
+func (p *Pool) noteConnClosed() {
+	p.openConns.Add(-1)
+	openConnections.Dec()
+}
+
+func (p *Pool) noteDial() {
+	p.dials.Add(1)
+	connectionDials.Inc()
+}
+
+func (p *Pool) noteDialFailure() {
+	p.dialFailures.Add(1)
+	dialFailures.Inc()
+}
