@@ -195,7 +195,9 @@ func (e *Env) up(ctx context.Context) error {
 		return err
 	}
 	g, gctx = errgroup.WithContext(ctx)
-	g.Go(func() error { return retry(gctx, "apply config/ to the hub", func(context.Context) error { return e.installConfig() }) })
+	g.Go(func() error {
+		return retry(gctx, "apply config/ to the hub", func(context.Context) error { return e.installConfig() })
+	})
 	for _, c := range e.Managed {
 		g.Go(func() error { return e.setupManaged(gctx, c) })
 	}

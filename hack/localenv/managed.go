@@ -102,9 +102,12 @@ func ensure[T any](ctx context.Context, create func(context.Context, T, metav1.C
 	return err
 }
 
-// retry calls f until it succeeds or ctx ends: a just-ready kube-apiserver
-// may still be creating the default namespace or RBAC roles.
+// retry calls f until it succeeds, for at most 30s: a just-ready
+// kube-apiserver may still be creating the default namespace or RBAC roles,
+// but a real error should surface without waiting for the whole start timeout.
 func retry(ctx context.Context, what string, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	for {
 		err := f(ctx)
 		if err == nil {
