@@ -12,7 +12,7 @@ HDR=hack/boilerplate.go.txt
 "$BIN/deepcopy-gen" --go-header-file "$HDR" --output-file zz_generated.deepcopy.go ./pkg/apis/gateway/v1alpha1
 
 "$BIN/openapi-gen" --go-header-file "$HDR" \
-  --output-dir pkg/apis/gateway/v1alpha1 --output-pkg "$API" --output-file zz_generated.openapi.go \
+  --output-dir pkg/apis/gateway/v1alpha1 --output-pkg "$API" --output-file zz_generated.openapi.go --output-model-name-file zz_generated.model_name.go \
   --report-filename /dev/null \
   k8s.io/apimachinery/pkg/apis/meta/v1 k8s.io/apimachinery/pkg/runtime k8s.io/apimachinery/pkg/version \
   ./pkg/apis/gateway/v1alpha1

@@ -31,16 +31,16 @@ import (
 
 func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
 	return map[string]common.OpenAPIDefinition{
-		"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1.ClusterGateway":             schema_pkg_apis_gateway_v1alpha1_ClusterGateway(ref),
-		"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1.ClusterGatewayList":         schema_pkg_apis_gateway_v1alpha1_ClusterGatewayList(ref),
-		"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1.ClusterGatewayProxyOptions": schema_pkg_apis_gateway_v1alpha1_ClusterGatewayProxyOptions(ref),
-		"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1.ClusterGatewaySpec":         schema_pkg_apis_gateway_v1alpha1_ClusterGatewaySpec(ref),
-		"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1.ClusterGatewayStatus":       schema_pkg_apis_gateway_v1alpha1_ClusterGatewayStatus(ref),
-		"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1.Credential":                 schema_pkg_apis_gateway_v1alpha1_Credential(ref),
-		"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1.CredentialStatus":           schema_pkg_apis_gateway_v1alpha1_CredentialStatus(ref),
-		"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1.Endpoint":                   schema_pkg_apis_gateway_v1alpha1_Endpoint(ref),
-		"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1.Impersonation":              schema_pkg_apis_gateway_v1alpha1_Impersonation(ref),
-		"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1.X509Credential":             schema_pkg_apis_gateway_v1alpha1_X509Credential(ref),
+		ClusterGateway{}.OpenAPIModelName():               schema_pkg_apis_gateway_v1alpha1_ClusterGateway(ref),
+		ClusterGatewayList{}.OpenAPIModelName():           schema_pkg_apis_gateway_v1alpha1_ClusterGatewayList(ref),
+		ClusterGatewayProxyOptions{}.OpenAPIModelName():   schema_pkg_apis_gateway_v1alpha1_ClusterGatewayProxyOptions(ref),
+		ClusterGatewaySpec{}.OpenAPIModelName():           schema_pkg_apis_gateway_v1alpha1_ClusterGatewaySpec(ref),
+		ClusterGatewayStatus{}.OpenAPIModelName():         schema_pkg_apis_gateway_v1alpha1_ClusterGatewayStatus(ref),
+		Credential{}.OpenAPIModelName():                   schema_pkg_apis_gateway_v1alpha1_Credential(ref),
+		CredentialStatus{}.OpenAPIModelName():             schema_pkg_apis_gateway_v1alpha1_CredentialStatus(ref),
+		Endpoint{}.OpenAPIModelName():                     schema_pkg_apis_gateway_v1alpha1_Endpoint(ref),
+		Impersonation{}.OpenAPIModelName():                schema_pkg_apis_gateway_v1alpha1_Impersonation(ref),
+		X509Credential{}.OpenAPIModelName():               schema_pkg_apis_gateway_v1alpha1_X509Credential(ref),
 		v1.APIGroup{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_APIGroup(ref),
 		v1.APIGroupList{}.OpenAPIModelName():              schema_pkg_apis_meta_v1_APIGroupList(ref),
 		v1.APIResource{}.OpenAPIModelName():               schema_pkg_apis_meta_v1_APIResource(ref),
@@ -128,13 +128,13 @@ func schema_pkg_apis_gateway_v1alpha1_ClusterGateway(ref common.ReferenceCallbac
 					"spec": {
 						SchemaProps: spec.SchemaProps{
 							Default: map[string]interface{}{},
-							Ref:     ref("github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1.ClusterGatewaySpec"),
+							Ref:     ref(ClusterGatewaySpec{}.OpenAPIModelName()),
 						},
 					},
 					"status": {
 						SchemaProps: spec.SchemaProps{
 							Default: map[string]interface{}{},
-							Ref:     ref("github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1.ClusterGatewayStatus"),
+							Ref:     ref(ClusterGatewayStatus{}.OpenAPIModelName()),
 						},
 					},
 				},
@@ -142,7 +142,7 @@ func schema_pkg_apis_gateway_v1alpha1_ClusterGateway(ref common.ReferenceCallbac
 			},
 		},
 		Dependencies: []string{
-			"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1.ClusterGatewaySpec", "github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1.ClusterGatewayStatus", v1.ObjectMeta{}.OpenAPIModelName()},
+			ClusterGatewaySpec{}.OpenAPIModelName(), ClusterGatewayStatus{}.OpenAPIModelName(), v1.ObjectMeta{}.OpenAPIModelName()},
 	}
 }
 
@@ -179,7 +179,7 @@ func schema_pkg_apis_gateway_v1alpha1_ClusterGatewayList(ref common.ReferenceCal
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
 									SchemaProps: spec.SchemaProps{
-										Ref: ref("github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1.ClusterGateway"),
+										Ref: ref(ClusterGateway{}.OpenAPIModelName()),
 									},
 								},
 							},
@@ -190,7 +190,7 @@ func schema_pkg_apis_gateway_v1alpha1_ClusterGatewayList(ref common.ReferenceCal
 			},
 		},
 		Dependencies: []string{
-			"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1.ClusterGateway", v1.ListMeta{}.OpenAPIModelName()},
+			ClusterGateway{}.OpenAPIModelName(), v1.ListMeta{}.OpenAPIModelName()},
 	}
 }
 
@@ -239,21 +239,21 @@ func schema_pkg_apis_gateway_v1alpha1_ClusterGatewaySpec(ref common.ReferenceCal
 						SchemaProps: spec.SchemaProps{
 							Description: "Endpoint is where the managed cluster's API server is and how to reach it.",
 							Default:     map[string]interface{}{},
-							Ref:         ref("github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1.Endpoint"),
+							Ref:         ref(Endpoint{}.OpenAPIModelName()),
 						},
 					},
 					"credential": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Credential is how the gateway authenticates to the managed cluster.",
 							Default:     map[string]interface{}{},
-							Ref:         ref("github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1.Credential"),
+							Ref:         ref(Credential{}.OpenAPIModelName()),
 						},
 					},
 					"impersonation": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Impersonation says whose identity the managed cluster sees.",
 							Default:     map[string]interface{}{},
-							Ref:         ref("github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1.Impersonation"),
+							Ref:         ref(Impersonation{}.OpenAPIModelName()),
 						},
 					},
 				},
@@ -261,7 +261,7 @@ func schema_pkg_apis_gateway_v1alpha1_ClusterGatewaySpec(ref common.ReferenceCal
 			},
 		},
 		Dependencies: []string{
-			"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1.Credential", "github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1.Endpoint", "github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1.Impersonation"},
+			Credential{}.OpenAPIModelName(), Endpoint{}.OpenAPIModelName(), Impersonation{}.OpenAPIModelName()},
 	}
 }
 
@@ -296,14 +296,14 @@ func schema_pkg_apis_gateway_v1alpha1_ClusterGatewayStatus(ref common.ReferenceC
 					"credential": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Credential describes the stored credential without revealing it.",
-							Ref:         ref("github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1.CredentialStatus"),
+							Ref:         ref(CredentialStatus{}.OpenAPIModelName()),
 						},
 					},
 				},
 			},
 		},
 		Dependencies: []string{
-			"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1.CredentialStatus", v1.Condition{}.OpenAPIModelName()},
+			CredentialStatus{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName()},
 	}
 }
 
@@ -326,7 +326,7 @@ func schema_pkg_apis_gateway_v1alpha1_Credential(ref common.ReferenceCallback) c
 					"x509": {
 						SchemaProps: spec.SchemaProps{
 							Description: "X509 is the client certificate and key, for type X509Certificate.",
-							Ref:         ref("github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1.X509Credential"),
+							Ref:         ref(X509Credential{}.OpenAPIModelName()),
 						},
 					},
 					"bearerToken": {
@@ -341,7 +341,7 @@ func schema_pkg_apis_gateway_v1alpha1_Credential(ref common.ReferenceCallback) c
 			},
 		},
 		Dependencies: []string{
-			"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1.X509Credential"},
+			X509Credential{}.OpenAPIModelName()},
 	}
 }
 
