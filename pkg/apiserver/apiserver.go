@@ -129,4 +129,3 @@ func (s *Server) stop() {
 	}
 	klog.InfoS("Stopped the transport pool and tunnels")
 }
-
