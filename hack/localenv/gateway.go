@@ -118,7 +118,43 @@ func (e *Env) StartGateway(ctx context.Context, extraArgs []string) error {
 	}); err != nil {
 		return err
 	}
-	return e.waitAPIServiceAvailable(ctx)
+	if err := e.waitAPIServiceAvailable(ctx); err != nil {
+		return err
+	}
+	return e.waitHubReachesGateway(ctx)
+}
+
+// waitHubReachesGateway waits until the hub admin can list ClusterGateways
+// through the aggregator. Right after a restart the APIService may still say
+// Available from before, and the gateway may answer /readyz before it has
+// loaded the hub's request-header CA (hub requests then arrive as
+// system:anonymous); this is logged, since a gateway should not be ready then.
+func (e *Env) waitHubReachesGateway(ctx context.Context) error {
+	client, err := e.Hub.HTTPClient()
+	if err != nil {
+		return err
+	}
+	url := e.Hub.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustergateways"
+	var first error
+	for {
+		err := httpOK(ctx, client, url)
+		if err == nil {
+			if first != nil {
+				e.Logf("note: the gateway was ready, but the hub could not use it at first: %v", first)
+			}
+			return nil
+		}
+		if first == nil {
+			first = err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("hub cannot list ClusterGateways through the gateway: %v; see %s", err, e.Gateway.Process.LogPath)
+		case <-e.Gateway.Process.Done():
+			return e.Gateway.Process.exitError()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // StopGateway stops the gateway process (SIGTERM, then SIGKILL).

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -128,4 +129,26 @@ func managedKubeconfigs() []string {
 		kcs = append(kcs, c.Kubeconfig)
 	}
 	return kcs
+}
+
+// TestSmokeGatewayRestart checks the harness can restart the gateway with
+// other flags, as gateway tests do, and that the hub reaches it again.
+func TestSmokeGatewayRestart(t *testing.T) {
+	requireGateway(t)
+	pid := env.Gateway.Process.Pid()
+	if err := env.StopGateway(); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.StartGateway(context.Background(), []string{"--v=2"}); err != nil {
+		t.Fatalf("restart the gateway: %v", err)
+	}
+	if env.Gateway.Process.Pid() == pid {
+		t.Fatalf("gateway pid unchanged after restart")
+	}
+	out := mustKubectl(t, env.Hub.Kubeconfig, "get", "clustergateways", "-o", "name")
+	for _, c := range env.Managed {
+		if !strings.Contains(out, "clustergateway.gateway.clustergateway.io/"+c.GatewayName) {
+			t.Errorf("after restart, get clustergateways = %q, missing %s", out, c.GatewayName)
+		}
+	}
 }
