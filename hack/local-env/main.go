@@ -93,5 +93,5 @@ func printHowTo(e *localenv.Env) {
 	fmt.Printf("  %s logs -f %s\n", via, localenv.DemoPod)
 	fmt.Printf("  %s get clustergateways   # bob may list; alice may not\n", kc+rel(e.Bob.Kubeconfig))
 	fmt.Printf("  %s get pods              # %s directly, without the gateway\n", kc+rel(c.Kubeconfig), c.Name)
-	fmt.Printf("\nCtrl-C (or `make local-down`) stops everything.\n")
+	fmt.Printf("\nCtrl-C (or `make local-down` when started by `make local-up`) stops everything.\n")
 }

@@ -31,9 +31,9 @@ func clusterGateway(c *Cluster) *gatewayv1alpha1.ClusterGateway {
 	}
 }
 
-// createClusterGateways creates cluster-1, cluster-2, ... through the hub.
-// `kubectl create`, not client-side `apply`: apply would copy the private key
-// into the last-applied-configuration annotation, defeating write-only credentials.
+// createClusterGateways creates cluster-1, cluster-2, ... through the hub
+// with kubectl apply, as an operator would. (The gateway must keep the
+// credential out of apply's last-applied-configuration annotation.)
 func (e *Env) createClusterGateways() error {
 	var docs [][]byte
 	for _, c := range e.Managed {
@@ -47,6 +47,6 @@ func (e *Env) createClusterGateways() error {
 	if err := os.WriteFile(path, bytes.Join(docs, []byte("---\n")), 0o600); err != nil {
 		return err
 	}
-	_, err := e.Kubectl(e.Hub.Kubeconfig, "create", "-f", path)
+	_, err := e.Kubectl(e.Hub.Kubeconfig, "apply", "-f", path)
 	return err
 }
