@@ -107,7 +107,7 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 	location := *gw.Address
 	location.Path = joinPath(gw.Address.Path, subpath)
 	location.RawPath = ""
-	location.RawQuery = req.URL.RawQuery
+	location.RawQuery = clientQuery(req)
 
 	out := req.WithContext(req.Context())
 	out.Header = utilnet.CloneHeader(req.Header)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -140,6 +141,9 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	// Proxied watches, logs -f, exec and port-forward stream; everything else
 	// keeps the request timeout and the in-flight limit.
 	gc.LongRunningFunc = proxy.IsLongRunning
+	gc.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler {
+		return genericapiserver.DefaultBuildHandlerChain(proxy.WithDryRunPassthrough(h), c)
+	}
 
 	cfg := &apiserver.Config{
 		Generic: gc,

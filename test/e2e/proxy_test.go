@@ -1,0 +1,275 @@
+package e2e
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	gatewayv1alpha1 "github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+)
+
+// The proxy subresource, end to end: the real kubectl talks to the real hub,
+// whose aggregation layer hands the request to the gateway, which forwards it
+// to a real managed kube-apiserver (and on to a fake kubelet for streams).
+
+// TestProxyKubectlVerbs runs kubectl's everyday verbs against cluster-1
+// through the hub, and checks each effect on the managed cluster directly.
+func TestProxyKubectlVerbs(t *testing.T) {
+	requireGateway(t)
+	t.Parallel()
+	via := env.Managed[0].ViaHubKubeconfig
+	direct := managedClient(t, 0)
+	ctx := context.Background()
+	ns := uniqueName(t, "verbs")
+	t.Cleanup(func() { _ = direct.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}) })
+
+	if out := mustKubectl(t, via, "get", "namespace", "default", "-o", "name"); strings.TrimSpace(out) != "namespace/default" {
+		t.Fatalf("get namespace through the gateway = %q", out)
+	}
+	if out := mustKubectl(t, via, "api-resources", "--api-group=apps", "-o", "name"); !strings.Contains(out, "deployments.apps") {
+		t.Fatalf("api-resources through the gateway lacks deployments.apps:\n%s", out)
+	}
+	mustKubectl(t, via, "create", "namespace", ns)
+
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cm := func(name, value string) string {
+		return fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: %s\n  namespace: %s\ndata:\n  key: %q\n", name, ns, value)
+	}
+	data := func(name string) (string, bool) {
+		got, err := direct.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return "", false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.Data["key"], true
+	}
+
+	// --dry-run=server reaches the managed cluster (it validates) and writes nothing.
+	mustKubectl(t, via, "apply", "--dry-run=server", "-f", write("dry.yaml", cm("dry", "x")))
+	if _, ok := data("dry"); ok {
+		t.Fatal("apply --dry-run=server through the gateway created the ConfigMap")
+	}
+	r := kubectl(t, via, nil, "", "apply", "--dry-run=server", "-f", write("bad.yaml", cm("Bad_Name", "x")))
+	if r.Err == nil || !strings.Contains(r.Stderr, "Invalid value") {
+		t.Fatalf("dry-run of an invalid object should be refused by the managed cluster; err=%v stderr=%s", r.Err, r.Stderr)
+	}
+
+	// Client-side apply, then an update by apply.
+	mustKubectl(t, via, "apply", "-f", write("csa.yaml", cm("csa", "one")))
+	mustKubectl(t, via, "apply", "-f", write("csa.yaml", cm("csa", "two")))
+	if v, _ := data("csa"); v != "two" {
+		t.Fatalf("client-side apply: data.key = %q, want two", v)
+	}
+	// Server-side apply, with its field manager recorded by the managed cluster.
+	mustKubectl(t, via, "apply", "--server-side", "--field-manager=e2e", "-f", write("ssa.yaml", cm("ssa", "one")))
+	got, err := direct.CoreV1().ConfigMaps(ns).Get(ctx, "ssa", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("server-side apply through the gateway did not create the ConfigMap: %v", err)
+	}
+	if len(got.ManagedFields) == 0 || got.ManagedFields[0].Manager != "e2e" || got.ManagedFields[0].Operation != metav1.ManagedFieldsOperationApply {
+		t.Fatalf("server-side apply: managedFields = %+v, want an Apply by e2e", got.ManagedFields)
+	}
+	// Patches of each type.
+	mustKubectl(t, via, "patch", "-n", ns, "configmap", "csa", "--type=merge", "-p", `{"data":{"key":"merged"}}`)
+	if v, _ := data("csa"); v != "merged" {
+		t.Fatalf("merge patch: data.key = %q", v)
+	}
+	mustKubectl(t, via, "patch", "-n", ns, "configmap", "csa", "--type=json", "-p", `[{"op":"replace","path":"/data/key","value":"json"}]`)
+	if v, _ := data("csa"); v != "json" {
+		t.Fatalf("json patch: data.key = %q", v)
+	}
+	mustKubectl(t, via, "patch", "-n", ns, "configmap", "csa", "-p", `{"data":{"key":"strategic"}}`)
+	if v, _ := data("csa"); v != "strategic" {
+		t.Fatalf("strategic merge patch: data.key = %q", v)
+	}
+	// Query strings reach the managed cluster: a label selector filters.
+	mustKubectl(t, via, "label", "-n", ns, "configmap", "csa", "pick=me")
+	if out := mustKubectl(t, via, "get", "-n", ns, "configmaps", "-l", "pick=me", "-o", "name"); strings.TrimSpace(out) != "configmap/csa" {
+		t.Fatalf("get -l pick=me through the gateway = %q, want only configmap/csa", out)
+	}
+	mustKubectl(t, via, "delete", "-n", ns, "configmap", "csa", "ssa")
+	if _, ok := data("csa"); ok {
+		t.Fatal("delete through the gateway left the ConfigMap")
+	}
+}
+
+// TestProxyStreams runs exec, port-forward and logs -f through the hub and
+// the gateway, over WebSocket (kubectl's default) and SPDY, checking in
+// kubectl's log which protocol was negotiated.
+func TestProxyStreams(t *testing.T) {
+	requireGateway(t)
+	t.Parallel()
+	for _, p := range streamProtocols {
+		for _, c := range env.Managed {
+			t.Run("exec/"+p.Name+"/"+c.Name, func(t *testing.T) { checkExec(t, c.ViaHubKubeconfig, p, c.Name) })
+		}
+		t.Run("port-forward/"+p.Name, func(t *testing.T) { checkPortForward(t, env.Managed[0].ViaHubKubeconfig, p) })
+	}
+	t.Run("logs-follow", func(t *testing.T) { checkLogsFollow(t, env.Managed[1].ViaHubKubeconfig, env.Managed[1].Name) })
+}
+
+// TestProxyWatchOutlivesRequestTimeout keeps `kubectl get -w` streaming
+// through the gateway for more than three request timeouts, while an
+// ordinary request that takes too long is still cut by the gateway.
+func TestProxyWatchOutlivesRequestTimeout(t *testing.T) {
+	requireGateway(t)
+	t.Parallel()
+	via := env.Managed[1].ViaHubKubeconfig
+	direct := managedClient(t, 1)
+	ctx := context.Background()
+	ns := uniqueName(t, "watch")
+	if _, err := direct.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = direct.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}) })
+
+	w := startKubectl(t, via, nil, "get", "configmaps", "-n", ns, "-w", "--request-timeout=0", "-o", "name")
+	// A slow ordinary request, started now, must end with the gateway's timeout
+	// while the watch goes on.
+	pod := ensureSlowPod(t, 1)
+	slow := make(chan kubectlResult, 1)
+	go func() { slow <- kubectl(t, via, nil, "", "logs", pod, "-c", "slow", "--request-timeout=0") }()
+
+	start := time.Now()
+	end := start.Add(3*hubRequestTimeout + 5*time.Second)
+	for i := 0; ; i++ {
+		name := fmt.Sprintf("cm-%d", i)
+		if _, err := direct.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		w.waitLine(t, regexp.MustCompile(`^configmap/`+name+`$`))
+		if time.Now().After(end) {
+			break
+		}
+		time.Sleep(hubRequestTimeout / 2)
+	}
+	if w.cmd.ProcessState != nil {
+		t.Fatalf("the watch ended early; stderr: %s", w.stderr)
+	}
+	t.Logf("the watch streamed for %s (request timeout %s)", time.Since(start).Round(time.Second), hubRequestTimeout)
+
+	r := <-slow
+	if r.Err == nil {
+		t.Fatalf("a slow ordinary request through the gateway was not cut by the request timeout: stdout %q", r.Stdout)
+	}
+	t.Logf("the slow ordinary request ended with: %s", strings.TrimSpace(r.Stderr))
+	if !strings.Contains(r.Stderr, "Timeout") && !strings.Contains(r.Stderr, "timeout") {
+		t.Fatalf("a slow ordinary request failed, but not with a timeout: %s", r.Stderr)
+	}
+}
+
+// TestProxyImpersonation: with mode Caller the managed cluster sees the hub
+// caller; with mode None it sees the gateway's credential, whatever the
+// caller asked the hub to impersonate.
+func TestProxyImpersonation(t *testing.T) {
+	requireGateway(t)
+	t.Parallel()
+	caller := directGateway(uniqueName(t, "caller"), 0)
+	caller.Spec.Impersonation.Mode = gatewayv1alpha1.ImpersonationCaller
+	createGateway(t, caller)
+	none := directGateway(uniqueName(t, "none"), 0)
+	createGateway(t, none)
+
+	whoami := func(gateway string, extra ...string) (string, []string) {
+		t.Helper()
+		path := "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/" + gateway + "/proxy"
+		kc := writeKubeconfig(t, env.Hub.URL+path)
+		args := append([]string{"auth", "whoami", "-o", "json"}, extra...)
+		out := mustKubectl(t, kc, args...)
+		var review struct {
+			Status struct {
+				UserInfo struct {
+					Username string   `json:"username"`
+					Groups   []string `json:"groups"`
+				} `json:"userInfo"`
+			} `json:"status"`
+		}
+		if err := json.Unmarshal([]byte(out), &review); err != nil {
+			t.Fatalf("whoami output: %v\n%s", err, out)
+		}
+		return review.Status.UserInfo.Username, review.Status.UserInfo.Groups
+	}
+	user, groups := whoami(caller.Name)
+	if user != adminName() || !contains(groups, "system:masters") {
+		t.Fatalf("mode Caller: the managed cluster saw %q %v, want the hub caller %q in system:masters", user, groups, adminName())
+	}
+	// The hub authorizes --as and hands the gateway that identity: it is the caller.
+	user, groups = whoami(caller.Name, "--as=eve", "--as-group=system:masters")
+	if user != "eve" || !contains(groups, "system:masters") {
+		t.Fatalf("mode Caller with --as=eve: the managed cluster saw %q %v, want eve", user, groups)
+	}
+	// Without impersonation no Impersonate-* header the caller sent reaches the cluster.
+	user, _ = whoami(none.Name, "--as=eve", "--as-group=system:masters")
+	if user != "gateway" {
+		t.Fatalf("mode None with --as=eve: the managed cluster saw %q, want the gateway's own user", user)
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// adminName is the hub admin's user name: its client certificate's CN.
+func adminName() string {
+	block, _ := pem.Decode(env.Hub.Admin.CertPEM)
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return ""
+	}
+	return cert.Subject.CommonName
+}
+
+// writeKubeconfig writes a hub-admin kubeconfig whose server is server.
+func writeKubeconfig(t *testing.T, server string) string {
+	t.Helper()
+	dir := t.TempDir()
+	p := filepath.Join(dir, "kubeconfig")
+	a := env.Hub.Admin
+	cfg := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster:
+    server: %s
+    certificate-authority: %s
+users:
+- name: u
+  user:
+    client-certificate: %s
+    client-key: %s
+contexts:
+- name: c
+  context: {cluster: c, user: u}
+current-context: c
+`, server, env.Hub.CA.CertFile, a.CertFile, a.KeyFile)
+	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
