@@ -42,4 +42,3 @@ func clientQuery(req *http.Request) string {
 	}
 	return req.URL.RawQuery
 }
-

@@ -136,7 +136,6 @@ func gatewayMetrics(t *testing.T) map[string]float64 {
 	return out
 }
 
-
 // ensureSlowPod creates, on managed cluster i, a running pod whose container
 // "slow" the fake kubelet never answers for a non-follow logs request.
 func ensureSlowPod(t *testing.T, i int) string {
