@@ -1,0 +1,11 @@
+// Package konnectivity is the gateway's client of a konnectivity
+// (apiserver-network-proxy) proxy-server, through which clusters behind NAT
+// are reached.
+//
+// A Manager keeps ONE reusable gRPC tunnel (one gRPC ClientConn, one stream
+// per dial) to the proxy-server, rebuilds it with backoff when its connection
+// is lost, and follows mTLS material that rotates on disk: a new tunnel takes
+// new dials while the replaced one keeps its live connections for a grace
+// period. Dials fail fast while no tunnel is healthy, so callers answer 503
+// instead of hanging.
+package konnectivity

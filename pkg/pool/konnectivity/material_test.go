@@ -1,0 +1,63 @@
+package konnectivity
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// New refuses material that cannot work, saying what is wrong.
+func TestNewRejectsUnusableMaterial(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t, "ca")
+	cert, key := ca.issue(t, "gw")
+	_, otherKey := ca.issue(t, "other")
+	files := map[string][]byte{"ca": ca.pem, "cert": cert, "key": key, "other": otherKey,
+		"empty": {}, "garbage": []byte("garbage"), "ca+key": append(append([]byte{}, key...), ca.pem...)}
+	for name, data := range files {
+		writeFile(t, filepath.Join(dir, name), data)
+	}
+	p := func(name string) string { return filepath.Join(dir, name) }
+	good := Options{Address: "127.0.0.1:1", CAFile: p("ca"), CertFile: p("cert"), KeyFile: p("key")}
+	if m, err := New(good); err != nil || m.ID() == "" {
+		t.Fatalf("good material: %v", err)
+	}
+	if m, _ := New(Options{Address: "127.0.0.1:1", CAFile: p("ca+key"), CertFile: p("cert"), KeyFile: p("key")}); m == nil {
+		t.Fatal("a CA bundle with a stray key block is still a CA")
+	}
+	for name, tc := range map[string]struct {
+		mutate func(*Options)
+		want   string
+	}{
+		"empty CA":       {func(o *Options) { o.CAFile = p("empty") }, "holds no PEM certificate"},
+		"garbage CA":     {func(o *Options) { o.CAFile = p("garbage") }, "holds no PEM certificate"},
+		"key as CA":      {func(o *Options) { o.CAFile = p("key") }, "holds no PEM certificate"},
+		"garbage cert":   {func(o *Options) { o.CertFile = p("garbage") }, "unusable"},
+		"mismatched key": {func(o *Options) { o.KeyFile = p("other") }, "belong together"},
+		"missing key":    {func(o *Options) { o.KeyFile = p("absent") }, "no such file"},
+		"no address":     {func(o *Options) { o.Address = "" }, "Address is empty"},
+		"no CA":          {func(o *Options) { o.CAFile = "" }, "mTLS only"},
+		"negative grace": {func(o *Options) { o.RetireGrace = -1 }, "RetireGrace is negative"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			o := good
+			tc.mutate(&o)
+			_, err := New(o)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("want an error containing %q, got %v", tc.want, err)
+			}
+		})
+	}
+}
+
+// The ID follows content: equal files, equal ID; any change, a new ID.
+func TestIDFollowsContent(t *testing.T) {
+	a := rawMaterial{ca: []byte("a"), cert: []byte("b"), key: []byte("c")}
+	b := rawMaterial{ca: []byte("ab"), cert: []byte(""), key: []byte("c")}
+	if a.digest() == b.digest() {
+		t.Fatal("moving bytes between files must change the ID")
+	}
+	if a.digest() != (rawMaterial{ca: []byte("a"), cert: []byte("b"), key: []byte("c")}).digest() {
+		t.Fatal("same content must give the same ID")
+	}
+}

@@ -1,0 +1,367 @@
+package konnectivity
+
+import (
+	"bufio"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// backendIP is where the agent's "managed cluster" lives; the agent
+// advertises it with --agent-identifiers so destHost routes to it.
+const backendIP = "127.0.0.3"
+
+// stack is a real proxy-server and proxy-agent on loopback, with an HTTPS
+// server behind the agent standing for a managed cluster's API server.
+type stack struct {
+	t   *testing.T
+	dir string
+	bin string
+
+	serverPort, agentPort, adminPort, healthPort int
+	agentAdminPort, agentHealthPort              int
+
+	serverCA, clientCA, clusterCA, backendCA *testCA
+	server, agent                            *exec.Cmd
+
+	backend     *httptest.Server
+	backendAddr string
+
+	// The gateway's material as files.
+	caFile, certFile, keyFile string
+}
+
+// findBinaries looks in $KONNECTIVITY_BIN if set (failing if they are not
+// there), else in $KUBE_BIN and the Makefile's output, skipping if absent.
+func findBinaries(t *testing.T) string {
+	t.Helper()
+	explicit := os.Getenv("KONNECTIVITY_BIN")
+	dirs := []string{os.Getenv("KUBE_BIN"), "../../../_output/bin"}
+	if explicit != "" {
+		dirs = []string{explicit} // asked for: use it or fail
+	}
+	for _, d := range dirs {
+		if d == "" {
+			continue
+		}
+		if isExec(filepath.Join(d, "proxy-server")) && isExec(filepath.Join(d, "proxy-agent")) {
+			abs, err := filepath.Abs(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return abs
+		}
+	}
+	if explicit != "" {
+		t.Fatalf("KONNECTIVITY_BIN=%s has no proxy-server and proxy-agent; build them with `make tools`", explicit)
+	}
+	t.Skip("proxy-server/proxy-agent not found in $KONNECTIVITY_BIN, $KUBE_BIN or ../../../_output/bin; build them with `make tools` (or set KONNECTIVITY_BIN)")
+	return ""
+}
+
+func isExec(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
+}
+
+func newStack(t *testing.T) *stack {
+	t.Helper()
+	s := &stack{t: t, dir: t.TempDir(), bin: findBinaries(t)}
+	s.serverCA, s.clientCA = newTestCA(t, "proxy-server-ca"), newTestCA(t, "gateway-client-ca")
+	s.clusterCA, s.backendCA = newTestCA(t, "agent-ca"), newTestCA(t, "managed-cluster-ca")
+	ports := freePorts(t, 6)
+	s.serverPort, s.agentPort, s.adminPort, s.healthPort = ports[0], ports[1], ports[2], ports[3]
+	s.agentAdminPort, s.agentHealthPort = ports[4], ports[5]
+
+	certs := map[string][]byte{"server-ca.crt": s.clientCA.pem, "cluster-ca.crt": s.clusterCA.pem}
+	certs["server.crt"], certs["server.key"] = s.serverCA.issue(t, "proxy-server", "127.0.0.1")
+	certs["cluster.crt"], certs["cluster.key"] = s.clusterCA.issue(t, "proxy-server-cluster", "127.0.0.1")
+	certs["agent-ca.crt"] = s.clusterCA.pem
+	certs["agent.crt"], certs["agent.key"] = s.clusterCA.issue(t, "proxy-agent")
+	for name, data := range certs {
+		writeFile(t, s.path(name), data)
+	}
+	s.caFile, s.certFile, s.keyFile = s.path("gw-ca.crt"), s.path("gw.crt"), s.path("gw.key")
+	writeFile(t, s.caFile, s.serverCA.pem)
+	s.rotateClientCert()
+
+	s.startBackend()
+	s.startServer()
+	s.startAgent()
+	t.Cleanup(s.stop)
+	s.waitReady()
+	return s
+}
+
+func (s *stack) path(name string) string { return filepath.Join(s.dir, name) }
+
+// rotateClientCert writes a fresh gateway client cert and key (key first:
+// the reload must cope with a moment where they do not match).
+func (s *stack) rotateClientCert() {
+	cert, key := s.clientCA.issue(s.t, "cluster-gateway")
+	writeFile(s.t, s.keyFile, key)
+	writeFile(s.t, s.certFile, cert)
+}
+
+func (s *stack) options() Options {
+	return Options{
+		Address: net.JoinHostPort("127.0.0.1", strconv.Itoa(s.serverPort)),
+		CAFile:  s.caFile, CertFile: s.certFile, KeyFile: s.keyFile,
+		ReloadInterval: 100 * time.Millisecond,
+		RetireGrace:    time.Minute,
+		DialTimeout:    10 * time.Second,
+	}
+}
+
+func (s *stack) serverArgs() []string {
+	return []string{
+		"--mode=grpc", "--proxy-strategies=destHost,default", "--uds-name=",
+		"--server-bind-address=127.0.0.1", "--server-port=" + strconv.Itoa(s.serverPort),
+		"--agent-bind-address=127.0.0.1", "--agent-port=" + strconv.Itoa(s.agentPort),
+		"--admin-bind-address=127.0.0.1", "--admin-port=" + strconv.Itoa(s.adminPort),
+		"--health-bind-address=127.0.0.1", "--health-port=" + strconv.Itoa(s.healthPort),
+		"--server-ca-cert=" + s.path("server-ca.crt"), "--server-cert=" + s.path("server.crt"), "--server-key=" + s.path("server.key"),
+		"--cluster-ca-cert=" + s.path("cluster-ca.crt"), "--cluster-cert=" + s.path("cluster.crt"), "--cluster-key=" + s.path("cluster.key"),
+		"--v=2",
+	}
+}
+
+func (s *stack) agentArgs() []string {
+	return []string{
+		"--proxy-server-host=127.0.0.1", "--proxy-server-port=" + strconv.Itoa(s.agentPort),
+		"--ca-cert=" + s.path("agent-ca.crt"), "--agent-cert=" + s.path("agent.crt"), "--agent-key=" + s.path("agent.key"),
+		"--agent-identifiers=ipv4=" + backendIP,
+		"--admin-bind-address=127.0.0.1", "--admin-server-port=" + strconv.Itoa(s.agentAdminPort),
+		"--health-server-host=127.0.0.1", "--health-server-port=" + strconv.Itoa(s.agentHealthPort),
+		"--sync-interval=200ms", "--sync-interval-cap=1s", "--probe-interval=200ms", "--v=2",
+	}
+}
+
+// start runs a binary with its output in a log file; the parent's copy of
+// the file is closed at once so the test's fd count is not disturbed.
+func (s *stack) start(name string, args []string) *exec.Cmd {
+	s.t.Helper()
+	log, err := os.OpenFile(s.path(name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer log.Close()
+	cmd := exec.Command(filepath.Join(s.bin, name), args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		s.t.Fatalf("starting %s: %v", name, err)
+	}
+	return cmd
+}
+
+func (s *stack) startServer() { s.server = s.start("proxy-server", s.serverArgs()) }
+func (s *stack) startAgent()  { s.agent = s.start("proxy-agent", s.agentArgs()) }
+
+// killServer SIGKILLs the proxy-server by pid and reaps it.
+func (s *stack) killServer() {
+	kill(s.server)
+	s.server = nil
+}
+
+// kill SIGKILLs by pid (proxy-agent would drain on the first SIGTERM).
+func kill(cmd *exec.Cmd) {
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+}
+
+func (s *stack) stop() {
+	kill(s.agent)
+	kill(s.server)
+	s.backend.Close()
+	if s.t.Failed() {
+		for _, name := range []string{"proxy-server", "proxy-agent"} {
+			s.t.Logf("--- tail of %s.log:\n%s", name, tail(s.path(name+".log"), 40))
+		}
+	}
+}
+
+// waitReady waits until the proxy-server has the agent as a backend.
+func (s *stack) waitReady() {
+	s.t.Helper()
+	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", s.healthPort)
+	eventually(s.t, 30*time.Second, "proxy-server ready with an agent", func() error {
+		return httpGetOK(url)
+	})
+}
+
+// startBackend serves "/" (ok) and "/stream" (a line every 20 ms until the
+// client goes, like a watch) over TLS on backendIP.
+func (s *stack) startBackend() {
+	cert, key := s.backendCA.issue(s.t, "managed-apiserver", backendIP)
+	pair, err := tls.X509KeyPair(cert, key)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(backendIP, "0"))
+	if err != nil {
+		s.t.Fatalf("listening on %s (all of 127.0.0.0/8 is loopback on Linux): %v", backendIP, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") })
+	mux.HandleFunc("/stream", func(w http.ResponseWriter, r *http.Request) {
+		for i := 0; ; i++ {
+			if _, err := fmt.Fprintf(w, "tick %d\n", i); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	})
+	s.backend = &httptest.Server{Listener: ln, Config: &http.Server{Handler: mux}}
+	s.backend.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
+	s.backend.StartTLS()
+	s.backendAddr = ln.Addr().String()
+}
+
+// backendTLS verifies the managed cluster's certificate through the tunnel.
+func (s *stack) backendTLS() *tls.Config {
+	roots := x509.NewCertPool()
+	roots.AddCert(s.backendCA.cert)
+	return &tls.Config{RootCAs: roots, ServerName: backendIP}
+}
+
+// proxyConnections counts ESTABLISHED TCP connections to the proxy-server's
+// server port seen by the kernel; the gateway is the only client of it.
+func (s *stack) proxyConnections() int {
+	s.t.Helper()
+	n := 0
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		want := fmt.Sprintf(":%04X", s.serverPort)
+		for _, line := range strings.Split(string(data), "\n")[1:] {
+			fields := strings.Fields(line)
+			if len(fields) > 3 && strings.HasSuffix(fields[2], want) && fields[3] == "01" {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	var ports []int
+	var lns []net.Listener
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return ports
+}
+
+func httpGetOK(url string) error {
+	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return nil
+}
+
+// eventually polls f until it returns nil or the deadline passes.
+func eventually(t *testing.T, within time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v: %v", what, within, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func tail(path string, lines int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	var all []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		all = append(all, sc.Text())
+	}
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return strings.Join(all, "\n")
+}
+
+// openFDs counts this process's open file descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// serverMetric sums a metric's samples from the proxy-server's /metrics.
+func (s *stack) serverMetric(name string) (float64, error) {
+	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", s.healthPort))
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sum, found := 0.0, false
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		fields := strings.Fields(line)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		if err != nil {
+			return 0, fmt.Errorf("%q: %w", line, err)
+		}
+		sum, found = sum+v, true
+	}
+	if !found {
+		return 0, fmt.Errorf("proxy-server exports no %s", name)
+	}
+	return sum, sc.Err()
+}
