@@ -11,8 +11,17 @@ HDR=hack/boilerplate.go.txt
 
 "$BIN/deepcopy-gen" --go-header-file "$HDR" --output-file zz_generated.deepcopy.go ./pkg/apis/gateway/v1alpha1
 
+# Model names first, for our package only: openapi-gen writes them into every
+# input package that has the tag, and the apimachinery ones live in the
+# read-only module cache.
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
 "$BIN/openapi-gen" --go-header-file "$HDR" \
-  --output-dir pkg/apis/gateway/v1alpha1 --output-pkg "$API" --output-file zz_generated.openapi.go --output-model-name-file zz_generated.model_name.go \
+  --output-dir "$TMP" --output-pkg "$API" --output-file zz_generated.openapi.go \
+  --output-model-name-file zz_generated.model_name.go --report-filename /dev/null \
+  ./pkg/apis/gateway/v1alpha1
+"$BIN/openapi-gen" --go-header-file "$HDR" \
+  --output-dir pkg/apis/gateway/v1alpha1 --output-pkg "$API" --output-file zz_generated.openapi.go \
   --report-filename /dev/null \
   k8s.io/apimachinery/pkg/apis/meta/v1 k8s.io/apimachinery/pkg/runtime k8s.io/apimachinery/pkg/version \
   ./pkg/apis/gateway/v1alpha1
