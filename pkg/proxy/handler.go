@@ -60,7 +60,10 @@ type cachedTarget struct {
 }
 
 // New returns the proxy.
-func New(opts Options) *Proxy { return &Proxy{opts: opts} }
+func New(opts Options) *Proxy {
+	RegisterMetrics()
+	return &Proxy{opts: opts}
+}
 
 // Forget drops what is cached for a deleted gateway and retires its transport.
 func (p *Proxy) Forget(name string) {
@@ -77,6 +80,8 @@ func (p *Proxy) Handler(name, subpath string) http.Handler {
 }
 
 func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath string) {
+	w, done := instrument(w, requestKind(req))
+	defer done()
 	gw, err := p.opts.Cache.Get(name)
 	if err != nil {
 		writeStatus(w, req, err)
@@ -128,6 +133,17 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 		h.UpgradeTransport = utilproxy.NewUpgradeRequestRoundTripper(lease.UpgradeTransport(), utilproxy.MirrorRequest)
 	}
 	h.ServeHTTP(w, out)
+}
+
+// requestKind is the metrics label of a request.
+func requestKind(req *http.Request) string {
+	if httpstream.IsUpgradeRequest(req) {
+		return "upgrade"
+	}
+	if ri, ok := apirequest.RequestInfoFrom(req.Context()); ok && IsLongRunning(req, ri) {
+		return "stream"
+	}
+	return "request"
 }
 
 // target returns the pool key of a gateway, built once per resourceVersion.

@@ -56,8 +56,11 @@ func run(m *testing.M) int {
 		StateDir:          stateDir,
 		BinDir:            bin,
 		HubRequestTimeout: hubRequestTimeout,
-		SkipGateway:       skipGateway,
-		Logf:              logf,
+		// A dial timeout well under the request timeout, so an unreachable
+		// cluster is reported as such (503), not as a request timeout.
+		GatewayArgs: []string{"--dial-timeout=3s"},
+		SkipGateway: skipGateway,
+		Logf:        logf,
 	})
 	if err != nil {
 		logf("environment failed to start: %v\nlogs are in %s", err, filepath.Join(stateDir, "logs"))

@@ -1,0 +1,83 @@
+package proxy
+
+import (
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"k8s.io/apiserver/pkg/endpoints/responsewriter"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+)
+
+// Request metrics of the proxy. Labels are bounded: no path, no cluster
+// (there may be thousands), only the status code and the kind of request.
+var (
+	requestsTotal = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "cluster_gateway",
+		Subsystem:      "proxy",
+		Name:           "requests_total",
+		Help:           "Proxied requests by HTTP status code and kind (request: ordinary; stream: watch, logs -f and other long-running; upgrade: exec, attach, port-forward).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"code", "kind"})
+	requestDuration = metrics.NewHistogramVec(&metrics.HistogramOpts{
+		Namespace:      "cluster_gateway",
+		Subsystem:      "proxy",
+		Name:           "request_duration_seconds",
+		Help:           "Time from receiving a proxied request to its end, by kind; for streams this is the session length.",
+		Buckets:        []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800},
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"kind"})
+)
+
+var registerOnce sync.Once
+
+// RegisterMetrics registers the proxy's metrics with the legacy registry,
+// which the generic API server serves on /metrics.
+func RegisterMetrics() {
+	registerOnce.Do(func() {
+		legacyregistry.MustRegister(requestsTotal, requestDuration)
+	})
+}
+
+// statusRecorder remembers the status code, keeping the writer's
+// Flusher and Hijacker (upgrades need them).
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+func (r *statusRecorder) WriteHeader(code int) {
+	if r.code == 0 {
+		r.code = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.code == 0 {
+		r.code = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+// instrument wraps w and returns a func that records the request's outcome.
+func instrument(w http.ResponseWriter, kind string) (http.ResponseWriter, func()) {
+	rec := &statusRecorder{ResponseWriter: w}
+	start := time.Now()
+	return responsewriter.WrapForHTTP1Or2(rec), func() {
+		code := rec.code
+		if code == 0 {
+			// Hijacked (upgrade) or the client left before any answer.
+			code = http.StatusSwitchingProtocols
+			if kind != "upgrade" {
+				code = 499
+			}
+		}
+		requestsTotal.WithLabelValues(strconv.Itoa(code), kind).Inc()
+		requestDuration.WithLabelValues(kind).Observe(time.Since(start).Seconds())
+	}
+}
