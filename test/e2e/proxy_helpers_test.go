@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -77,21 +78,36 @@ func directGateway(name string, i int) *gatewayv1alpha1.ClusterGateway {
 // status code and body.
 func hubGet(t *testing.T, path string) (int, string) {
 	t.Helper()
-	client, err := rest.HTTPClientFor(env.Hub.RESTConfig())
+	code, body, err := hubDo(path)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	return code, body
+}
+
+var (
+	hubClientOnce sync.Once
+	hubClient     *http.Client
+	hubClientErr  error
+)
+
+// hubDo is hubGet for any goroutine: one shared client, so connections are reused.
+func hubDo(path string) (int, string, error) {
+	hubClientOnce.Do(func() { hubClient, hubClientErr = rest.HTTPClientFor(env.Hub.RESTConfig()) })
+	if hubClientErr != nil {
+		return 0, "", hubClientErr
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, env.Hub.URL+path, nil)
 	req.Header.Set("Accept", "application/json")
-	resp, err := client.Do(req)
+	resp, err := hubClient.Do(req)
 	if err != nil {
-		t.Fatalf("GET %s: %v", path, err)
+		return 0, "", err
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
 }
 
 // gatewayMetrics reads the gateway's own /metrics (as the hub admin, whom the

@@ -1,0 +1,270 @@
+package e2e
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+
+	gatewayv1alpha1 "github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+)
+
+const (
+	poolGrace    = 4 * time.Second
+	poolCapacity = 3
+)
+
+// TestProxyPool drives the gateway's transport pool through the real hub and
+// reads what happened from the gateway's own /metrics: one entry for many
+// requests, rotation retires the old entry while its watch goes on until the
+// grace period, capacity bounds the live entries, deletion retires, and at the
+// end connections, goroutines and descriptors are back where they started.
+// It restarts the gateway with a small capacity and grace, so it does not run
+// in parallel with other tests.
+func TestProxyPool(t *testing.T) {
+	requireGateway(t)
+	ctx := context.Background()
+	args := append(append([]string{}, env.GatewayArgs...),
+		fmt.Sprintf("--retire-grace-period=%s", poolGrace), fmt.Sprintf("--pool-capacity=%d", poolCapacity))
+	restartGateway(t, args)
+	t.Cleanup(func() { restartGateway(t, nil) })
+
+	m := gatewayMetrics(t)
+	baseGoroutines, baseFDs := m["go_goroutines"], m["process_open_fds"]
+	const (
+		created  = "cluster_gateway_pool_entry_creations_total"
+		live     = "cluster_gateway_pool_entries"
+		retiring = "cluster_gateway_pool_retiring_entries"
+		streams  = "cluster_gateway_pool_active_streams"
+		conns    = "cluster_gateway_pool_open_connections"
+	)
+	retired := func(reason string) string {
+		return fmt.Sprintf(`cluster_gateway_pool_entry_retirements_total{reason=%q}`, reason)
+	}
+	base := gatewayMetrics(t)
+
+	// 1,000 requests to one cluster: one entry.
+	a := directGateway(uniqueName(t, "pool-a"), 1)
+	createGateway(t, a)
+	path := "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/" + a.Name + "/proxy/api/v1/namespaces/default"
+	var wg sync.WaitGroup
+	errs := make(chan error, 1000)
+	for w := 0; w < 10; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 100; i++ {
+				if code, body, err := hubDo(path); err != nil || code != 200 {
+					errs <- fmt.Errorf("%d %s %v", code, body, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("request through the gateway: %v", err)
+	}
+	m = gatewayMetrics(t)
+	if got := m[created] - base[created]; got != 1 {
+		t.Fatalf("1,000 requests to one cluster created %v pool entries, want 1", got)
+	}
+	if got := m[`cluster_gateway_proxy_requests_total{code="200",kind="request"}`] - base[`cluster_gateway_proxy_requests_total{code="200",kind="request"}`]; got < 1000 {
+		t.Fatalf("proxy_requests_total{code=200} grew by %v, want at least 1000", got)
+	}
+
+	// A watch on the entry, then a certificate rotation.
+	_, viaA := viaHub(t, a.Name)
+	direct := managedClient(t, 1)
+	ns := uniqueName(t, "pool")
+	if _, err := direct.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = direct.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}) })
+	w, err := viaA.CoreV1().ConfigMaps(ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("watch through the gateway: %v", err)
+	}
+	defer w.Stop()
+	expectAdded(t, w, direct, ns, "before-rotation")
+
+	rotateCertificate(t, a.Name, 1)
+	if _, err := viaA.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
+		t.Fatalf("request after rotation: %v", err)
+	}
+	m = gatewayMetrics(t)
+	if got := m[created] - base[created]; got != 2 {
+		t.Fatalf("after rotating the certificate: %v entries created in all, want 2", got)
+	}
+	if got := m[retired("rotated")] - base[retired("rotated")]; got != 1 {
+		t.Fatalf("after rotating the certificate: %v entries retired as rotated, want 1", got)
+	}
+	if m[retiring] < 1 {
+		t.Fatalf("the rotated entry is not retiring while its watch is open (retiring_entries = %v)", m[retiring])
+	}
+	// The watch on the old entry still delivers...
+	expectAdded(t, w, direct, ns, "after-rotation")
+	// ...until the grace period ends; then it is closed and a new watch works.
+	select {
+	case _, ok := <-drain(w):
+		if ok {
+			t.Fatal("unexpected")
+		}
+	case <-time.After(poolGrace + 30*time.Second):
+		t.Fatalf("the watch on the rotated entry was not closed after the %s grace period", poolGrace)
+	}
+	w2, err := viaA.CoreV1().ConfigMaps(ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("re-watch after the grace period: %v", err)
+	}
+	expectAdded(t, w2, direct, ns, "re-watch")
+	w2.Stop()
+
+	// Three times the capacity of distinct clusters: never more than the
+	// capacity live, the rest evicted.
+	before := gatewayMetrics(t)
+	var names []string
+	for i := 0; i < 3*poolCapacity; i++ {
+		g := directGateway(uniqueName(t, fmt.Sprintf("pool-%d", i)), i%2)
+		createGateway(t, g)
+		names = append(names, g.Name)
+		if code, body := hubGet(t, "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/"+g.Name+"/proxy/version"); code != 200 {
+			t.Fatalf("request to %s: %d %s", g.Name, code, body)
+		}
+		if n := gatewayMetrics(t)[live]; n > poolCapacity {
+			t.Fatalf("%d clusters used: %v live pool entries, want at most the capacity %d", i+1, n, poolCapacity)
+		}
+	}
+	m = gatewayMetrics(t)
+	if got := m[retired("evicted")] - before[retired("evicted")]; got < 2*poolCapacity {
+		t.Fatalf("%d clusters through a pool of %d: %v evictions, want at least %d", 3*poolCapacity, poolCapacity, got, 2*poolCapacity)
+	}
+
+	// Deleting a gateway retires its entry.
+	gc := gatewayClient(t, env.Hub.Kubeconfig)
+	last := names[len(names)-1]
+	if err := gc.GatewayV1alpha1().ClusterGateways().Delete(ctx, last, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the deleted gateway's entry is retired", func() error {
+		if got := gatewayMetrics(t)[retired("deleted")] - before[retired("deleted")]; got < 1 {
+			return fmt.Errorf("%v entries retired as deleted", got)
+		}
+		return nil
+	})
+
+	// Everything back: delete the rest and wait for the pool to empty.
+	for _, n := range append(names[:len(names)-1], a.Name) {
+		_ = gc.GatewayV1alpha1().ClusterGateways().Delete(ctx, n, metav1.DeleteOptions{})
+	}
+	eventually(t, "the pool returns to empty", func() error {
+		m := gatewayMetrics(t)
+		if m[live] != 0 || m[retiring] != 0 || m[streams] != 0 || m[conns] != 0 {
+			return fmt.Errorf("entries %v, retiring %v, active streams %v, open connections %v", m[live], m[retiring], m[streams], m[conns])
+		}
+		return nil
+	})
+	eventually(t, "goroutines and file descriptors return to their baseline", func() error {
+		m := gatewayMetrics(t)
+		if g, f := m["go_goroutines"], m["process_open_fds"]; g > baseGoroutines+15 || f > baseFDs+5 {
+			return fmt.Errorf("goroutines %v (baseline %v), open fds %v (baseline %v)", g, baseGoroutines, f, baseFDs)
+		}
+		return nil
+	})
+}
+
+// restartGateway restarts the gateway with args (nil: the environment's).
+func restartGateway(t *testing.T, args []string) {
+	t.Helper()
+	if err := env.StopGateway(); err != nil {
+		t.Fatalf("stop the gateway: %v", err)
+	}
+	if err := env.StartGateway(context.Background(), args); err != nil {
+		t.Fatalf("start the gateway with %v: %v", args, err)
+	}
+}
+
+// expectAdded creates a ConfigMap directly and waits for w to report it.
+func expectAdded(t *testing.T, w watch.Interface, direct kubernetes.Interface, ns, name string) {
+	t.Helper()
+	if _, err := direct.CoreV1().ConfigMaps(ns).Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatalf("the watch ended before it reported ConfigMap %s", name)
+			}
+			if cm, isCM := ev.Object.(*corev1.ConfigMap); isCM && ev.Type == watch.Added && cm.Name == name {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("the watch did not report ConfigMap %s", name)
+		}
+	}
+}
+
+// drain returns a channel that closes when w's result channel does.
+func drain(w watch.Interface) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		for range w.ResultChan() {
+		}
+		close(done)
+	}()
+	return done
+}
+
+// rotateCertificate gives gateway name a fresh client certificate for the
+// same user, signed by managed cluster i's CA.
+func rotateCertificate(t *testing.T, name string, i int) {
+	t.Helper()
+	ca := env.Managed[i].CA
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: "gateway", Organization: []string{"system:masters"}},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gc := gatewayClient(t, env.Hub.Kubeconfig)
+	gw, err := gc.GatewayV1alpha1().ClusterGateways().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw.Spec.Credential = gatewayv1alpha1.Credential{Type: gatewayv1alpha1.CredentialX509Certificate, X509: &gatewayv1alpha1.X509Credential{
+		Certificate: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		PrivateKey:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
+	}}
+	if _, err := gc.GatewayV1alpha1().ClusterGateways().Update(context.Background(), gw, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("rotate the certificate of %s: %v", name, err)
+	}
+}
