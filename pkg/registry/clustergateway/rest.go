@@ -101,15 +101,16 @@ func selectors(options *metainternalversion.ListOptions) (labels.Selector, field
 func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptions) (watch.Interface, error) {
 	labelSel, fieldSel := selectors(options)
 	req, _ := labels.NewRequirement(LabelGateway, "=", []string{"true"})
+	// The options were validated (and, for a watch from "now", defaulted to
+	// sendInitialEvents=true with resourceVersionMatch=NotOlderThan) by this
+	// server's handler exactly as the hub will: pass them on unchanged.
 	opts := metav1.ListOptions{
-		LabelSelector:       labelSel.Add(*req).String(),
-		FieldSelector:       fieldSel.String(),
-		ResourceVersion:     options.ResourceVersion,
-		AllowWatchBookmarks: options.AllowWatchBookmarks,
-		SendInitialEvents:   options.SendInitialEvents,
-	}
-	if options.ResourceVersion != "" {
-		opts.ResourceVersionMatch = options.ResourceVersionMatch
+		LabelSelector:        labelSel.Add(*req).String(),
+		FieldSelector:        fieldSel.String(),
+		ResourceVersion:      options.ResourceVersion,
+		ResourceVersionMatch: options.ResourceVersionMatch,
+		AllowWatchBookmarks:  options.AllowWatchBookmarks,
+		SendInitialEvents:    options.SendInitialEvents,
 	}
 	if options.TimeoutSeconds != nil {
 		opts.TimeoutSeconds = options.TimeoutSeconds

@@ -1,0 +1,397 @@
+package e2e
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	gatewayv1alpha1 "github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+	"github.com/clustergateway/cluster-gateway/pkg/generated/clientset/versioned"
+)
+
+// Helpers for the API tests (api, informer, rbac, validation): clients on the
+// hub, unique names, throw-away credentials, and polling with deadlines.
+
+// secretNamespace is where the gateway stores ClusterGateways (localenv's --secret-namespace).
+const secretNamespace = "cluster-gateway-system"
+
+// gatewayLabel marks a Secret in secretNamespace as a ClusterGateway.
+const gatewayLabel = "gateway.clustergateway.io/cluster-gateway"
+
+// pollTimeout bounds every wait for something to become true; nothing
+// asserts on how quickly it does.
+const pollTimeout = 30 * time.Second
+
+// uniqueName returns a DNS-1123 name unique to this run, so parallel tests
+// and leftovers of earlier runs never collide.
+func uniqueName(t *testing.T, prefix string) string {
+	t.Helper()
+	b := make([]byte, 4)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return prefix + "-" + hex.EncodeToString(b)
+}
+
+// hubConfigFrom loads a rest config from one of the environment's kubeconfigs.
+func hubConfigFrom(t *testing.T, kubeconfig string) *rest.Config {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatalf("load %s: %v", kubeconfig, err)
+	}
+	cfg.QPS, cfg.Burst = 50, 100
+	return cfg
+}
+
+// gatewayClient is the generated clientset against the hub with kubeconfig.
+func gatewayClient(t *testing.T, kubeconfig string) versioned.Interface {
+	t.Helper()
+	c, err := versioned.NewForConfig(hubConfigFrom(t, kubeconfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// hubAdmin is a core client for the hub as its admin, to look at the Secrets
+// behind the gateways.
+func hubAdmin(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	c, err := kubernetes.NewForConfig(hubConfigFrom(t, env.Hub.Kubeconfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// cleanupGateway deletes the gateway's Secret at the end of the test,
+// whatever state the test left it in.
+func cleanupGateway(t *testing.T, name string) {
+	t.Helper()
+	admin := hubAdmin(t)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		err := admin.CoreV1().Secrets(secretNamespace).Delete(ctx, name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("cleanup: delete Secret %s/%s: %v", secretNamespace, name, err)
+		}
+	})
+}
+
+// getSecret returns the Secret behind a gateway, read from the hub as its admin.
+func getSecret(t *testing.T, name string) (*corev1.Secret, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return hubAdmin(t).CoreV1().Secrets(secretNamespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+// mustSecret is getSecret that fails the test on error.
+func mustSecret(t *testing.T, name string) *corev1.Secret {
+	t.Helper()
+	s, err := getSecret(t, name)
+	if err != nil {
+		t.Fatalf("get Secret %s/%s as hub admin: %v", secretNamespace, name, err)
+	}
+	return s
+}
+
+// requireNoSecret fails unless the gateway has no Secret.
+func requireNoSecret(t *testing.T, name string) {
+	t.Helper()
+	if s, err := getSecret(t, name); err == nil {
+		t.Errorf("Secret %s/%s exists (data keys %v), want none", secretNamespace, name, keys(s.Data))
+	} else if !apierrors.IsNotFound(err) {
+		t.Errorf("get Secret %s/%s: %v", secretNamespace, name, err)
+	}
+}
+
+func keys(m map[string][]byte) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// eventually polls cond every 100ms until it returns nil or pollTimeout passes.
+func eventually(t *testing.T, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(pollTimeout)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s: %v", what, pollTimeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// testCreds is a throw-away CA and a client certificate and key it signed.
+type testCreds struct {
+	CAPEM, CertPEM, KeyPEM []byte
+	Subject                string
+	NotAfter               time.Time
+}
+
+// newTestCreds issues a CA and a client certificate for commonName.
+func newTestCreds(t *testing.T, commonName string) testCreds {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Truncate(time.Second)
+	caTmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: commonName + "-ca"},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(48 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := pkix.Name{CommonName: commonName, Organization: []string{"e2e-tests"}}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2),
+		Subject:      subject,
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, key.Public(), caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testCreds{
+		CAPEM:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		CertPEM:  pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		KeyPEM:   pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
+		Subject:  subject.String(),
+		NotAfter: tmpl.NotAfter,
+	}
+}
+
+// randomToken returns a bearer token that appears nowhere else.
+func randomToken(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return "e2e-token-" + hex.EncodeToString(b)
+}
+
+// secretNeedles are the forms in which material could leak into an API
+// response: the PEM text, its base64 (as []byte fields are encoded) and a
+// piece of the body, which is distinct from every other PEM.
+func secretNeedles(material ...[]byte) []string {
+	var out []string
+	for _, m := range material {
+		s := string(m)
+		out = append(out, s, base64.StdEncoding.EncodeToString(m))
+		if block, _ := pem.Decode(m); block != nil {
+			body := base64.StdEncoding.EncodeToString(block.Bytes)
+			out = append(out, body[len(body)/2:len(body)/2+32])
+		} else {
+			out = append(out, base64.StdEncoding.EncodeToString(m)[:len(s)/2])
+		}
+	}
+	return out
+}
+
+// requireNoMaterial fails if out contains any of the material in any form.
+func requireNoMaterial(t *testing.T, what, out string, material ...[]byte) {
+	t.Helper()
+	for _, n := range secretNeedles(material...) {
+		if strings.Contains(out, n) {
+			t.Errorf("%s reveals credential material (%q…):\n%s", what, n[:min(len(n), 24)], out)
+			return
+		}
+	}
+	// Field names (as in managedFields) are fine; a PEM key never is.
+	if strings.Contains(out, "PRIVATE KEY") {
+		t.Errorf("%s contains a PEM private key:\n%s", what, out)
+	}
+}
+
+// x509GatewayYAML is a ClusterGateway manifest with X509 credentials.
+func x509GatewayYAML(name, address string, labels map[string]string, c testCreds) string {
+	return fmt.Sprintf(`apiVersion: gateway.clustergateway.io/v1alpha1
+kind: ClusterGateway
+metadata:
+  name: %s
+%s
+spec:
+  endpoint:
+    address: %s
+    caBundle: %s
+  credential:
+    type: X509Certificate
+    x509:
+      certificate: %s
+      privateKey: %s
+`, name, labelsYAML(labels), address, base64.StdEncoding.EncodeToString(c.CAPEM),
+		base64.StdEncoding.EncodeToString(c.CertPEM), base64.StdEncoding.EncodeToString(c.KeyPEM))
+}
+
+// tokenGatewayYAML is a ClusterGateway manifest with a bearer token ("" leaves it out).
+func tokenGatewayYAML(name, address string, labels map[string]string, token string) string {
+	tok := ""
+	if token != "" {
+		tok = "\n    bearerToken: " + token
+	}
+	return fmt.Sprintf(`apiVersion: gateway.clustergateway.io/v1alpha1
+kind: ClusterGateway
+metadata:
+  name: %s
+%s
+spec:
+  endpoint:
+    address: %s
+    insecureSkipTLSVerify: true
+  credential:
+    type: BearerToken%s
+`, name, labelsYAML(labels), address, tok)
+}
+
+func labelsYAML(labels map[string]string) string {
+	if len(labels) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("  labels:")
+	for k, v := range labels {
+		fmt.Fprintf(&b, "\n    %s: %q", k, v)
+	}
+	return b.String()
+}
+
+// tokenGateway is a typed BearerToken gateway.
+func tokenGateway(name, address, token string) *gatewayv1alpha1.ClusterGateway {
+	return &gatewayv1alpha1.ClusterGateway{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: gatewayv1alpha1.ClusterGatewaySpec{
+			Endpoint: gatewayv1alpha1.Endpoint{Address: address, InsecureSkipTLSVerify: true},
+			Credential: gatewayv1alpha1.Credential{
+				Type:        gatewayv1alpha1.CredentialBearerToken,
+				BearerToken: token,
+			},
+		},
+	}
+}
+
+// x509Gateway is a typed X509Certificate gateway verified with c's CA.
+func x509Gateway(name, address string, c testCreds) *gatewayv1alpha1.ClusterGateway {
+	return &gatewayv1alpha1.ClusterGateway{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: gatewayv1alpha1.ClusterGatewaySpec{
+			Endpoint: gatewayv1alpha1.Endpoint{Address: address, CABundle: c.CAPEM},
+			Credential: gatewayv1alpha1.Credential{
+				Type: gatewayv1alpha1.CredentialX509Certificate,
+				X509: &gatewayv1alpha1.X509Credential{Certificate: c.CertPEM, PrivateKey: c.KeyPEM},
+			},
+		},
+	}
+}
+
+// readyCondition returns the Ready condition of a gateway, or nil.
+func readyCondition(gw *gatewayv1alpha1.ClusterGateway) *metav1.Condition {
+	for i := range gw.Status.Conditions {
+		if gw.Status.Conditions[i].Type == gatewayv1alpha1.ConditionReady {
+			return &gw.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// tableRow finds the row of name in `kubectl get` table output and returns its cells.
+func tableRow(out, name string) []string {
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 0 && f[0] == name {
+			return f
+		}
+	}
+	return nil
+}
+
+// waitLineWithin is background.waitLine with its own deadline.
+func (b *background) waitLineWithin(t *testing.T, re *regexp.Regexp, d time.Duration) []string {
+	t.Helper()
+	timeout := time.After(d)
+	for {
+		select {
+		case line, ok := <-b.lines:
+			if !ok {
+				t.Fatalf("kubectl exited before printing a line matching %s; stderr:\n%s", re, b.stderr)
+			}
+			if m := re.FindStringSubmatch(line); m != nil {
+				return m
+			}
+		case <-timeout:
+			t.Fatalf("kubectl printed no line matching %s within %s; stderr:\n%s", re, d, b.stderr)
+		}
+	}
+}
+
+// kubectlFails runs kubectl, which must fail; it returns stderr.
+func kubectlFails(t *testing.T, kubeconfig string, args ...string) string {
+	t.Helper()
+	r := kubectl(t, kubeconfig, nil, "", args...)
+	if r.Err == nil {
+		t.Fatalf("kubectl %s succeeded, want an error; stdout:\n%s", strings.Join(args, " "), r.Stdout)
+	}
+	if r.ExitCode == -1 {
+		t.Fatalf("kubectl %s did not run: %v", strings.Join(args, " "), r.Err)
+	}
+	return r.Stderr
+}
+
+// kubectlStdin runs kubectl with stdin and fails the test unless it exits 0.
+func kubectlStdin(t *testing.T, kubeconfig, stdin string, args ...string) string {
+	t.Helper()
+	r := kubectl(t, kubeconfig, nil, stdin, args...)
+	if r.Err != nil {
+		t.Fatalf("kubectl %s: %v\nstderr: %s", strings.Join(args, " "), r.Err, r.Stderr)
+	}
+	return r.Stdout
+}
