@@ -45,9 +45,20 @@ generate: $(CODEGEN) ## Regenerate deepcopy, openapi, clientset, listers and inf
 	BIN=$(BIN) hack/update-codegen.sh
 
 .PHONY: test
-test: tools build ## Unit and end-to-end tests against real components.
-	$(GO) test -race -count=1 ./pkg/... ./cmd/...
+test: test-unit test-e2e ## All tests: unit (with -race) and end-to-end against real components.
+
+.PHONY: test-unit
+test-unit: tools ## Unit tests, with the race detector.
+	KUBE_BIN=$(BIN) KONNECTIVITY_BIN=$(BIN) $(GO) test -race -count=1 $$($(GO) list ./... | grep -v /test/e2e)
+
+.PHONY: test-e2e
+test-e2e: tools build ## End-to-end tests: a real hub, managed clusters, konnectivity and the gateway.
 	KUBE_BIN=$(BIN) $(GO) test -count=1 -timeout 30m ./test/e2e/...
+
+.PHONY: verify
+verify: ## gofmt, go vet, and generated code up to date.
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "run gofmt -w on the files above"; exit 1; }
+	$(GO) vet ./...
 
 # The local environment of hack/localenv: etcd, a hub and two managed
 # kube-apiservers with fake kubelets, and the gateway, all on 127.0.0.0/8.
