@@ -38,6 +38,7 @@ type Manager struct {
 
 	openTunnels, builds, buildFailures, dials, dialFailures atomic.Int64
 	rotations, rejectedReloads, proxyConns                  atomic.Int64
+	openProxyConns                                          atomic.Int64
 }
 
 // Stats are this Manager's counters (the Prometheus metrics add up all Managers).
@@ -50,6 +51,7 @@ type Stats struct {
 	Rotations           int64 // tunnels from new material that replaced older ones
 	RejectedReloads     int64 // distinct unusable file contents ignored
 	ProxyConnections    int64 // TCP connections grpc opened to the proxy-server
+	OpenProxyConns      int64 // of those, not closed yet
 }
 
 // New loads and validates the material; it fails if it is unusable now.
@@ -129,6 +131,7 @@ func (m *Manager) Stats() Stats {
 		Rotations:           m.rotations.Load(),
 		RejectedReloads:     m.rejectedReloads.Load(),
 		ProxyConnections:    m.proxyConns.Load(),
+		OpenProxyConns:      m.openProxyConns.Load(),
 	}
 }
 

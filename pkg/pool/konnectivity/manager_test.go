@@ -41,8 +41,8 @@ func TestManyDialsShareOneTunnel(t *testing.T) {
 	if st.TunnelBuilds != 1 || st.ProxyConnections != 1 || st.OpenTunnels != 1 || st.Dials != workers*perWorker || st.DialFailures != 0 {
 		t.Fatalf("want 1 build, 1 proxy connection, 1 open tunnel, %d dials, 0 failures; got %+v", workers*perWorker, st)
 	}
-	if n := s.proxyConnections(); n != 1 {
-		t.Fatalf("kernel sees %d TCP connections to the proxy-server, want 1", n)
+	if n := s.proxyConnections(); n != 1 || st.OpenProxyConns != 1 {
+		t.Fatalf("kernel sees %d TCP connections to the proxy-server, the Manager %d open; want 1", n, st.OpenProxyConns)
 	}
 	// The proxy-server saw every stream end: closed conns free their streams.
 	eventually(t, 15*time.Second, "proxy-server has no established connections left", func() error {
@@ -55,6 +55,7 @@ func TestManyDialsShareOneTunnel(t *testing.T) {
 	expectMetrics(t, map[string]float64{
 		"cluster_gateway_konnectivity_open_tunnels":          1,
 		"cluster_gateway_konnectivity_tunnel_builds_total":   1,
+		"cluster_gateway_konnectivity_proxy_connections":     1,
 		"cluster_gateway_konnectivity_dial_duration_seconds": workers * perWorker,
 	})
 
@@ -63,8 +64,8 @@ func TestManyDialsShareOneTunnel(t *testing.T) {
 	if _, err := m.DialContext(context.Background(), "tcp", s.backendAddr); err == nil || !strings.Contains(err.Error(), "stopped") {
 		t.Fatalf("dial after Stop: want a 'stopped' error, got %v", err)
 	}
-	if st := m.Stats(); st.OpenTunnels != 0 {
-		t.Fatalf("open tunnels after Stop: %d", st.OpenTunnels)
+	if st := m.Stats(); st.OpenTunnels != 0 || st.OpenProxyConns != 0 {
+		t.Fatalf("after Stop: %d open tunnels, %d open proxy connections; want 0", st.OpenTunnels, st.OpenProxyConns)
 	}
 	eventually(t, 10*time.Second, "no TCP connection to the proxy-server", func() error {
 		if n := s.proxyConnections(); n != 0 {

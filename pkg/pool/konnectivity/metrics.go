@@ -38,6 +38,12 @@ var (
 		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "rotations_total",
 		Help: "Times a tunnel built from new mTLS material replaced the previous one.", StabilityLevel: metrics.ALPHA,
 	})
+	// Gauge, not counter: a rebuild loop that leaks or multiplies
+	// connections shows up here, and "exactly one" is what we promise.
+	proxyConnectionsGauge = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "proxy_connections",
+		Help: "TCP connections open to the proxy-server (one per open tunnel).", StabilityLevel: metrics.ALPHA,
+	})
 	rejectedReloadsTotal = metrics.NewCounter(&metrics.CounterOpts{
 		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "rejected_reloads_total",
 		Help: "Changed mTLS files that were unusable and ignored (the last good material was kept).", StabilityLevel: metrics.ALPHA,
@@ -50,6 +56,6 @@ var registerOnce sync.Once
 func registerMetrics() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(openTunnelsGauge, tunnelBuildsTotal, tunnelBuildFailuresTotal,
-			dialDurationSeconds, dialFailuresTotal, rotationsTotal, rejectedReloadsTotal)
+			dialDurationSeconds, dialFailuresTotal, rotationsTotal, rejectedReloadsTotal, proxyConnectionsGauge)
 	})
 }

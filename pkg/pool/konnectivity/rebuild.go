@@ -109,7 +109,12 @@ func (m *Manager) build(ctx context.Context, mat *material) (*tunnel, error) {
 		if err != nil {
 			return nil, err
 		}
-		wc := &watchedConn{Conn: c, t: t}
+		m.openProxyConns.Add(1)
+		proxyConnectionsGauge.Inc()
+		wc := &watchedConn{Conn: c, t: t, onClose: func() {
+			m.openProxyConns.Add(-1)
+			proxyConnectionsGauge.Dec()
+		}}
 		t.setProxyConn(wc)
 		return wc, nil
 	}

@@ -164,13 +164,17 @@ func (c *trackedConn) Close() error {
 // (grpc closes it when the transport is lost) tells the tunnel.
 type watchedConn struct {
 	net.Conn
-	t      *tunnel
-	closed atomic.Bool
+	t       *tunnel
+	closed  atomic.Bool
+	onClose func() // counts it closed, once
 }
 
 func (c *watchedConn) Close() error {
 	err := c.Conn.Close()
 	if !c.closed.Swap(true) {
+		if c.onClose != nil {
+			c.onClose()
+		}
 		c.t.proxyConnClosed(c)
 	}
 	return err
