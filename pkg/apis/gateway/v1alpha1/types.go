@@ -41,6 +41,7 @@ const (
 
 // +genclient
 // +genclient:nonNamespaced
+// +genclient:noStatus
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 
 // ClusterGateway makes one managed cluster's API server reachable through the

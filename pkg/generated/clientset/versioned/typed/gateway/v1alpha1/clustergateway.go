@@ -39,8 +39,6 @@ type ClusterGatewaysGetter interface {
 type ClusterGatewayInterface interface {
 	Create(ctx context.Context, clusterGateway *gatewayv1alpha1.ClusterGateway, opts v1.CreateOptions) (*gatewayv1alpha1.ClusterGateway, error)
 	Update(ctx context.Context, clusterGateway *gatewayv1alpha1.ClusterGateway, opts v1.UpdateOptions) (*gatewayv1alpha1.ClusterGateway, error)
-	// Add a +genclient:noStatus comment above the type to avoid generating UpdateStatus().
-	UpdateStatus(ctx context.Context, clusterGateway *gatewayv1alpha1.ClusterGateway, opts v1.UpdateOptions) (*gatewayv1alpha1.ClusterGateway, error)
 	Delete(ctx context.Context, name string, opts v1.DeleteOptions) error
 	DeleteCollection(ctx context.Context, opts v1.DeleteOptions, listOpts v1.ListOptions) error
 	Get(ctx context.Context, name string, opts v1.GetOptions) (*gatewayv1alpha1.ClusterGateway, error)
