@@ -35,6 +35,9 @@ type Pool struct {
 
 	wg          sync.WaitGroup // retire goroutines and the janitor
 	stopJanitor context.CancelFunc
+	// shutdown is closed by Close: retiring entries stop waiting for their
+	// grace period, since the server in front has already drained.
+	shutdown chan struct{}
 
 	counters
 }
@@ -56,6 +59,7 @@ func New(opts Options) *Pool {
 		lru:         l,
 		retiredBy:   make(map[string]int64),
 		stopJanitor: cancel,
+		shutdown:    make(chan struct{}),
 	}
 	if opts.IdleTTL > 0 {
 		p.wg.Add(1)
@@ -143,6 +147,7 @@ func (p *Pool) Close() {
 	p.mu.Lock()
 	if !p.closed {
 		p.closed = true
+		close(p.shutdown)
 		p.stopJanitor()
 		for _, e := range p.lru.Values() {
 			p.retireLocked(e, ReasonShutdown)

@@ -323,3 +323,26 @@ func TestInvalidTargets(t *testing.T) {
 		t.Errorf("Acquire(nil): %v", err)
 	}
 }
+
+// Close does not wait out the grace period: the server in front has drained
+// by then, and what is still live (upgraded streams) must not hold shutdown.
+func TestCloseCutsRetiringStreams(t *testing.T) {
+	u := newUpstream(t)
+	p := New(Options{Capacity: 8, RetireGrace: time.Hour})
+	l := acquire(t, p, u.target(t, "c1", "client-1"))
+	w := startStream(t, l.Transport(), u)
+	p.Remove("c1") // retiring, with a live stream and an hour of grace
+
+	closed := make(chan struct{})
+	go func() { p.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close waited for the retire grace period of a live stream")
+	}
+	<-w.done
+	if st := p.Stats(); st.OpenConns != 0 || st.Retiring != 0 {
+		t.Fatalf("after Close: %+v, want no open connections and nothing retiring", st)
+	}
+	l.Release()
+}

@@ -14,7 +14,9 @@ func (p *Pool) retireLocked(e *entry, reason string) {
 }
 
 // finishRetire closes idle connections now and the rest once the entry's
-// leases are released or the grace period ends, whichever comes first.
+// leases are released or the grace period ends, whichever comes first; on
+// Close at once (what is still live then are upgraded streams the server's
+// shutdown does not wait for).
 func (p *Pool) finishRetire(e *entry, drained <-chan struct{}) {
 	defer p.wg.Done()
 	e.closeIdle()
@@ -23,6 +25,7 @@ func (p *Pool) finishRetire(e *entry, drained <-chan struct{}) {
 		select {
 		case <-drained:
 		case <-timer.C:
+		case <-p.shutdown:
 		}
 		timer.Stop()
 	}
