@@ -25,6 +25,7 @@ func main() {
 	managed := flag.Int("managed", 2, "number of managed clusters")
 	timeout := flag.Duration("request-timeout", 0, "the hub's and gateway's --request-timeout (0: 60s default)")
 	skipGateway := flag.Bool("skip-gateway", false, "do not run the gateway (e.g. before it is built)")
+	noKonnectivity := flag.Bool("no-konnectivity", false, "run no proxy-server, proxy-agent or cluster behind them")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
 
@@ -40,6 +41,7 @@ func main() {
 		ManagedClusters:   *managed,
 		HubRequestTimeout: *timeout,
 		SkipGateway:       *skipGateway,
+		NoKonnectivity:    *noKonnectivity,
 		Logf:              log.Printf,
 	})
 	if err != nil {
@@ -76,6 +78,11 @@ func printHowTo(e *localenv.Env) {
 	for _, c := range e.Managed {
 		fmt.Printf("  %-10s %s (ClusterGateway %s)\n", c.Name, c.URL, c.GatewayName)
 	}
+	if k := e.Konnectivity; k != nil {
+		fmt.Printf("  %-10s %s (ClusterGateway %s, endpoint type Konnectivity)\n", k.Cluster.Name, k.Cluster.URL, k.Cluster.GatewayName)
+		fmt.Printf("  konnectivity proxy-server %s (pid %d, metrics %s), proxy-agent pid %d (metrics %s)\n",
+			k.ServerAddress(), k.Server.Pid(), k.ServerMetricsURL, k.Agent.Pid(), k.AgentMetricsURL)
+	}
 	if e.Gateway.Process != nil {
 		fmt.Printf("  gateway    %s (pid %d)\n", e.Gateway.URL, e.Gateway.Process.Pid())
 	} else {
@@ -93,5 +100,11 @@ func printHowTo(e *localenv.Env) {
 	fmt.Printf("  %s logs -f %s\n", via, localenv.DemoPod)
 	fmt.Printf("  %s get clustergateways   # bob may list; alice may not\n", kc+rel(e.Bob.Kubeconfig))
 	fmt.Printf("  %s get pods              # %s directly, without the gateway\n", kc+rel(c.Kubeconfig), c.Name)
+	if k := e.Konnectivity; k != nil {
+		kv := kc + rel(k.Cluster.ViaHubKubeconfig)
+		fmt.Printf("  %s exec %s -- hostname   # %s, through the konnectivity tunnel\n", kv, localenv.DemoPod, k.Cluster.Name)
+		fmt.Printf("  %s get pods -w\n", kv)
+		fmt.Printf("  curl -s %s | grep -E '^konnectivity_network_proxy_agent_(dial_duration_seconds_count|open_endpoint_connections)'   # the agent's dials\n", k.AgentMetricsURL)
+	}
 	fmt.Printf("\nCtrl-C (or `make local-down` when started by `make local-up`) stops everything.\n")
 }

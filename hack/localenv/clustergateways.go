@@ -35,9 +35,16 @@ func clusterGateway(c *Cluster) *gatewayv1alpha1.ClusterGateway {
 // with kubectl apply, as an operator would. (The gateway must keep the
 // credential out of apply's last-applied-configuration annotation.)
 func (e *Env) createClusterGateways() error {
-	var docs [][]byte
+	var gws []*gatewayv1alpha1.ClusterGateway
 	for _, c := range e.Managed {
-		b, err := yaml.Marshal(clusterGateway(c))
+		gws = append(gws, clusterGateway(c))
+	}
+	if e.Konnectivity != nil {
+		gws = append(gws, e.Konnectivity.clusterGateway())
+	}
+	var docs [][]byte
+	for _, gw := range gws {
+		b, err := yaml.Marshal(gw)
 		if err != nil {
 			return err
 		}

@@ -30,6 +30,8 @@ type Options struct {
 	SkipGateway bool
 	// SkipGateways creates no ClusterGateway objects.
 	SkipGateways bool
+	// NoKonnectivity runs no proxy-server, agent or cluster behind them.
+	NoKonnectivity bool
 
 	StartTimeout time.Duration // for the whole start, and for each gateway restart; default 3m
 	Logf         func(format string, args ...any)
@@ -45,6 +47,7 @@ type Env struct {
 	FrontProxyCA *CA
 	Gateway      *Gateway
 	Alice, Bob   *User
+	Konnectivity *Konnectivity // nil with NoKonnectivity
 	StartupTime  time.Duration // how long Start took
 
 	frontProxyClient *KeyPair
@@ -114,7 +117,11 @@ func (e *Env) defaults() error {
 	if e.Logf == nil {
 		e.Logf = func(string, ...any) {}
 	}
-	return CheckBinaries(e.BinDir, !e.SkipGateway)
+	err = CheckBinaries(e.BinDir, !e.SkipGateway)
+	if !e.NoKonnectivity {
+		err = errors.Join(err, konnectivityBinaries(e.BinDir))
+	}
+	return err
 }
 
 // CheckBinaries says which binaries are missing and how to build them.
@@ -186,6 +193,10 @@ func (e *Env) up(ctx context.Context) error {
 	for _, c := range e.Managed {
 		g.Go(func() error { return e.startAPIServer(gctx, c, managedArgs(c)) })
 	}
+	if k := e.Konnectivity; k != nil {
+		g.Go(func() error { return e.startAPIServer(gctx, k.Cluster, managedArgs(k.Cluster)) })
+		g.Go(func() error { return e.startKonnectivity(gctx) })
+	}
 	if err := g.Wait(); err != nil {
 		return err
 	}
@@ -200,6 +211,9 @@ func (e *Env) up(ctx context.Context) error {
 	})
 	for _, c := range e.Managed {
 		g.Go(func() error { return e.setupManaged(gctx, c) })
+	}
+	if k := e.Konnectivity; k != nil {
+		g.Go(func() error { return e.setupManaged(gctx, k.Cluster) })
 	}
 	if err := g.Wait(); err != nil {
 		return err
@@ -250,6 +264,9 @@ func (e *Env) managedURLs() string {
 		}
 		s += c.Name + " " + c.URL
 	}
+	if e.Konnectivity != nil {
+		s += ", " + e.Konnectivity.summary()
+	}
 	return s
 }
 
@@ -277,6 +294,11 @@ func (e *Env) newPKI() error {
 	if e.frontProxyClient, err = e.FrontProxyCA.issue(dir, "client", certSpec{CommonName: "front-proxy-client", Client: true}); err != nil {
 		return err
 	}
+	if !e.NoKonnectivity {
+		if err := e.newKonnectivity(); err != nil {
+			return err
+		}
+	}
 	e.Gateway, err = e.newGateway()
 	return err
 }
@@ -295,7 +317,7 @@ func (e *Env) writeAdminKubeconfigs() error {
 			return err
 		}
 	}
-	return nil
+	return e.writeKonnectivityKubeconfigs()
 }
 
 // Pids lists the running child processes by name.
@@ -320,6 +342,9 @@ func (e *Env) Stop() error {
 			if c.Kubelet != nil {
 				errs = append(errs, c.Kubelet.Close())
 			}
+		}
+		if e.Konnectivity != nil {
+			errs = append(errs, e.Konnectivity.stop())
 		}
 		e.mu.Lock()
 		procs := append([]*Process(nil), e.procs...)

@@ -101,6 +101,7 @@ func (e *Env) StartGateway(ctx context.Context, extraArgs []string) error {
 	if timeout > 0 {
 		args = append(args, "--request-timeout="+timeout.String())
 	}
+	args = append(args, e.konnectivityGatewayArgs()...)
 	args = append(args, extraArgs...)
 	p, err := e.start("cluster-gateway", "cluster-gateway", args...)
 	if err != nil {
