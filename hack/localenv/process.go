@@ -36,6 +36,12 @@ func (p *Process) Exited() bool {
 // Done is closed when the process exits.
 func (p *Process) Done() <-chan struct{} { return p.done }
 
+// WaitErr is how the process ended (nil: exit status 0); valid once Exited.
+func (p *Process) WaitErr() error {
+	<-p.done
+	return p.waitErr
+}
+
 // Stop sends SIGTERM to the process group, then SIGKILL after grace.
 // It is safe to call more than once.
 func (p *Process) Stop(grace time.Duration) error {

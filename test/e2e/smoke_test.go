@@ -135,11 +135,16 @@ func managedKubeconfigs() []string {
 // other flags, as gateway tests do, and that the hub reaches it again.
 func TestSmokeGatewayRestart(t *testing.T) {
 	requireGateway(t)
-	pid := env.Gateway.Process.Pid()
+	proc := env.Gateway.Process
+	pid := proc.Pid()
 	if err := env.StopGateway(); err != nil {
 		t.Fatal(err)
 	}
-	if err := env.StartGateway(context.Background(), []string{"--v=2"}); err != nil {
+	// Graceful shutdown: SIGTERM alone ends it, with status 0 (no SIGKILL).
+	if err := proc.WaitErr(); err != nil {
+		t.Errorf("the gateway did not shut down cleanly on SIGTERM: %v\n%s", err, proc.LogTail(20))
+	}
+	if err := env.StartGateway(context.Background(), append(append([]string{}, env.GatewayArgs...), "--v=2")); err != nil {
 		t.Fatalf("restart the gateway: %v", err)
 	}
 	if env.Gateway.Process.Pid() == pid {
