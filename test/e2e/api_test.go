@@ -362,6 +362,13 @@ func TestAPISelectors(t *testing.T) {
 	if stderr := kubectlFails(t, hub, "get", "cgw", "--field-selector", "spec.endpoint.address=https://127.0.0.1:6443"); !strings.Contains(stderr, "only metadata.name") {
 		t.Errorf("unsupported field selector: %s", stderr)
 	}
+	// The Secrets' internal label is not the gateways': refused for list and watch alike.
+	for _, extra := range [][]string{nil, {"-w", "--request-timeout=5s"}} {
+		args := append([]string{"get", "cgw", "-l", "gateway.clustergateway.io/cluster-gateway=true"}, extra...)
+		if stderr := kubectlFails(t, hub, args...); !strings.Contains(stderr, "internal") {
+			t.Errorf("selector on the internal label %v: %s", extra, stderr)
+		}
+	}
 }
 
 // TestAPIServerDryRun: --dry-run=server create, patch and delete change nothing.

@@ -69,6 +69,9 @@ func (r *REST) Get(_ context.Context, name string, _ *metav1.GetOptions) (runtim
 // List reads the cache; labels and metadata.name select.
 func (r *REST) List(_ context.Context, options *metainternalversion.ListOptions) (runtime.Object, error) {
 	labelSel, fieldSel := selectors(options)
+	if err := checkSelector(labelSel); err != nil {
+		return nil, err
+	}
 	gws, rv, err := r.cache.List(labelSel)
 	if err != nil {
 		return nil, apierrors.NewInternalError(err)
@@ -96,10 +99,25 @@ func selectors(options *metainternalversion.ListOptions) (labels.Selector, field
 	return labelSel, fieldSel
 }
 
+// checkSelector refuses selectors on the internal label: every gateway has
+// it and none shows it, so list and watch could not agree on what it means.
+func checkSelector(sel labels.Selector) error {
+	reqs, _ := sel.Requirements()
+	for _, r := range reqs {
+		if r.Key() == LabelGateway {
+			return apierrors.NewBadRequest(fmt.Sprintf("the label %s is internal to the gateway's Secrets and cannot be selected on", LabelGateway))
+		}
+	}
+	return nil
+}
+
 // Watch follows the hub's watch of the gateway Secrets, so resourceVersion,
 // bookmarks and "too old" errors behave as they do for any hub resource.
 func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptions) (watch.Interface, error) {
 	labelSel, fieldSel := selectors(options)
+	if err := checkSelector(labelSel); err != nil {
+		return nil, err
+	}
 	req, _ := labels.NewRequirement(LabelGateway, "=", []string{"true"})
 	// The options were validated (and, for a watch from "now", defaulted to
 	// sendInitialEvents=true with resourceVersionMatch=NotOlderThan) by this
