@@ -85,8 +85,9 @@ func (c *Config) New() (*Server, error) {
 
 	group := genericapiserver.NewDefaultAPIGroupInfo(v1alpha1.GroupName, Scheme, ParameterCodec, Codecs)
 	group.VersionedResourcesStorageMap[v1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
-		"clustergateways":       clustergateway.NewREST(s.Cache),
-		"clustergateways/proxy": clustergateway.NewProxyREST(px),
+		"clustergateways":        clustergateway.NewREST(s.Cache),
+		"clustergateways/proxy":  clustergateway.NewProxyREST(px),
+		"clustergateways/health": clustergateway.NewHealthREST(px),
 	}
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		s.stop()

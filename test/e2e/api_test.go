@@ -146,7 +146,7 @@ func TestAPIExplainAndDiscovery(t *testing.T) {
 		}
 	}
 	slices.Sort(names)
-	if want := []string{"clustergateways", "clustergateways/proxy"}; !slices.Equal(names, want) {
+	if want := []string{"clustergateways", "clustergateways/health", "clustergateways/proxy"}; !slices.Equal(names, want) {
 		t.Errorf("resources = %v, want %v (no status subresource)", names, want)
 	}
 

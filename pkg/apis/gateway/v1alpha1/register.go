@@ -38,6 +38,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 			&ClusterGateway{},
 			&ClusterGatewayList{},
 			&ClusterGatewayProxyOptions{},
+			&ClusterGatewayHealth{},
 		)
 	}
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)

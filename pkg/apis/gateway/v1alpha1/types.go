@@ -176,3 +176,24 @@ type ClusterGatewayProxyOptions struct {
 	// +optional
 	Path string `json:"path,omitempty"`
 }
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// ClusterGatewayHealth is what clustergateways/{name}/health reports: whether
+// the managed cluster's API server answers /readyz through the gateway, with
+// the gateway's own transport and credential, right now.
+type ClusterGatewayHealth struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Healthy is true when /readyz answered 200 ok.
+	Healthy bool `json:"healthy"`
+	// Code is the HTTP status /readyz answered with; 0 when it could not be reached.
+	// +optional
+	Code int32 `json:"code,omitempty"`
+	// Message is /readyz's answer when not healthy, or why the cluster could not be reached.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// ProbeTime is when the probe ran.
+	ProbeTime metav1.Time `json:"probeTime"`
+}

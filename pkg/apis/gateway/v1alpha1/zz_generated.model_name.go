@@ -27,6 +27,11 @@ func (in ClusterGateway) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ClusterGatewayHealth) OpenAPIModelName() string {
+	return "com.github.clustergateway.cluster-gateway.pkg.apis.gateway.v1alpha1.ClusterGatewayHealth"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ClusterGatewayList) OpenAPIModelName() string {
 	return "com.github.clustergateway.cluster-gateway.pkg.apis.gateway.v1alpha1.ClusterGatewayList"
 }

@@ -32,6 +32,7 @@ import (
 func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
 	return map[string]common.OpenAPIDefinition{
 		ClusterGateway{}.OpenAPIModelName():               schema_pkg_apis_gateway_v1alpha1_ClusterGateway(ref),
+		ClusterGatewayHealth{}.OpenAPIModelName():         schema_pkg_apis_gateway_v1alpha1_ClusterGatewayHealth(ref),
 		ClusterGatewayList{}.OpenAPIModelName():           schema_pkg_apis_gateway_v1alpha1_ClusterGatewayList(ref),
 		ClusterGatewayProxyOptions{}.OpenAPIModelName():   schema_pkg_apis_gateway_v1alpha1_ClusterGatewayProxyOptions(ref),
 		ClusterGatewaySpec{}.OpenAPIModelName():           schema_pkg_apis_gateway_v1alpha1_ClusterGatewaySpec(ref),
@@ -143,6 +144,70 @@ func schema_pkg_apis_gateway_v1alpha1_ClusterGateway(ref common.ReferenceCallbac
 		},
 		Dependencies: []string{
 			ClusterGatewaySpec{}.OpenAPIModelName(), ClusterGatewayStatus{}.OpenAPIModelName(), v1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_gateway_v1alpha1_ClusterGatewayHealth(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ClusterGatewayHealth is what clustergateways/{name}/health reports: whether the managed cluster's API server answers /readyz through the gateway, with the gateway's own transport and credential, right now.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(v1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"healthy": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Healthy is true when /readyz answered 200 ok.",
+							Default:     false,
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"code": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Code is the HTTP status /readyz answered with; 0 when it could not be reached.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Message is /readyz's answer when not healthy, or why the cluster could not be reached.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"probeTime": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ProbeTime is when the probe ran.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"healthy", "probeTime"},
+			},
+		},
+		Dependencies: []string{
+			v1.ObjectMeta{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
 	}
 }
 
