@@ -125,7 +125,11 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 	}
 
 	upgrade := httpstream.IsUpgradeRequest(req)
-	h := utilproxy.NewUpgradeAwareHandler(&location, lease.Transport(), false, false, responder{cluster: name})
+	rt := lease.Transport()
+	if isWatch(req, subpath) {
+		rt = cleanEnd{rt}
+	}
+	h := utilproxy.NewUpgradeAwareHandler(&location, rt, false, false, responder{cluster: name})
 	h.UseRequestLocation = true
 	h.UseLocationHost = true
 	if upgrade {
