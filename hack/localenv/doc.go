@@ -1,7 +1,9 @@
 // Package localenv brings up a complete local environment on 127.0.0.0/8: one
 // etcd, a hub kube-apiserver with the aggregation layer, N managed
 // kube-apiservers each with an in-process fake kubelet, and the cluster-gateway
-// installed into the hub from config/. `make demo` (hack/local-env) and the
+// installed into the hub from config/; unless NoKonnectivity is set, also a
+// konnectivity proxy-server and agent with one more managed kube-apiserver
+// that the gateway reaches only through them. `make demo` (hack/local-env) and the
 // end-to-end tests (test/e2e) both use it, so there is one implementation.
 //
 // Every process is started by this package and stopped by its pid; Stop stops
