@@ -26,15 +26,16 @@ type Konnectivity struct {
 	ServerPort, AgentPort, AdminPort, HealthPort int
 	// proxy-agent ports on 127.0.0.1; AgentHealthPort serves /metrics.
 	AgentAdminPort, AgentHealthPort   int
-	ServerMetricsURL, AgentMetricsURL string
+	ServerMetricsURL, AgentMetricsURL string // http://127.0.0.1:<health port>/metrics
+	ServerAdminURL, AgentAdminURL     string // http://127.0.0.1:<admin port>
 
 	// ServerCA signs the proxy-server's serving cert (IP SAN 127.0.0.1);
 	// ClientCA signs the gateway's client certs (the proxy-server trusts
 	// it); AgentCA signs the agent-facing cert and the agent's client cert.
 	ServerCA, ClientCA, AgentCA *CA
-	// The gateway's --konnectivity-{ca,cert,key}-file. The gateway re-reads
-	// them every second, so tests rotate them in place. Client is the
-	// material they were first written with.
+	// The gateway's --konnectivity-{ca,cert,key}-file: CAFile starts as a
+	// copy of ServerCA, CertFile/KeyFile as Client. The gateway re-reads them
+	// every second, so tests rotate them in place (see ReplaceFile).
 	CAFile, CertFile, KeyFile string
 	Client                    *KeyPair
 
@@ -93,7 +94,11 @@ func (e *Env) newKonnectivity() error {
 	if k.Client, err = k.ClientCA.issue(k.dir, "gateway-client", certSpec{CommonName: "cluster-gateway", Client: true}); err != nil {
 		return err
 	}
-	k.CAFile, k.CertFile, k.KeyFile = k.ServerCA.CertFile, k.Client.CertFile, k.Client.KeyFile
+	// A copy: rotating the gateway's CA file must not touch ServerCA's own.
+	k.CAFile, k.CertFile, k.KeyFile = filepath.Join(k.dir, "gateway-ca.crt"), k.Client.CertFile, k.Client.KeyFile
+	if err := ReplaceFile(k.CAFile, k.ServerCA.CertPEM); err != nil {
+		return err
+	}
 	ports := make([]int, 6)
 	for i := range ports {
 		if ports[i], err = freePort("127.0.0.1"); err != nil {
@@ -109,6 +114,8 @@ func (k *Konnectivity) setPorts(p []int) {
 	k.ServerPort, k.AgentPort, k.AdminPort, k.HealthPort, k.AgentAdminPort, k.AgentHealthPort = p[0], p[1], p[2], p[3], p[4], p[5]
 	k.ServerMetricsURL = "http://" + hostPort("127.0.0.1", k.HealthPort) + "/metrics"
 	k.AgentMetricsURL = "http://" + hostPort("127.0.0.1", k.AgentHealthPort) + "/metrics"
+	k.ServerAdminURL = "http://" + hostPort("127.0.0.1", k.AdminPort)
+	k.AgentAdminURL = "http://" + hostPort("127.0.0.1", k.AgentAdminPort)
 }
 
 // IssueClientCert signs a new gateway client certificate with ClientCA
