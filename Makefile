@@ -68,7 +68,7 @@ LOCAL_PID   := $(LOCAL_STATE)/local-env.pid
 .PHONY: demo
 demo: tools build ## Bring the local environment up in the foreground; Ctrl-C stops it.
 	$(GO) build -o $(BIN)/local-env ./hack/local-env
-	$(BIN)/local-env -state-dir $(LOCAL_STATE) -bin $(BIN)
+	$(BIN)/local-env -state-dir $(LOCAL_STATE) -bin $(BIN) $(ARGS)
 
 .PHONY: local-up
 local-up: tools build ## Bring the local environment up in the background (`make local-down` stops it).
@@ -76,7 +76,7 @@ local-up: tools build ## Bring the local environment up in the background (`make
 		echo "local environment already running (pid $$(cat $(LOCAL_PID))); run 'make local-down' first"; exit 1; fi
 	$(GO) build -o $(BIN)/local-env ./hack/local-env
 	@mkdir -p $(LOCAL_STATE) && rm -f $(LOCAL_STATE)/ready
-	@nohup $(BIN)/local-env -state-dir $(LOCAL_STATE) -bin $(BIN) >$(LOCAL_STATE)/local-env.log 2>&1 </dev/null & echo $$! >$(LOCAL_PID)
+	@nohup $(BIN)/local-env -state-dir $(LOCAL_STATE) -bin $(BIN) $(ARGS) >$(LOCAL_STATE)/local-env.log 2>&1 </dev/null & echo $$! >$(LOCAL_PID)
 	@pid=$$(cat $(LOCAL_PID)); for i in $$(seq 1 300); do \
 		if [ -f $(LOCAL_STATE)/ready ]; then sed -n '/^Local environment is up/,$$p' $(LOCAL_STATE)/local-env.log; exit 0; fi; \
 		if ! kill -0 $$pid 2>/dev/null; then echo "local-env exited; its log:"; cat $(LOCAL_STATE)/local-env.log; rm -f $(LOCAL_PID); exit 1; fi; \
@@ -88,3 +88,11 @@ local-down: ## Stop the background local environment and wait for it to exit.
 	pid=$$(cat $(LOCAL_PID)); kill -TERM $$pid 2>/dev/null; \
 	for i in $$(seq 1 60); do kill -0 $$pid 2>/dev/null || { rm -f $(LOCAL_PID); echo "stopped (pid $$pid)"; exit 0; }; sleep 1; done; \
 	echo "pid $$pid still running after 60s; see $(LOCAL_STATE)/local-env.log"; exit 1
+
+# Benchmarks of the proxied request path: the in-process Go benchmarks of
+# pkg/proxy, then loads side by side and memory per pooled cluster in a fresh
+# local environment under _output/bench. Writes and prints docs/performance.md.
+# BENCH_FLAGS passes more flags to hack/bench (e.g. -duration 20s).
+.PHONY: bench
+bench: tools build ## Benchmark the proxy path (about 5 minutes); writes docs/performance.md.
+	$(GO) run ./hack/bench -go $(GO) -bin $(patsubst $(CURDIR)/%,%,$(BIN)) -state-dir $(patsubst $(CURDIR)/%,%,$(OUTPUT))/bench -out docs/performance.md $(BENCH_FLAGS)
