@@ -1,0 +1,136 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// realErrors are produced by real operations on loopback, not built by hand,
+// so the mapping is checked against what the transports actually return.
+func realErrors(t *testing.T) map[string]error {
+	t.Helper()
+	up := newTLSUpstream(t, http.NotFoundHandler())
+	errs := map[string]error{}
+
+	// A TLS server whose certificate no trusted CA signed.
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12}}}
+	_, err := c.Get(up.URL)
+	c.CloseIdleConnections()
+	errs["unknown authority"] = err
+
+	// A port nobody listens on.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	_, err = net.Dial("tcp", addr)
+	errs["refused"] = fmt.Errorf("cluster %q: dial %s: %w", "c1", addr, err)
+
+	// Plain HTTP where TLS was expected.
+	plain := httptest.NewServer(http.NotFoundHandler())
+	defer plain.Close()
+	conn, err := tls.Dial("tcp", plain.Listener.Addr().String(), &tls.Config{InsecureSkipVerify: true})
+	if conn != nil {
+		conn.Close()
+	}
+	errs["not TLS"] = err
+
+	// A deadline that passes while waiting.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	<-ctx.Done()
+	errs["deadline"] = fmt.Errorf("round trip: %w", ctx.Err())
+	return errs
+}
+
+func TestUpstreamErrorMapping(t *testing.T) {
+	want := map[string]struct {
+		code int32
+		text string
+	}{
+		"unknown authority": {http.StatusBadGateway, "does not trust"},
+		"not TLS":           {http.StatusBadGateway, "did not answer with TLS"},
+		"refused":           {http.StatusServiceUnavailable, "unreachable"},
+		"deadline":          {http.StatusGatewayTimeout, "did not answer in time"},
+	}
+	for name, err := range realErrors(t) {
+		t.Run(name, func(t *testing.T) {
+			if err == nil {
+				t.Fatal("the operation did not fail")
+			}
+			st := upstreamError("c1", err).ErrStatus
+			if st.Code != want[name].code || !strings.Contains(st.Message, want[name].text) || !strings.Contains(st.Message, `"c1"`) {
+				t.Errorf("upstreamError(%v) = %d %q, want %d mentioning %q and the cluster", err, st.Code, st.Message, want[name].code, want[name].text)
+			}
+		})
+	}
+	if errors.Is(realErrors(t)["refused"], context.DeadlineExceeded) {
+		t.Fatal("a refused dial must not look like a deadline")
+	}
+}
+
+// The same mapping through the whole request path.
+func TestProxyUpstreamErrors(t *testing.T) {
+	hang := make(chan struct{})
+	up := newTLSUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hang" {
+			select {
+			case <-r.Context().Done():
+			case <-hang:
+			}
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer close(hang)
+	other := newTLSUpstream(t, http.NotFoundHandler()) // its CA is not the upstream's
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "https://" + l.Addr().String()
+	l.Close()
+
+	px := newFixtureProxy(t,
+		tokenSecret("ok", up.URL, upstreamCA(up), "t", "None"),
+		tokenSecret("untrusted", up.URL, upstreamCA(other), "t", "None"),
+		tokenSecret("refused", closed, upstreamCA(up), "t", "None"),
+		tokenSecret("unusable", "http://127.0.0.1:1", nil, "t", "None"))
+
+	for _, tc := range []struct {
+		gateway, path string
+		timeout       time.Duration
+		code          int
+		text          string
+	}{
+		{"ok", "/healthz", 0, http.StatusOK, ""},
+		{"untrusted", "/healthz", 0, http.StatusBadGateway, "does not trust"},
+		{"refused", "/healthz", 0, http.StatusServiceUnavailable, "unreachable"},
+		{"ok", "/hang", 300 * time.Millisecond, http.StatusGatewayTimeout, "did not answer in time"},
+		{"unusable", "/healthz", 0, http.StatusServiceUnavailable, "cannot be used"},
+		{"missing", "/healthz", 0, http.StatusNotFound, "not found"},
+	} {
+		t.Run(tc.gateway+tc.path, func(t *testing.T) {
+			req := httptest.NewRequest(http.MethodGet, "/x", nil)
+			if tc.timeout > 0 {
+				ctx, cancel := context.WithTimeout(req.Context(), tc.timeout)
+				defer cancel()
+				req = req.WithContext(ctx)
+			}
+			rec := serveAs(px, tc.gateway, tc.path, nil, req)
+			if rec.Code != tc.code || !strings.Contains(rec.Body.String(), tc.text) {
+				t.Errorf("status %d %s, want %d mentioning %q", rec.Code, rec.Body, tc.code, tc.text)
+			}
+		})
+	}
+}

@@ -1,0 +1,118 @@
+package proxy
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apiserver/pkg/authentication/user"
+	apirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/clustergateway/cluster-gateway/pkg/pool"
+	"github.com/clustergateway/cluster-gateway/pkg/registry/clustergateway"
+)
+
+const fixtureNamespace = "cluster-gateway-system"
+
+// newFixtureProxy is the real request path (informer cache, pool, Proxy)
+// over gateway Secrets held by a fake clientset: the hub is not what these
+// tests are about. Everything started is stopped at cleanup.
+func newFixtureProxy(t *testing.T, secrets ...*corev1.Secret) *Proxy {
+	t.Helper()
+	objs := make([]runtime.Object, 0, len(secrets))
+	for _, s := range secrets {
+		objs = append(objs, s)
+	}
+	cache := clustergateway.NewCache(fake.NewClientset(objs...), fixtureNamespace)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); cache.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	deadline := time.Now().Add(30 * time.Second)
+	for !cache.HasSynced() {
+		if time.Now().After(deadline) {
+			t.Fatal("the cache did not sync")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	pl := pool.New(pool.Options{Capacity: 4, DialTimeout: 2 * time.Second})
+	t.Cleanup(pl.Close)
+	return New(Options{Cache: cache, Pool: pl})
+}
+
+// tokenSecret is a BearerToken gateway Secret for endpoint, trusting caPEM.
+func tokenSecret(name, endpoint string, caPEM []byte, token, impersonation string) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: fixtureNamespace, ResourceVersion: "1", UID: types.UID("uid-" + name),
+			Labels: map[string]string{clustergateway.LabelGateway: "true"}},
+		Data: map[string][]byte{
+			clustergateway.KeyEndpoint:       []byte(endpoint),
+			clustergateway.KeyCABundle:       caPEM,
+			clustergateway.KeyCredentialType: []byte("BearerToken"),
+			clustergateway.KeyToken:          []byte(token),
+			clustergateway.KeyImpersonation:  []byte(impersonation),
+		},
+	}
+}
+
+// upstreamCA is the PEM of an upstream's self-signed certificate: the CA
+// bundle that trusts it and no other upstream.
+func upstreamCA(srv *httptest.Server) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+}
+
+// newTLSUpstream is an HTTPS server on 127.0.0.1 with a certificate of its
+// own (httptest's built-in one is shared by all servers, so a gateway
+// trusting one upstream would trust them all), closed at cleanup.
+func newTLSUpstream(t *testing.T, h http.Handler) *httptest.Server {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "upstream"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, // self-signed: its own CA
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(h)
+	srv.TLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// serveAs sends req through the proxy for gateway name as the hub user u.
+func serveAs(px *Proxy, name, subpath string, u user.Info, req *http.Request) *httptest.ResponseRecorder {
+	ctx := req.Context()
+	if u != nil {
+		ctx = apirequest.WithUser(ctx, u)
+	}
+	rec := httptest.NewRecorder()
+	px.Handler(name, subpath).ServeHTTP(rec, req.WithContext(ctx))
+	return rec
+}

@@ -1,0 +1,91 @@
+package clustergateway
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+// The cache serves only labelled Secrets of its namespace, parses each
+// resourceVersion once, reports deletions, and its informer stops with ctx
+// (goleak in TestMain checks that).
+func TestCache(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := validCredential(t)
+	s := mustToSecret(t, x509Gateway(c), nil)
+	// The fake clientset keeps resourceVersions as given; the cache relies
+	// on them changing, as a real hub's do.
+	s.ResourceVersion = "1"
+	unlabelled := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: testNamespace}}
+	elsewhere := s.DeepCopy()
+	elsewhere.Namespace = "other"
+	client := fake.NewClientset(s, unlabelled, elsewhere)
+
+	cache := NewCache(client, testNamespace)
+	deleted := make(chan string, 10)
+	if err := cache.OnDelete(func(name string) { deleted <- name }); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cache.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "the cache to sync", cache.HasSynced)
+
+	g1, err := cache.Get(s.Name)
+	if err != nil || !g1.Ready {
+		t.Fatalf("Get(%s) = %+v, %v; want a ready gateway", s.Name, g1, err)
+	}
+	if g2, _ := cache.Get(s.Name); g2 != g1 {
+		t.Errorf("the same resourceVersion was parsed twice")
+	}
+	if _, err := cache.Get("plain"); !apierrors.IsNotFound(err) {
+		t.Errorf("Get(plain) of an unlabelled Secret: %v, want NotFound", err)
+	}
+	gws, _, err := cache.List(nil)
+	if err != nil || len(gws) != 1 {
+		t.Errorf("List = %d gateways, %v; want only the labelled one in %s", len(gws), err, testNamespace)
+	}
+
+	// An update is seen and parsed again.
+	upd := s.DeepCopy()
+	upd.Data[KeyToken] = []byte("x") // both a certificate and a token: unusable
+	upd.ResourceVersion = "2"
+	if _, err := client.CoreV1().Secrets(testNamespace).Update(ctx, upd, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the update to reach the cache", func() bool {
+		g, err := cache.Get(s.Name)
+		return err == nil && !g.Ready
+	})
+
+	if err := client.CoreV1().Secrets(testNamespace).Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case name := <-deleted:
+		if name != s.Name {
+			t.Errorf("OnDelete got %q, want %q", name, s.Name)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("OnDelete was not called for the deleted Secret")
+	}
+	if _, err := cache.Get(s.Name); !apierrors.IsNotFound(err) {
+		t.Errorf("Get after delete: %v, want NotFound", err)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

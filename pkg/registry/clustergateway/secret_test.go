@@ -1,0 +1,284 @@
+package clustergateway
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+)
+
+const testNamespace = "cluster-gateway-system"
+
+func x509Gateway(c testCredential) *v1alpha1.ClusterGateway {
+	return &v1alpha1.ClusterGateway{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        "c1",
+			Labels:      map[string]string{"env": "prod"},
+			Annotations: map[string]string{"team": "platform"},
+		},
+		Spec: v1alpha1.ClusterGatewaySpec{
+			Endpoint: v1alpha1.Endpoint{
+				Type:       v1alpha1.EndpointDirect,
+				Address:    "https://127.0.0.2:6443",
+				CABundle:   c.caPEM,
+				ServerName: "kubernetes",
+				ProxyURL:   "socks5://127.0.0.1:1080",
+			},
+			Credential: v1alpha1.Credential{
+				Type: v1alpha1.CredentialX509Certificate,
+				X509: &v1alpha1.X509Credential{Certificate: c.certPEM, PrivateKey: c.keyPEM},
+			},
+			Impersonation: v1alpha1.Impersonation{Mode: v1alpha1.ImpersonationCaller},
+		},
+	}
+}
+
+func tokenGateway(token string) *v1alpha1.ClusterGateway {
+	return &v1alpha1.ClusterGateway{
+		ObjectMeta: metav1.ObjectMeta{Name: "c2"},
+		Spec: v1alpha1.ClusterGatewaySpec{
+			Endpoint:      v1alpha1.Endpoint{Type: v1alpha1.EndpointDirect, Address: "https://127.0.0.3:6443", InsecureSkipTLSVerify: true},
+			Credential:    v1alpha1.Credential{Type: v1alpha1.CredentialBearerToken, BearerToken: token},
+			Impersonation: v1alpha1.Impersonation{Mode: v1alpha1.ImpersonationNone},
+		},
+	}
+}
+
+func mustToSecret(t *testing.T, gw *v1alpha1.ClusterGateway, existing *corev1.Secret) *corev1.Secret {
+	t.Helper()
+	s, err := toSecret(gw, existing, testNamespace)
+	if err != nil {
+		t.Fatalf("toSecret: %v", err)
+	}
+	return s
+}
+
+func ready(t *testing.T, gw *v1alpha1.ClusterGateway) metav1.Condition {
+	t.Helper()
+	for _, c := range gw.Status.Conditions {
+		if c.Type == v1alpha1.ConditionReady {
+			return c
+		}
+	}
+	t.Fatalf("gateway %s has no Ready condition: %+v", gw.Name, gw.Status)
+	return metav1.Condition{}
+}
+
+// What is written to the Secret reads back as the same gateway, and the
+// Secret's own label stays internal.
+func TestSecretRoundTrip(t *testing.T) {
+	c := validCredential(t)
+	for _, gw := range []*v1alpha1.ClusterGateway{x509Gateway(c), tokenGateway("s3cr3t-token")} {
+		t.Run(gw.Name, func(t *testing.T) {
+			s := mustToSecret(t, gw, nil)
+			if s.Namespace != testNamespace || s.Name != gw.Name || s.Labels[LabelGateway] != "true" || s.Type != corev1.SecretTypeOpaque {
+				t.Fatalf("Secret %s/%s labels %v type %q: want %s/%s, %s=true, Opaque", s.Namespace, s.Name, s.Labels, s.Type, testNamespace, gw.Name, LabelGateway)
+			}
+			got := fromSecret(s)
+			if !equality.Semantic.DeepEqual(got.Spec, gw.Spec) {
+				t.Errorf("spec after the round trip:\n got %+v\nwant %+v", got.Spec, gw.Spec)
+			}
+			if !equality.Semantic.DeepEqual(got.Labels, gw.Labels) || !equality.Semantic.DeepEqual(got.Annotations, gw.Annotations) {
+				t.Errorf("metadata after the round trip: labels %v annotations %v, want %v and %v", got.Labels, got.Annotations, gw.Labels, gw.Annotations)
+			}
+			if r := ready(t, got); r.Status != metav1.ConditionTrue {
+				t.Errorf("Ready = %s (%s: %s), want True", r.Status, r.Reason, r.Message)
+			}
+		})
+	}
+}
+
+// Rewriting a Secret keeps keys the gateway does not model, and switching the
+// credential type leaves no stale material behind.
+func TestToSecretKeepsUnknownKeysDropsStaleMaterial(t *testing.T) {
+	c := validCredential(t)
+	s := mustToSecret(t, x509Gateway(c), nil)
+	s.Data["note"] = []byte("kept")
+	s.StringData = map[string]string{KeyToken: "stale"}
+	gw := tokenGateway("new-token")
+	gw.Name = s.Name
+	s2 := mustToSecret(t, gw, s)
+	if string(s2.Data["note"]) != "kept" {
+		t.Errorf("unknown key lost: %v", keys(s2.Data))
+	}
+	for _, k := range []string{KeyCertificate, KeyPrivateKey, KeyCABundle, KeyProxyURL, KeyServerName} {
+		if _, ok := s2.Data[k]; ok {
+			t.Errorf("data[%s] survived the switch to a token gateway", k)
+		}
+	}
+	if _, ok := s2.StringData[KeyToken]; ok {
+		t.Errorf("stringData[%s] survived: it would overwrite the token on write", KeyToken)
+	}
+	if string(s2.Data[KeyToken]) != "new-token" || string(s2.Data[KeyInsecure]) != "true" {
+		t.Errorf("token %q insecure %q, want new-token and true", s2.Data[KeyToken], s2.Data[KeyInsecure])
+	}
+}
+
+// Credential material never comes back out: not in the redacted object, not
+// in kubectl's last-applied annotation stored beside it.
+func TestRedaction(t *testing.T) {
+	c := validCredential(t)
+	const token = "tok-ABCDEFGH-123456"
+	gw := x509Gateway(c)
+	applied := x509Gateway(c)
+	applied.Spec.Credential.BearerToken = token // whatever a client sent
+	raw, err := json.Marshal(applied)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw.Annotations[corev1.LastAppliedConfigAnnotation] = string(raw)
+
+	s := mustToSecret(t, gw, nil)
+	if _, ok := s.Annotations[corev1.LastAppliedConfigAnnotation]; ok {
+		t.Errorf("the gateway's last-applied configuration was stored as the Secret's own")
+	}
+	stored := s.Annotations[annotationLastApplied]
+	if stored == "" || !json.Valid([]byte(stored)) {
+		t.Fatalf("stored last-applied %q: want the redacted JSON", stored)
+	}
+
+	out := redact(fromSecret(s))
+	if out.Spec.Credential.X509 != nil || out.Spec.Credential.BearerToken != "" {
+		t.Errorf("redact left material: %+v", out.Spec.Credential)
+	}
+	if out.Annotations[corev1.LastAppliedConfigAnnotation] != stored {
+		t.Errorf("last-applied read back as %q, want %q", out.Annotations[corev1.LastAppliedConfigAnnotation], stored)
+	}
+	if _, ok := out.Annotations[annotationLastApplied]; ok {
+		t.Errorf("internal annotation %s leaked into the gateway", annotationLastApplied)
+	}
+	js, err := json.Marshal(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, needle := range needles(token, c.certPEM, c.keyPEM) {
+		if strings.Contains(string(js), needle) {
+			t.Errorf("redacted gateway contains credential material %q:\n%s", needle, js)
+		}
+	}
+	if gw.Spec.Credential.X509 == nil {
+		t.Errorf("redact changed its input")
+	}
+	if got := redactLastApplied("{not json"); got != "" {
+		t.Errorf("redactLastApplied of malformed JSON = %q, want empty (never store what could not be cleaned)", got)
+	}
+}
+
+// needles are forms in which material could show up in JSON: raw, and the
+// base64 of []byte fields (a line of it is enough to spot).
+func needles(token string, material ...[]byte) []string {
+	out := []string{token}
+	for _, m := range material {
+		// From the middle: every PEM certificate starts alike.
+		b64 := base64.StdEncoding.EncodeToString(m)
+		out = append(out, b64[len(b64)/2:len(b64)/2+40])
+		lines := strings.Split(strings.TrimSpace(string(m)), "\n")
+		if len(lines) > 2 {
+			out = append(out, lines[1])
+		}
+	}
+	return out
+}
+
+func keys(m map[string][]byte) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// A Secret written by hand may hold anything: it still reads as a gateway,
+// Ready=False says what is wrong, and nothing panics.
+func TestMalformedSecrets(t *testing.T) {
+	c := validCredential(t)
+	expired := newTestCredential(t, time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour))
+	good := func() map[string][]byte {
+		return map[string][]byte{
+			KeyEndpoint: []byte("https://127.0.0.2:6443"), KeyCABundle: c.caPEM,
+			KeyCredentialType: []byte(v1alpha1.CredentialX509Certificate), KeyCertificate: c.certPEM, KeyPrivateKey: c.keyPEM,
+		}
+	}
+	with := func(k string, v []byte) map[string][]byte {
+		d := good()
+		if v == nil {
+			delete(d, k)
+		} else {
+			d[k] = v
+		}
+		return d
+	}
+	cases := []struct {
+		name   string
+		data   map[string][]byte
+		ann    map[string]string
+		reason string
+		want   string // in the message
+	}{
+		{name: "no data", data: nil, reason: v1alpha1.ReasonInvalidSecret, want: "spec.endpoint.address"},
+		{name: "insecure not a bool", data: with(KeyInsecure, []byte("maybe")), reason: v1alpha1.ReasonInvalidSecret, want: KeyInsecure},
+		{name: "http endpoint", data: with(KeyEndpoint, []byte("http://127.0.0.2")), reason: v1alpha1.ReasonInvalidSecret, want: "https"},
+		{name: "endpoint with user info", data: with(KeyEndpoint, []byte("https://u:p@127.0.0.2")), reason: v1alpha1.ReasonInvalidSecret, want: "user info"},
+		{name: "certificate without key", data: with(KeyPrivateKey, nil), reason: v1alpha1.ReasonInvalidSecret, want: "privateKey"},
+		{name: "key without certificate", data: with(KeyCertificate, nil), reason: v1alpha1.ReasonInvalidSecret, want: "certificate"},
+		{name: "garbage PEM", data: with(KeyCertificate, []byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")), reason: v1alpha1.ReasonInvalidSecret, want: "x509"},
+		{name: "mismatched key", data: with(KeyPrivateKey, expired.keyPEM), reason: v1alpha1.ReasonInvalidSecret, want: "x509"},
+		{name: "CA bundle without certificates", data: with(KeyCABundle, []byte("not pem")), reason: v1alpha1.ReasonInvalidSecret, want: "caBundle"},
+		{name: "CA bundle and insecure", data: with(KeyInsecure, []byte("true")), reason: v1alpha1.ReasonInvalidSecret, want: "insecureSkipTLSVerify"},
+		{name: "unknown endpoint type", data: with(KeyEndpointType, []byte("Tunnel")), reason: v1alpha1.ReasonInvalidSecret, want: "spec.endpoint.type"},
+		{name: "konnectivity with proxy", data: func() map[string][]byte {
+			d := with(KeyEndpointType, []byte("Konnectivity"))
+			d[KeyProxyURL] = []byte("http://127.0.0.1:3128")
+			return d
+		}(), reason: v1alpha1.ReasonInvalidSecret, want: "proxyURL"},
+		{name: "no credential type", data: with(KeyCredentialType, nil), reason: v1alpha1.ReasonInvalidSecret, want: "spec.credential.type"},
+		{name: "token type without token", data: with(KeyCredentialType, []byte(v1alpha1.CredentialBearerToken)), reason: v1alpha1.ReasonInvalidSecret, want: "bearerToken"},
+		{name: "unknown impersonation", data: with(KeyImpersonation, []byte("Everyone")), reason: v1alpha1.ReasonInvalidSecret, want: "impersonation"},
+		{name: "proxy scheme", data: with(KeyProxyURL, []byte("ftp://127.0.0.1:21")), reason: v1alpha1.ReasonInvalidSecret, want: "proxyURL"},
+		{name: "expired certificate", data: map[string][]byte{
+			KeyEndpoint: []byte("https://127.0.0.2:6443"), KeyCredentialType: []byte(v1alpha1.CredentialX509Certificate),
+			KeyCertificate: expired.certPEM, KeyPrivateKey: expired.keyPEM,
+		}, reason: v1alpha1.ReasonCertExpired, want: "expired"},
+		{name: "managed fields not JSON", data: good(), ann: map[string]string{annotationManagedFields: "{["}, reason: v1alpha1.ReasonValid},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Name: "bad", Namespace: testNamespace, ResourceVersion: "7", Annotations: tc.ann, Labels: map[string]string{LabelGateway: "true"}},
+				Data:       tc.data,
+			}
+			g := parseGateway(s)
+			r := ready(t, g.Object)
+			if tc.reason == v1alpha1.ReasonValid {
+				if !g.Ready || r.Status != metav1.ConditionTrue || g.Address == nil {
+					t.Fatalf("Ready=%v (%s: %s), address %v; want a usable gateway", g.Ready, r.Reason, r.Message, g.Address)
+				}
+				return
+			}
+			if g.Ready || r.Status != metav1.ConditionFalse || g.Problem == "" {
+				t.Fatalf("Ready=%v, condition %s (%s: %s), problem %q; want Ready=False with a problem", g.Ready, r.Status, r.Reason, r.Message, g.Problem)
+			}
+			if tc.reason != "" && r.Reason != tc.reason {
+				t.Errorf("reason %q, want %q (%s)", r.Reason, tc.reason, r.Message)
+			}
+			if !strings.Contains(r.Message, tc.want) || g.Problem != r.Message {
+				t.Errorf("message %q (problem %q): want it to mention %q", r.Message, g.Problem, tc.want)
+			}
+		})
+	}
+}
+
+// A usable gateway has its address and proxy URL parsed once, here.
+func TestParseGatewayParsesAddresses(t *testing.T) {
+	g := parseGateway(mustToSecret(t, x509Gateway(validCredential(t)), nil))
+	if !g.Ready || g.Address == nil || g.Address.Host != "127.0.0.2:6443" || g.ProxyURL == nil || g.ProxyURL.Scheme != "socks5" {
+		t.Fatalf("Ready=%v problem %q address %v proxy %v", g.Ready, g.Problem, g.Address, g.ProxyURL)
+	}
+}
