@@ -50,6 +50,9 @@ type Env struct {
 	Konnectivity *Konnectivity // nil with NoKonnectivity
 	StartupTime  time.Duration // how long Start took
 
+	// Forward proxies in this process for ClusterGateways with a proxyURL.
+	HTTPProxy, SOCKS5Proxy *ForwardProxy
+
 	frontProxyClient *KeyPair
 	spawn            *spawner
 	mu               sync.Mutex
@@ -182,6 +185,11 @@ func (e *Env) up(ctx context.Context) error {
 		return fmt.Errorf("generate PKI: %w", err)
 	}
 	step("PKI generated in %s", filepath.Join(e.StateDir, "pki"))
+
+	if err := e.startForwardProxies(); err != nil {
+		return err
+	}
+	step("forward proxies at %s and %s", e.HTTPProxy.URL, e.SOCKS5Proxy.URL)
 
 	if err := e.startEtcd(ctx); err != nil {
 		return err
@@ -337,7 +345,7 @@ func (e *Env) Pids() map[string]int {
 // safe after a partial start and when called twice.
 func (e *Env) Stop() error {
 	e.stopOnce.Do(func() {
-		var errs []error
+		errs := []error{e.stopForwardProxies()}
 		for _, c := range e.Managed {
 			if c.Kubelet != nil {
 				errs = append(errs, c.Kubelet.Close())
