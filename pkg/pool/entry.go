@@ -20,6 +20,7 @@ type entry struct {
 	pool    *Pool
 	cluster string
 	fp      string
+	shape   shape  // the Target it was built from, for Acquire's fast path
 	addr    string // canonical host:port; the only address this entry dials
 
 	rt      *http.Transport // HTTP/2-capable, for ordinary requests
@@ -53,6 +54,7 @@ func (p *Pool) newEntry(t *Target, addr, fp string) (*entry, error) {
 		pool:    p,
 		cluster: t.Cluster,
 		fp:      fp,
+		shape:   shapeOf(t),
 		addr:    addr,
 		rawDial: raw,
 		drained: make(chan struct{}),

@@ -75,6 +75,10 @@ func (p *Pool) now() int64 { return int64(time.Since(p.start)) }
 // (cheap: no dialing) or replacing it when t's fingerprint changed; the old
 // one is retired with reason "rotated". The lock is held only for map work.
 func (p *Pool) Acquire(t *Target) (*Lease, error) {
+	// Steady state: the same Target as the live entry's, no hashing.
+	if l, ok, err := p.acquireSame(t); ok {
+		return l, err
+	}
 	addr, err := t.validate()
 	if err != nil {
 		return nil, err
