@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// goBench is the outcome of one `go test -bench` invocation: every sample
+// of every benchmark, so ratios come from numbers taken side by side.
+type goBench struct {
+	Command string
+	Samples map[string][]benchSample // by name without the -GOMAXPROCS suffix
+	Order   []string
+}
+
+type benchSample struct{ NsOp, BOp, AllocsOp float64 }
+
+// benchLine matches e.g. "BenchmarkDirect/get-2  26006  61747 ns/op  8334 B/op  78 allocs/op".
+var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(-\d+)?\s+\d+\s+([\d.]+) ns/op(?:\s+([\d.]+) B/op)?(?:\s+([\d.]+) allocs/op)?`)
+
+// runGoBench runs the in-process benchmarks of pkg/proxy (and the pool's
+// Acquire) in one invocation, echoing the output, and parses it.
+func runGoBench(ctx context.Context, goBin string, count int, benchtime string) (*goBench, error) {
+	args := []string{"test", "-run", "^$", "-bench", "^Benchmark(Direct|BareReverseProxy|ProxyGateway|ServePieces|AcquireRelease)$",
+		"-benchmem", "-count", strconv.Itoa(count), "-benchtime", benchtime, "./pkg/proxy/", "./pkg/pool/"}
+	gb := &goBench{Command: goBin + " " + strings.Join(quoteArgs(args), " "), Samples: map[string][]benchSample{}}
+	logf("running %s", gb.Command)
+	cmd := exec.CommandContext(ctx, goBin, args...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	gb.parse(io.TeeReader(out, os.Stdout))
+	if err := cmd.Wait(); err != nil {
+		return nil, fmt.Errorf("%s: %w", gb.Command, err)
+	}
+	return gb, nil
+}
+
+func (gb *goBench) parse(r io.Reader) {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		m := benchLine.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		var s benchSample
+		s.NsOp, _ = strconv.ParseFloat(m[3], 64)
+		s.BOp, _ = strconv.ParseFloat(m[4], 64)
+		s.AllocsOp, _ = strconv.ParseFloat(m[5], 64)
+		if _, seen := gb.Samples[m[1]]; !seen {
+			gb.Order = append(gb.Order, m[1])
+		}
+		gb.Samples[m[1]] = append(gb.Samples[m[1]], s)
+	}
+}
+
+// median of one field over a benchmark's samples (0 when absent).
+func (gb *goBench) median(name string, field func(benchSample) float64) float64 {
+	var v []float64
+	for _, s := range gb.Samples[name] {
+		v = append(v, field(s))
+	}
+	return medianOf(v)
+}
+
+func (gb *goBench) minMax(name string) (lo, hi float64) {
+	for i, s := range gb.Samples[name] {
+		if i == 0 || s.NsOp < lo {
+			lo = s.NsOp
+		}
+		if s.NsOp > hi {
+			hi = s.NsOp
+		}
+	}
+	return lo, hi
+}
+
+func medianOf(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	v = slices.Clone(v)
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+func nsOp(s benchSample) float64     { return s.NsOp }
+func bOp(s benchSample) float64      { return s.BOp }
+func allocsOp(s benchSample) float64 { return s.AllocsOp }
+
+// markdown is the table of medians and the per-body ratios.
+func (gb *goBench) markdown() string {
+	var b strings.Builder
+	b.WriteString("| benchmark | ns/op (median) | min – max | B/op | allocs/op |\n|---|---:|---:|---:|---:|\n")
+	for _, n := range gb.Order {
+		lo, hi := gb.minMax(n)
+		fmt.Fprintf(&b, "| %s | %s | %s – %s | %.0f | %.0f |\n", strings.TrimPrefix(n, "Benchmark"),
+			fmtNs(gb.median(n, nsOp)), fmtNs(lo), fmtNs(hi), gb.median(n, bOp), gb.median(n, allocsOp))
+	}
+	b.WriteString("\n| body | gateway / bare proxy (ns/op) | gateway / direct (ns/op) | bare / direct (ns/op) | gateway − bare (allocs/op) |\n|---|---:|---:|---:|---:|\n")
+	for _, body := range []string{"get", "list"} {
+		g, bare, d := "BenchmarkProxyGateway/"+body, "BenchmarkBareReverseProxy/"+body, "BenchmarkDirect/"+body
+		gn, bn, dn := gb.median(g, nsOp), gb.median(bare, nsOp), gb.median(d, nsOp)
+		if gn == 0 || bn == 0 || dn == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "| %s | %.2f | %.2f | %.2f | %+.0f |\n", body, gn/bn, gn/dn, bn/dn,
+			gb.median(g, allocsOp)-gb.median(bare, allocsOp))
+	}
+	return b.String()
+}
+
+func fmtNs(ns float64) string {
+	switch {
+	case ns >= 1e6:
+		return fmt.Sprintf("%.2f ms", ns/1e6)
+	case ns >= 1e3:
+		return fmt.Sprintf("%.1f µs", ns/1e3)
+	default:
+		return fmt.Sprintf("%.0f ns", ns)
+	}
+}
+
+func quoteArgs(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if strings.ContainsAny(a, "^$|()* ") {
+			a = "'" + a + "'"
+		}
+		out[i] = a
+	}
+	return out
+}

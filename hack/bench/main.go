@@ -1,0 +1,219 @@
+// Command bench measures the proxied request path: the in-process Go
+// benchmarks of pkg/proxy, then a side-by-side load against the real local
+// environment (hack/localenv), then the gateway's memory per pooled cluster.
+// It writes docs/performance.md and prints it. `make bench` runs it.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/clustergateway/cluster-gateway/hack/localenv"
+)
+
+type options struct {
+	StateDir, BinDir, Out, Go string
+	Concurrency, Rounds       int
+	Duration, Warm            time.Duration
+	Gateways                  int
+	BenchCount                int
+	BenchTime                 string
+	SkipGoBench, SkipEnv      bool
+	GatewayProfile            string
+}
+
+// requestPath is the object every load GETs (a Kubernetes GET of one object).
+const requestPath = "/api/v1/namespaces/default"
+
+func logf(format string, args ...any) { log.Printf(format, args...) }
+
+func main() {
+	var o options
+	flag.StringVar(&o.StateDir, "state-dir", "_output/bench", "fresh state directory for the local environment (removed first)")
+	flag.StringVar(&o.BinDir, "bin", "_output/bin", "kube-apiserver, kubectl, etcd, proxy-server, proxy-agent and cluster-gateway")
+	flag.StringVar(&o.Out, "out", "docs/performance.md", "report to write")
+	flag.StringVar(&o.Go, "go", "go", "go command for the in-process benchmarks")
+	flag.IntVar(&o.Concurrency, "concurrency", 8, "keep-alive workers per load")
+	flag.DurationVar(&o.Duration, "duration", 10*time.Second, "load time per path, split over -rounds")
+	flag.IntVar(&o.Rounds, "rounds", 2, "interleaved rounds: each path runs duration/rounds per round")
+	flag.DurationVar(&o.Warm, "warm", time.Second, "warm-up per path before measuring (connections, pool entries)")
+	flag.IntVar(&o.Gateways, "gateways", 1000, "ClusterGateways for the memory-per-pooled-cluster step (0 skips it)")
+	flag.IntVar(&o.BenchCount, "bench-count", 5, "-count of the Go benchmarks (medians are reported)")
+	flag.StringVar(&o.BenchTime, "bench-time", "1s", "-benchtime of the Go benchmarks")
+	flag.BoolVar(&o.SkipGoBench, "skip-go-bench", false, "skip the in-process Go benchmarks")
+	flag.BoolVar(&o.SkipEnv, "skip-env", false, "skip the local environment (loads and memory)")
+	flag.StringVar(&o.GatewayProfile, "gateway-profile", "gateway-cpu.pprof", "CPU profile of the gateway during the first gateway-port round, in the state dir (empty: none)")
+	flag.Parse()
+	log.SetFlags(log.Ltime)
+
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	if err := run(ctx, o); err != nil {
+		log.Printf("bench failed: %v", err)
+		cancel()
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	rep := &report{Machine: describeMachine(o.Go), Opts: o}
+	began := time.Now()
+	if !o.SkipGoBench {
+		gb, err := runGoBench(ctx, o.Go, o.BenchCount, o.BenchTime)
+		if err != nil {
+			return err
+		}
+		rep.GoBench = gb
+		fmt.Println("\n" + gb.markdown())
+	}
+	if !o.SkipEnv {
+		if err := runEnv(ctx, o, rep); err != nil {
+			return err
+		}
+	}
+	rep.Total = time.Since(began)
+	md := rep.markdown()
+	if err := os.MkdirAll(filepath.Dir(o.Out), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(o.Out, []byte(md), 0o644); err != nil {
+		return err
+	}
+	fmt.Println(md)
+	logf("wrote %s (%s in all)", o.Out, rep.Total.Round(time.Second))
+	return nil
+}
+
+// runEnv brings up a fresh local environment, runs the loads and the memory
+// step, and stops every process it started whatever happens.
+func runEnv(ctx context.Context, o options, rep *report) (err error) {
+	if err := os.RemoveAll(o.StateDir); err != nil {
+		return err
+	}
+	// Room for every bench gateway plus localenv's own: none may be evicted.
+	capacity := o.Gateways + 100
+	env, err := localenv.Start(ctx, localenv.Options{
+		StateDir:    o.StateDir,
+		BinDir:      o.BinDir,
+		GatewayArgs: []string{"--pool-capacity=" + strconv.Itoa(capacity)},
+		Logf:        func(f string, a ...any) { logf("localenv: "+f, a...) },
+	})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, env.Stop()) }()
+	rep.EnvStartup = env.StartupTime
+	rep.Capacity = capacity
+
+	gw, err := newGatewayAdmin(env)
+	if err != nil {
+		return err
+	}
+	targets, closeTargets, err := buildTargets(env)
+	if err != nil {
+		return err
+	}
+	defer closeTargets()
+	rep.Targets = targets
+	profile := ""
+	if o.GatewayProfile != "" {
+		profile = filepath.Join(o.StateDir, o.GatewayProfile)
+	}
+	if err := runLoads(ctx, gw, targets, o.Concurrency, o.Rounds, o.Duration, o.Warm, profile); err != nil {
+		return err
+	}
+	if profile != "" {
+		rep.ProfilePath = profile
+		if rep.Profile, err = profileBreakdown(ctx, o.Go, profile); err != nil {
+			logf("cannot read the gateway profile %s: %v", profile, err)
+		}
+	}
+	if o.Gateways > 0 {
+		logf("memory per pooled cluster: %d ClusterGateways", o.Gateways)
+		if rep.Pooled, err = measurePooled(ctx, env, gw, o.Gateways, o.Concurrency, o.StateDir); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// buildTargets are the paths to the same object, side by side.
+func buildTargets(env *localenv.Env) ([]*target, func(), error) {
+	m1 := env.Managed[0]
+	pids := map[string]int{
+		"gateway":   env.Gateway.Process.Pid(),
+		"hub":       env.Hub.Process.Pid(),
+		"managed-1": m1.Process.Pid(),
+	}
+	k := env.Konnectivity
+	if k != nil {
+		pids[k.Cluster.Name] = k.Cluster.Process.Pid()
+		pids["proxy-server"] = k.Server.Pid()
+		pids["proxy-agent"] = k.Agent.Pid()
+	}
+	direct, err := mtlsClient(m1.CA.CertPEM, m1.GatewayUser)
+	if err != nil {
+		return nil, nil, err
+	}
+	bare, err := startBareProxy(m1.URL, m1.CA.CertPEM, m1.GatewayUser.CertPEM, m1.GatewayUser.KeyPEM)
+	if err != nil {
+		return nil, nil, err
+	}
+	bareClient, err := mtlsClient(bare.CAPEM, nil)
+	if err != nil {
+		bare.Close()
+		return nil, nil, err
+	}
+	gwClient, err := mtlsClient(env.Gateway.CA.CertPEM, env.Hub.Admin)
+	if err != nil {
+		bare.Close()
+		return nil, nil, err
+	}
+	hubClient, err := mtlsClient(env.Hub.CA.CertPEM, env.Hub.Admin)
+	if err != nil {
+		bare.Close()
+		return nil, nil, err
+	}
+	proxyPath := func(c *localenv.Cluster) string {
+		return "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/" + c.GatewayName + "/proxy" + requestPath
+	}
+	ts := []*target{
+		{Key: "direct", Name: "direct → managed-1", Via: "client → kube-apiserver", URL: m1.URL + requestPath, Client: direct, Upstream: "managed-1"},
+		{Key: "bare", Name: "bare reverse proxy → managed-1", Via: "client → httputil.ReverseProxy in the bench process (one shared transport) → kube-apiserver", URL: bare.URL + requestPath, Client: bareClient, Upstream: "managed-1"},
+		{Key: "gateway", Name: "gateway port → cluster-1 (Direct)", Via: "client → gateway :port (x509 authn, generic filters) → pooled transport → kube-apiserver", URL: env.Gateway.URL + proxyPath(m1), Client: gwClient, Upstream: "managed-1"},
+		{Key: "hub", Name: "hub → gateway → cluster-1", Via: "client → hub kube-apiserver (aggregation) → gateway → kube-apiserver", URL: env.Hub.URL + proxyPath(m1), Client: hubClient, Upstream: "managed-1"},
+	}
+	if k != nil {
+		d3, err := mtlsClient(k.Cluster.CA.CertPEM, k.Cluster.GatewayUser)
+		if err != nil {
+			bare.Close()
+			return nil, nil, err
+		}
+		ts = append(ts,
+			&target{Key: "konn", Name: "gateway port → " + k.Cluster.GatewayName + " (Konnectivity)", Via: "client → gateway :port → gRPC tunnel → proxy-server → proxy-agent → kube-apiserver", URL: env.Gateway.URL + proxyPath(k.Cluster), Client: gwClient, Upstream: k.Cluster.Name},
+			&target{Key: "direct3", Name: "direct → " + k.Cluster.Name, Via: "client → kube-apiserver (baseline of the Konnectivity row)", URL: k.Cluster.URL + requestPath, Client: d3, Upstream: k.Cluster.Name},
+		)
+	} else {
+		ts = append(ts, &target{Key: "konn", Name: "gateway port → Konnectivity cluster", TODO: "TODO: this localenv runs no konnectivity proxy-server/agent (Env.Konnectivity is nil); the row is not measured"})
+	}
+	for _, t := range ts {
+		t.Pids = pids
+	}
+	return ts, func() {
+		bare.Close()
+		for _, t := range ts {
+			if t.Client != nil {
+				t.Client.CloseIdleConnections()
+			}
+		}
+	}, nil
+}

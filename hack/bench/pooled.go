@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/clustergateway/cluster-gateway/hack/localenv"
+	"github.com/clustergateway/cluster-gateway/pkg/registry/clustergateway"
+)
+
+// benchLabel marks the gateways created here, to list and delete them at once.
+const benchLabel = "cluster-gateway-bench"
+
+// pooledResult is the gateway with no extra gateways, with n stored but
+// unused, with n pooled (one request through each), right after deletion,
+// and once their memory is released.
+type pooledResult struct {
+	N                             int
+	Base, Stored, Pooled, Deleted gwState
+	Released                      gwState // once the heap is back near Base
+	CreateTime, RequestTime       time.Duration
+	DeleteTime, ReleaseTime       time.Duration
+}
+
+// measurePooled creates n ClusterGateways as Secrets on the hub (the layout
+// of pkg/registry/clustergateway), alternately at managed-1 and managed-2,
+// sends one request through each on the gateway's port, and deletes them.
+// Heap figures are taken right after a forced GC in the gateway, whose heap
+// profiles are saved in profileDir.
+func measurePooled(ctx context.Context, env *localenv.Env, gw *gatewayAdmin, n, conc int, profileDir string) (*pooledResult, error) {
+	cfg := env.Hub.RESTConfig()
+	cfg.QPS, cfg.Burst = 1000, 1000
+	hub, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	secrets := hub.CoreV1().Secrets(localenv.GatewayNamespace)
+	res := &pooledResult{N: n}
+	settled := func(step string) (gwState, error) {
+		if err := gw.gc(ctx, filepath.Join(profileDir, "gateway-heap-"+step+".pprof")); err != nil {
+			return gwState{}, err
+		}
+		return gw.state(ctx)
+	}
+	if res.Base, err = settled("before"); err != nil {
+		return nil, err
+	}
+
+	start := time.Now()
+	if err := parallel(ctx, n, conc, func(i int) error {
+		_, err := secrets.Create(ctx, benchSecret(env, i), metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("create gateways: %w", err)
+	}
+	if err := waitListed(ctx, gw, n); err != nil {
+		return nil, err
+	}
+	res.CreateTime = time.Since(start)
+	if res.Stored, err = settled("stored"); err != nil {
+		return nil, err
+	}
+
+	start = time.Now()
+	if err := parallel(ctx, n, conc, func(i int) error {
+		url := gw.env.Gateway.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/" + benchName(i) + "/proxy/api/v1/namespaces/default"
+		for {
+			err := get(ctx, gw.client, url)
+			if err == nil || !strings.Contains(err.Error(), "404") || ctx.Err() != nil {
+				return err
+			}
+			// The informer has not seen it yet.
+			time.Sleep(100 * time.Millisecond)
+		}
+	}); err != nil {
+		return nil, fmt.Errorf("request through each gateway: %w", err)
+	}
+	res.RequestTime = time.Since(start)
+	if res.Pooled, err = settled("pooled"); err != nil {
+		return nil, err
+	}
+
+	start = time.Now()
+	if err := secrets.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: benchLabel + "=true"}); err != nil {
+		return nil, fmt.Errorf("delete gateways: %w", err)
+	}
+	if err := waitPoolBack(ctx, gw, res.Base); err != nil {
+		return nil, err
+	}
+	res.DeleteTime = time.Since(start)
+	if res.Deleted, err = settled("deleted"); err != nil {
+		return nil, err
+	}
+	// Retired entries stay reachable for up to the HTTP/2 ReadIdleTimeout
+	// (30 s): x/net/http2's health-check timer is re-armed by the read
+	// loop's last, failing read and never stopped (golang/go#80920).
+	start = time.Now()
+	for {
+		time.Sleep(5 * time.Second)
+		if res.Released, err = settled("released"); err != nil {
+			return nil, err
+		}
+		growth := res.Pooled.Heap - res.Base.Heap
+		if res.Released.Heap-res.Base.Heap <= growth/10 || time.Since(start) > time.Minute {
+			break
+		}
+	}
+	res.ReleaseTime = time.Since(start)
+	return res, nil
+}
+
+func benchName(i int) string { return fmt.Sprintf("bench-%04d", i) }
+
+func benchSecret(env *localenv.Env, i int) *corev1.Secret {
+	m := env.Managed[i%2]
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: benchName(i), Namespace: localenv.GatewayNamespace,
+			Labels: map[string]string{clustergateway.LabelGateway: "true", benchLabel: "true"}},
+		Data: map[string][]byte{
+			clustergateway.KeyEndpointType:   []byte("Direct"),
+			clustergateway.KeyEndpoint:       []byte(m.URL),
+			clustergateway.KeyCABundle:       m.CA.CertPEM,
+			clustergateway.KeyCredentialType: []byte("X509Certificate"),
+			clustergateway.KeyCertificate:    m.GatewayUser.CertPEM,
+			clustergateway.KeyPrivateKey:     m.GatewayUser.KeyPEM,
+		},
+	}
+}
+
+// waitListed waits until the gateway's cache holds all n bench gateways.
+func waitListed(ctx context.Context, gw *gatewayAdmin, n int) error {
+	path := "/apis/gateway.clustergateway.io/v1alpha1/clustergateways?labelSelector=" + benchLabel + "%3Dtrue"
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		body, err := gw.get(ctx, path)
+		if err == nil && strings.Count(body, `"name":"bench-`) >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the gateway did not list %d bench gateways in time (last error: %v)", n, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// waitPoolBack waits until the deleted gateways' entries are retired and
+// their connections closed.
+func waitPoolBack(ctx context.Context, gw *gatewayAdmin, base gwState) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		s, err := gw.state(ctx)
+		if err == nil && s.Entries <= base.Entries && s.Retiring == 0 && s.OpenConns <= base.OpenConns {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pool not back to its baseline after deleting the bench gateways: %+v (base %+v, err %v)", s, base, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// parallel runs f(0..n-1) on conc workers and returns the first error.
+func parallel(ctx context.Context, n, conc int, f func(int) error) error {
+	var next atomic.Int64
+	var once sync.Once
+	var first error
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				if err := f(i); err != nil {
+					once.Do(func() { first = err })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	return ctx.Err()
+}

@@ -1,0 +1,306 @@
+package proxy
+
+// Benchmarks of the proxied request path, side by side against one in-process
+// upstream (TLS, HTTP/2, client-certificate auth like a kube-apiserver):
+//
+//	BenchmarkDirect             client -> upstream
+//	BenchmarkBareReverseProxy   client -> httputil.ReverseProxy (one shared transport) -> upstream
+//	BenchmarkProxyGateway       client -> Proxy.Handler (real cache, real pool) -> upstream
+//
+// Every hop is real TLS over loopback with keep-alive HTTP/2 clients. The
+// gateway's frontend sets the user and RequestInfo as the generic server's
+// filters would, but runs no authentication or authorization: hack/bench
+// measures the whole gateway process behind the real hub. `make bench`
+// runs these in one invocation and prints the ratios.
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/authentication/user"
+	apirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/clustergateway/cluster-gateway/pkg/pool"
+	"github.com/clustergateway/cluster-gateway/pkg/registry/clustergateway"
+)
+
+const (
+	benchNamespace = "cluster-gateway-system"
+	benchCluster   = "bench"
+	benchGWPrefix  = "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/"
+	benchListPods  = 100 // pods in the list body (about 50 KiB of JSON)
+)
+
+// benchPaths are the proxied requests: a single-object GET and a list.
+var benchPaths = []struct{ name, path string }{
+	{"get", "/api/v1/namespaces/default"},
+	{"list", "/api/v1/namespaces/default/pods"},
+}
+
+// benchUpstream is a kube-apiserver stand-in that answers from memory.
+type benchUpstream struct {
+	pki *benchPKI
+	srv *httptest.Server
+}
+
+func newBenchUpstream(b *testing.B) *benchUpstream {
+	b.Helper()
+	pki := newBenchPKI(b)
+	ns, _ := json.Marshal(&corev1.Namespace{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
+		ObjectMeta: metav1.ObjectMeta{Name: "default", UID: "6f1d2c1e-4e0b-4a43-9d1b-0c5c2d9b1a10", ResourceVersion: "42", Labels: map[string]string{"kubernetes.io/metadata.name": "default"}},
+		Spec:       corev1.NamespaceSpec{Finalizers: []corev1.FinalizerName{"kubernetes"}},
+		Status:     corev1.NamespaceStatus{Phase: corev1.NamespaceActive},
+	})
+	list := &corev1.PodList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "PodList"}, ListMeta: metav1.ListMeta{ResourceVersion: "42"}}
+	for i := range benchListPods {
+		list.Items = append(list.Items, corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pod-%03d", i), Namespace: "default", UID: "uid", ResourceVersion: "42", Labels: map[string]string{"app": "bench"}},
+			Spec:       corev1.PodSpec{NodeName: "fake-node", Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:v1", Ports: []corev1.ContainerPort{{ContainerPort: 8080}}}}},
+			Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1", ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Ready: true, Image: "registry.example/app:v1"}}},
+		})
+	}
+	pods, _ := json.Marshal(list)
+	bodies := map[string][]byte{benchPaths[0].path: ns, benchPaths[1].path: pods}
+
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, ok := bodies[r.URL.Path]
+		if !ok || r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+			http.Error(w, "unknown path or no client certificate", http.StatusNotFound)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Audit-Id", "00000000-0000-0000-0000-000000000000")
+		_, _ = w.Write(body)
+	}))
+	srv.EnableHTTP2 = true
+	srv.TLS = pki.serverTLS()
+	srv.StartTLS()
+	b.Cleanup(srv.Close)
+	return &benchUpstream{pki: pki, srv: srv}
+}
+
+// newH2Transport is configured like a pool entry's transport: HTTP/2 via
+// x/net/http2, no transparent compression, client-go's idle limits.
+func newH2Transport(b *testing.B, cfg *tls.Config) *http.Transport {
+	b.Helper()
+	t := &http.Transport{TLSClientConfig: cfg, MaxIdleConnsPerHost: 25, IdleConnTimeout: 90 * time.Second, DisableCompression: true}
+	if _, err := http2.ConfigureTransports(t); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(t.CloseIdleConnections)
+	return t
+}
+
+// frontend serves h over TLS with HTTP/2 and returns a keep-alive client for it.
+func frontend(b *testing.B, h http.Handler) (*httptest.Server, *http.Client) {
+	b.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	b.Cleanup(srv.Close)
+	c := srv.Client()
+	b.Cleanup(c.CloseIdleConnections)
+	return srv, c
+}
+
+// runLoad sends GET base+path from parallel goroutines (4 per GOMAXPROCS)
+// over one keep-alive client and checks every answer is a 200. warmed, if
+// set, runs after the first request (connections dialed, pool entry built).
+func runLoad(b *testing.B, c *http.Client, base, path string, warmed func()) {
+	b.Helper()
+	url := base + path
+	get := func() error {
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+		req.Header.Set("Accept", "application/json")
+		resp, err := c.Do(req)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %s", url, resp.Status)
+		}
+		return err
+	}
+	if err := get(); err != nil {
+		b.Fatal(err)
+	}
+	if warmed != nil {
+		warmed()
+	}
+	b.ReportAllocs()
+	b.SetParallelism(4)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := get(); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+func BenchmarkDirect(b *testing.B) {
+	up := newBenchUpstream(b)
+	c := &http.Client{Transport: newH2Transport(b, up.pki.clientTLS())}
+	for _, p := range benchPaths {
+		b.Run(p.name, func(b *testing.B) { runLoad(b, c, up.srv.URL, p.path, nil) })
+	}
+}
+
+func BenchmarkBareReverseProxy(b *testing.B) {
+	up := newBenchUpstream(b)
+	target, _ := url.Parse(up.srv.URL)
+	rp := &httputil.ReverseProxy{
+		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(target) },
+		Transport: newH2Transport(b, up.pki.clientTLS()), // one transport for all requests
+	}
+	srv, c := frontend(b, rp)
+	for _, p := range benchPaths {
+		b.Run(p.name, func(b *testing.B) { runLoad(b, c, srv.URL, p.path, nil) })
+	}
+}
+
+func BenchmarkProxyGateway(b *testing.B) {
+	up := newBenchUpstream(b)
+	px, pl := newBenchProxy(b, up)
+	srv, c := frontend(b, gatewayFrontend(px))
+	for _, p := range benchPaths {
+		b.Run(p.name, func(b *testing.B) {
+			var before pool.Stats
+			runLoad(b, c, srv.URL, benchGWPrefix+benchCluster+"/proxy"+p.path, func() { before = pl.Stats() })
+			// Steady state builds no transports (a correctness check, not a timing one).
+			after := pl.Stats()
+			if after.Created != before.Created || after.Dials != before.Dials {
+				b.Errorf("steady state built %d pool entries and dialed %d connections, want 0 and 0",
+					after.Created-before.Created, after.Dials-before.Dials)
+			}
+		})
+	}
+}
+
+// newBenchProxy is the real Proxy over a real pool and an informer cache. The
+// cache reads a fake clientset seeded with the gateway Secret: the hub is not
+// what is measured here (requests never read it, only the informer's store).
+func newBenchProxy(b *testing.B, up *benchUpstream) (*Proxy, *pool.Pool) {
+	b.Helper()
+	client := fake.NewClientset(benchSecret(benchCluster, up.srv.URL, up.pki))
+	cache := clustergateway.NewCache(client, benchNamespace)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); cache.Run(ctx) }()
+	b.Cleanup(func() { cancel(); <-done })
+	deadline := time.Now().Add(30 * time.Second)
+	for !cache.HasSynced() {
+		if time.Now().After(deadline) {
+			b.Fatal("cache did not sync")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	pl := pool.New(pool.Options{})
+	b.Cleanup(pl.Close)
+	return New(Options{Cache: cache, Pool: pl}), pl
+}
+
+// benchSecret is a ClusterGateway as stored on the hub: Direct, X509.
+func benchSecret(name, endpoint string, pki *benchPKI) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: benchNamespace, ResourceVersion: "1", UID: "bench-uid",
+			Labels: map[string]string{clustergateway.LabelGateway: "true"}},
+		Data: map[string][]byte{
+			clustergateway.KeyEndpointType:   []byte("Direct"),
+			clustergateway.KeyEndpoint:       []byte(endpoint),
+			clustergateway.KeyCABundle:       pki.caPEM,
+			clustergateway.KeyCredentialType: []byte("X509Certificate"),
+			clustergateway.KeyCertificate:    pki.clientCert,
+			clustergateway.KeyPrivateKey:     pki.clientKey,
+		},
+	}
+}
+
+var benchInfoFactory = &apirequest.RequestInfoFactory{
+	APIPrefixes:          sets.NewString("api", "apis"),
+	GrouplessAPIPrefixes: sets.NewString("api"),
+}
+
+// gatewayFrontend does per request what the generic server does before the
+// proxy subresource's handler: RequestInfo, the authenticated user, and the
+// name and path of the subresource (ProxyREST.Connect).
+func gatewayFrontend(px *Proxy) http.Handler {
+	admin := &user.DefaultInfo{Name: "hub-admin", Groups: []string{"system:masters", user.AllAuthenticated}}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ri, err := benchInfoFactory.NewRequestInfo(r)
+		if err != nil || !isProxy(ri) {
+			http.Error(w, "not a proxy request", http.StatusNotFound)
+			return
+		}
+		ctx := apirequest.WithRequestInfo(apirequest.WithUser(r.Context(), admin), ri)
+		subpath := strings.TrimPrefix(r.URL.Path, benchGWPrefix+ri.Name+"/proxy")
+		px.Handler(ri.Name, subpath).ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// BenchmarkServePieces is the per-request work of serve before the upstream
+// round trip, piece by piece.
+func BenchmarkServePieces(b *testing.B) {
+	up := newBenchUpstream(b)
+	px, pl := newBenchProxy(b, up)
+	gw, err := px.opts.Cache.Get(benchCluster)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tg, err := px.target(gw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("cache-get", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := px.opts.Cache.Get(benchCluster); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("target", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := px.target(gw); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("fingerprint", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = tg.Fingerprint()
+		}
+	})
+	b.Run("acquire-release", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			l, err := pl.Acquire(tg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			l.Release()
+		}
+	})
+}
