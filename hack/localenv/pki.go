@@ -52,8 +52,10 @@ func newCA(dir, name string) (*CA, error) {
 	}
 	now := time.Now()
 	tmpl := &x509.Certificate{
-		SerialNumber:          sn,
-		Subject:               pkix.Name{CommonName: name},
+		SerialNumber: sn,
+		// Distinct names: a verifier tries each CA whose name matches the
+		// issuer, and a same-named wrong CA costs a failing signature check.
+		Subject:               pkix.Name{CommonName: filepath.Base(dir) + "-" + name},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(certValidity),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
