@@ -1,0 +1,233 @@
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/authentication/user"
+	apirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/clustergateway/cluster-gateway/hack/localenv"
+	"github.com/clustergateway/cluster-gateway/pkg/pool"
+	"github.com/clustergateway/cluster-gateway/pkg/pool/konnectivity"
+	"github.com/clustergateway/cluster-gateway/pkg/proxy"
+	"github.com/clustergateway/cluster-gateway/pkg/registry/clustergateway"
+)
+
+// The in-test gateway is small and quick to retire, so that a few gateways
+// per cycle exceed its capacity and every retirement ends within the test.
+const (
+	churnCapacity = 4
+	churnGrace    = time.Second
+	churnIdleTTL  = 3 * time.Second
+	churnReadIdle = 5 * time.Second
+)
+
+// churnUser is who every request to the in-test gateway is served as; it is
+// what gateways with impersonation Caller make the managed cluster see.
+var churnUser = &user.DefaultInfo{Name: "churn-tester", Groups: []string{"system:masters", user.AllAuthenticated}}
+
+// inTestGateway is the gateway's own request path, built in this process so
+// that its goroutines, descriptors and heap can be measured: the informer
+// cache over the hub's gateway Secrets, a small pool, the konnectivity
+// Manager (when the environment has a proxy-server) and the Proxy, served
+// over TLS by httptest. Everything it reaches is real (the hub, the managed
+// kube-apiservers, the forward proxies, the proxy-server and agent). What
+// the generic API server does before the proxy handler (authentication,
+// authorization, the aggregator) is not part of it: churnFrontend stands in.
+type inTestGateway struct {
+	cache  *clustergateway.Cache
+	pool   *pool.Pool
+	tunnel *konnectivity.Manager // nil without konnectivity
+	// The tunnel's own copy of the gateway's konnectivity client material,
+	// so rotating it touches neither the real gateway nor other tests.
+	tunnelCA, tunnelCert, tunnelKey string
+	proxy                           *proxy.Proxy
+	srv                             *httptest.Server
+	client                          *http.Client // the test's one client of srv: connections are reused
+	kubeconfigDir                   string
+	stop                            func()
+}
+
+const gatewaysPath = "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/"
+
+// startInTestGateway wires the request path as pkg/apiserver does and stops
+// all of it when the test ends.
+func startInTestGateway(t *testing.T) *inTestGateway {
+	t.Helper()
+	hub, err := kubernetes.NewForConfig(env.Hub.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	g := &inTestGateway{kubeconfigDir: t.TempDir()}
+	g.cache = clustergateway.NewCache(hub, localenv.GatewayNamespace)
+	g.pool = pool.New(pool.Options{
+		Capacity: churnCapacity, RetireGrace: churnGrace, IdleTTL: churnIdleTTL, DialTimeout: 5 * time.Second,
+		// golang.org/x/net/http2 leaves a closed ClientConn reachable from
+		// its health-check timer until that fires (ReadIdleTimeout after
+		// the last frame): with the 30 s default the last 30 s of churn
+		// would still be on the heap when it is measured.
+		HTTP2ReadIdleTimeout: churnReadIdle, HTTP2PingTimeout: 2 * time.Second,
+	})
+	opts := proxy.Options{Cache: g.cache, Pool: g.pool}
+	if k := env.Konnectivity; k != nil {
+		g.tunnel = g.startTunnel(t, ctx, k)
+		opts.Tunnel = g.tunnel
+	}
+	g.proxy = proxy.New(opts)
+	if err := g.cache.OnDelete(g.proxy.Forget); err != nil {
+		t.Fatal(err)
+	}
+	cacheDone := make(chan struct{})
+	go func() { defer close(cacheDone); g.cache.Run(ctx) }()
+
+	g.srv = httptest.NewUnstartedServer(churnFrontend(g.proxy))
+	g.srv.EnableHTTP2 = true // as the generic server: HTTP/2, and HTTP/1.1 for upgrades
+	g.srv.StartTLS()
+	roots := x509.NewCertPool()
+	roots.AddCert(g.srv.Certificate())
+	g.client = &http.Client{Transport: &http.Transport{
+		TLSClientConfig:   &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2: true,
+	}}
+	g.stop = func() {
+		g.client.CloseIdleConnections()
+		g.srv.Close()
+		g.pool.Close()
+		if g.tunnel != nil {
+			g.tunnel.Stop()
+		}
+		cancel()
+		<-cacheDone
+	}
+	t.Cleanup(g.stop)
+	eventually(t, "the in-test gateway's cache syncs with the hub", func() error {
+		if !g.cache.HasSynced() {
+			return fmt.Errorf("not synced")
+		}
+		return nil
+	})
+	return g
+}
+
+// startTunnel builds a konnectivity Manager from a copy of the gateway's
+// client material and waits for its first tunnel.
+func (g *inTestGateway) startTunnel(t *testing.T, ctx context.Context, k *localenv.Konnectivity) *konnectivity.Manager {
+	t.Helper()
+	dir := t.TempDir()
+	g.tunnelCA, g.tunnelCert, g.tunnelKey = filepath.Join(dir, "ca.crt"), filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	for src, dst := range map[string]string{k.CAFile: g.tunnelCA, k.CertFile: g.tunnelCert, k.KeyFile: g.tunnelKey} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := konnectivity.New(konnectivity.Options{
+		Address: k.ServerAddress(), CAFile: g.tunnelCA, CertFile: g.tunnelCert, KeyFile: g.tunnelKey,
+		ReloadInterval: 200 * time.Millisecond, RetireGrace: churnGrace, DialTimeout: 5 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Start(ctx)
+	eventually(t, "the in-test tunnel to the proxy-server is up", func() error {
+		if s := m.Stats(); s.OpenTunnels < 1 {
+			return fmt.Errorf("open tunnels %d, builds %d, failures %d", s.OpenTunnels, s.TunnelBuilds, s.TunnelBuildFailures)
+		}
+		return nil
+	})
+	return m
+}
+
+var churnRequestInfo = &apirequest.RequestInfoFactory{
+	APIPrefixes:          sets.NewString("api", "apis"),
+	GrouplessAPIPrefixes: sets.NewString("api"),
+}
+
+// churnFrontend does per request what the generic server does before the
+// proxy subresource's handler: RequestInfo, the authenticated user, and the
+// gateway name and subpath that ProxyREST.Connect hands to Proxy.Handler.
+func churnFrontend(px *proxy.Proxy) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ri, err := churnRequestInfo.NewRequestInfo(r)
+		if err != nil || !ri.IsResourceRequest || ri.Resource != "clustergateways" || ri.Subresource != "proxy" || ri.Name == "" {
+			http.Error(w, "only clustergateways/{name}/proxy/... is served here", http.StatusNotFound)
+			return
+		}
+		ctx := apirequest.WithRequestInfo(apirequest.WithUser(r.Context(), churnUser), ri)
+		sub := strings.TrimPrefix(r.URL.Path, gatewaysPath+ri.Name+"/proxy")
+		px.Handler(ri.Name, sub).ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// clientset is a client of gateway name through the in-test gateway.
+func (g *inTestGateway) clientset(t *testing.T, name string) kubernetes.Interface {
+	t.Helper()
+	cfg := &rest.Config{Host: g.srv.URL + gatewaysPath + name + "/proxy", QPS: -1}
+	cs, err := kubernetes.NewForConfigAndClient(cfg, g.client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// kubeconfig is for kubectl against gateway name through the in-test gateway.
+// It carries a token only because kubectl prompts for a password without
+// any credential; churnFrontend ignores it and the proxy strips it.
+func (g *inTestGateway) kubeconfig(t *testing.T, name string) string {
+	t.Helper()
+	p := filepath.Join(g.kubeconfigDir, name+".kubeconfig")
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: g.srv.Certificate().Raw})
+	cfg := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster:
+    server: %s
+    certificate-authority-data: %s
+users:
+- name: u
+  user: {token: unused-by-the-in-test-gateway}
+contexts:
+- name: c
+  context: {cluster: c, user: u}
+current-context: c
+`, g.srv.URL+gatewaysPath+name+"/proxy", base64.StdEncoding.EncodeToString(ca))
+	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// waitSeen waits until the in-test cache holds gateway name at resourceVersion rv.
+func (g *inTestGateway) waitSeen(t *testing.T, name, rv string) {
+	t.Helper()
+	eventually(t, "the in-test cache sees "+name+" at resourceVersion "+rv, func() error {
+		gw, err := g.cache.Get(name)
+		if err != nil {
+			return err
+		}
+		if gw.Object.ResourceVersion != rv {
+			return fmt.Errorf("at %s", gw.Object.ResourceVersion)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,150 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+)
+
+// execStream is a running `kubectl exec -i demo -- cat`: a long-lived
+// upgraded stream through the in-test gateway, ended by closing stdin or
+// cut by a retirement.
+type execStream struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	lines  chan string
+	stderr *syncBuffer
+	done   chan error // kubectl's exit
+}
+
+// startExecStream starts the stream and checks that it carries data.
+func startExecStream(t *testing.T, kubeconfig string, p streamProtocol) *execStream {
+	t.Helper()
+	cmd := env.KubectlCmd(context.Background(), kubeconfig, "exec", "-i", "demo", "--", "cat")
+	cmd.Env = append(cmd.Env, p.Env...)
+	s := &execStream{cmd: cmd, lines: make(chan string, 16), stderr: &syncBuffer{}, done: make(chan error, 1)}
+	cmd.Stderr = s.stderr
+	var err error
+	if s.stdin, err = cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			s.lines <- sc.Text()
+		}
+		close(s.lines)
+		s.done <- cmd.Wait() // after the last read, as os/exec requires
+	}()
+	// No t.Cleanup here: hundreds of streams in a soak would pile up in
+	// the test's cleanup list (and on the measured heap). The caller ends
+	// every stream it started.
+	if err := s.echo("ping"); err != nil {
+		s.kill()
+		t.Fatalf("exec stream over %s: %v\nkubectl stderr:\n%s", p.Name, err, s.stderr)
+	}
+	return s
+}
+
+// echo sends a line and waits for cat to send it back.
+func (s *execStream) echo(line string) error {
+	if _, err := io.WriteString(s.stdin, line+"\n"); err != nil {
+		return err
+	}
+	select {
+	case got, ok := <-s.lines:
+		if !ok {
+			return errors.New("kubectl exited")
+		}
+		if got != line {
+			return fmt.Errorf("echoed %q, want %q", got, line)
+		}
+		return nil
+	case <-time.After(kubectlTimeout):
+		return fmt.Errorf("no echo within %s", kubectlTimeout)
+	}
+}
+
+// finish closes stdin and returns kubectl's exit: nil when the stream was
+// still up and ended normally.
+func (s *execStream) finish() error {
+	_ = s.stdin.Close()
+	return s.wait()
+}
+
+// wait returns kubectl's exit, killing it (by pid) if it does not exit in time.
+func (s *execStream) wait() error {
+	select {
+	case err := <-s.done:
+		s.done <- err // for kill and later waits
+		return err
+	case <-time.After(kubectlTimeout):
+		s.kill()
+		return fmt.Errorf("kubectl exec did not exit within %s; killed. stderr:\n%s", kubectlTimeout, s.stderr)
+	}
+}
+
+func (s *execStream) kill() {
+	select {
+	case err := <-s.done:
+		s.done <- err
+	default:
+		_ = syscall.Kill(s.cmd.Process.Pid, syscall.SIGKILL)
+		s.done <- <-s.done
+	}
+}
+
+// openWatch watches ConfigMaps in ns through cs and checks that it delivers
+// an event: a ConfigMap created directly on the managed cluster.
+func openWatch(t *testing.T, cs, direct kubernetes.Interface, ns, marker string) watch.Interface {
+	t.Helper()
+	w, err := cs.CoreV1().ConfigMaps(ns).Watch(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("watch through the in-test gateway: %v", err)
+	}
+	if _, err := direct.CoreV1().ConfigMaps(ns).Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: marker}}, metav1.CreateOptions{}); err != nil {
+		w.Stop()
+		t.Fatal(err)
+	}
+	if err := waitAdded(w, marker); err != nil {
+		w.Stop()
+		t.Fatal(err)
+	}
+	return w
+}
+
+// waitEnded waits until a watch's result channel closes, as it must once the
+// entry carrying it is retired and its grace period is over.
+func waitEnded(t *testing.T, w watch.Interface, why string) {
+	t.Helper()
+	deadline := time.After(settleTimeout)
+	for {
+		select {
+		case _, ok := <-w.ResultChan():
+			if !ok {
+				return
+			}
+		case <-deadline:
+			w.Stop()
+			t.Fatalf("a watch was not ended within %s after %s", settleTimeout, why)
+		}
+	}
+}
