@@ -19,6 +19,7 @@ import (
 const (
 	mCreations  = "cluster_gateway_pool_entry_creations_total"
 	mDials      = "cluster_gateway_pool_connection_dials_total"
+	mTunnels    = "cluster_gateway_konnectivity_tunnel_builds_total"
 	mEntries    = "cluster_gateway_pool_entries"
 	mRetiring   = "cluster_gateway_pool_retiring_entries"
 	mOpenConns  = "cluster_gateway_pool_open_connections"
@@ -131,6 +132,7 @@ type gwState struct {
 	Goroutines float64
 	Creations  float64
 	Dials      float64
+	Tunnels    float64
 	Entries    float64
 	Retiring   float64
 	OpenConns  float64
@@ -147,7 +149,7 @@ func (g *gatewayAdmin) state(ctx context.Context) (gwState, error) {
 	}
 	return gwState{
 		RSS: rss, Heap: m[mHeapInuse], Goroutines: m[mGoroutines],
-		Creations: m[mCreations], Dials: m[mDials],
+		Creations: m[mCreations], Dials: m[mDials], Tunnels: m[mTunnels],
 		Entries: m[mEntries], Retiring: m[mRetiring], OpenConns: m[mOpenConns],
 	}, nil
 }

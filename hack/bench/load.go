@@ -32,6 +32,7 @@ type loadResult struct {
 	Before, After    gwState                  // the gateway before the first and after the last round
 	DCreations       float64                  // pool entries created during the loads
 	DDials           float64                  // pool connections dialed during the loads
+	DTunnels         float64                  // konnectivity tunnels built during the loads
 	RoundRPS         []float64                // req/s of each round, to show the spread
 }
 
@@ -191,6 +192,7 @@ func runRound(ctx context.Context, gw *gatewayAdmin, t *target, conc int, d time
 	r.Lat = append(r.Lat, lat...)
 	r.DCreations += after.Creations - before.Creations
 	r.DDials += after.Dials - before.Dials
+	r.DTunnels += after.Tunnels - before.Tunnels
 	if first {
 		r.Before = before
 	}

@@ -107,16 +107,16 @@ func (r *report) loadSection(b *strings.Builder) {
 		fmt.Fprintf(b, "\nFirst error, on %s: `%v`\n", t.Name, t.res.FirstErr)
 	}
 	b.WriteString("\n### The gateway's pool and process during each load\n\n")
-	b.WriteString("| path | requests | pool entries created | connections dialed | gateway RSS before → after | goroutines before → after |\n|---|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| path | requests | pool entries created | connections dialed | tunnels built | gateway RSS before → after | goroutines before → after |\n|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, t := range r.Targets {
 		if t.TODO != "" {
 			continue
 		}
 		res := &t.res
-		fmt.Fprintf(b, "| %s | %d | %.0f | %.0f | %s → %s | %.0f → %.0f |\n", t.Name, res.Requests, res.DCreations, res.DDials,
+		fmt.Fprintf(b, "| %s | %d | %.0f | %.0f | %.0f | %s → %s | %.0f → %.0f |\n", t.Name, res.Requests, res.DCreations, res.DDials, res.DTunnels,
 			mib(res.Before.RSS), mib(res.After.RSS), res.Before.Goroutines, res.After.Goroutines)
 	}
-	b.WriteString("\nCounters are `cluster_gateway_pool_entry_creations_total` and `cluster_gateway_pool_connection_dials_total` from the gateway's /metrics, " +
+	b.WriteString("\nCounters are `cluster_gateway_pool_entry_creations_total`, `cluster_gateway_pool_connection_dials_total` and `cluster_gateway_konnectivity_tunnel_builds_total` from the gateway's /metrics, " +
 		"read before and after each round (after the warm-up, which creates the entries and dials the connections). Goroutines are `go_goroutines`.\n\n")
 	r.profileSection(b)
 	r.ratios(b)
@@ -215,19 +215,20 @@ func (r *report) pooledSection(b *strings.Builder) {
 
 func (r *report) interpretation(b *strings.Builder) {
 	b.WriteString("## Interpretation\n\n")
-	var total, created, dials float64
+	var total, created, dials, tunnels float64
 	for _, t := range r.Targets {
 		if t.Key == "gateway" || t.Key == "hub" || t.Key == "konn" {
 			total += float64(t.res.Requests)
 			created += t.res.DCreations
 			dials += t.res.DDials
+			tunnels += t.res.DTunnels
 		}
 	}
 	if total > 0 {
-		if created == 0 && dials == 0 {
-			fmt.Fprintf(b, "- Steady state builds nothing per request: %.0f requests through the gateway created 0 pool entries and dialed 0 connections.\n", total)
+		if created == 0 && dials == 0 && tunnels == 0 {
+			fmt.Fprintf(b, "- Steady state builds nothing per request: %.0f requests through the gateway created 0 pool entries (transports), dialed 0 connections and built 0 konnectivity tunnels.\n", total)
 		} else {
-			fmt.Fprintf(b, "- **%.0f requests through the gateway created %.0f pool entries and dialed %.0f connections during the loads**: look at the gateway's log.\n", total, created, dials)
+			fmt.Fprintf(b, "- **%.0f requests through the gateway created %.0f pool entries, dialed %.0f connections and built %.0f tunnels during the loads**: look at the gateway's log.\n", total, created, dials, tunnels)
 		}
 	}
 	if gb := r.GoBench; gb != nil {
