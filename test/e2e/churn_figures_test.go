@@ -69,6 +69,19 @@ func (g *inTestGateway) figures(settle bool) churnFigures {
 	return f
 }
 
+// clean is what the figures must come to once nothing is in use: no pool
+// entries, streams or connections, one tunnel over one proxy-server
+// connection, no forward-proxy tunnel; goroutines, fds and heap as now.
+func (g *inTestGateway) clean() churnFigures {
+	f := g.figures(true)
+	f.Pool.Live, f.Pool.Retiring, f.Pool.ActiveStreams, f.Pool.OpenConns = 0, 0, 0, 0
+	f.HTTPProxyOpen, f.SOCKSProxyOpen = 0, 0
+	if g.tunnel != nil {
+		f.Tunnel.OpenTunnels, f.Tunnel.OpenProxyConns = 1, 1
+	}
+	return f
+}
+
 // openFDs counts this process's open file descriptors.
 func openFDs() int {
 	ents, err := os.ReadDir("/proc/self/fd")
@@ -106,7 +119,8 @@ func (f churnFigures) backAt(base churnFigures) string {
 
 // awaitBaseline polls until the figures are back at base, and fails with
 // what is not, plus the stacks of goroutines that were not there at the
-// baseline (goleak-style), if they are not within settleTimeout.
+// baseline (goleak-style; atBaseline nil: none to compare with), if they
+// are not within settleTimeout.
 func (g *inTestGateway) awaitBaseline(t *testing.T, base churnFigures, atBaseline goleak.Option) churnFigures {
 	t.Helper()
 	deadline := time.Now().Add(settleTimeout)
@@ -117,8 +131,14 @@ func (g *inTestGateway) awaitBaseline(t *testing.T, base churnFigures, atBaselin
 			return f
 		}
 		if time.Now().After(deadline) {
-			leaks := goleak.Find(atBaseline)
-			t.Errorf("not back at the baseline within %s: %s\nnow:      %s\nbaseline: %s\ngoroutines that were not there at the baseline:\n%v",
+			leaks := "(none: this is the warm-up, taken as the baseline for goroutines)"
+			if atBaseline != nil {
+				if err := goleak.Find(atBaseline); err != nil {
+					leaks = err.Error()
+				}
+			}
+			t.Errorf("not back at the baseline within %s: %s\nnow:      %s\nbaseline: %s\n"+
+				"goroutines that were not there at the baseline (replacements of long-lived ones, such as the current tunnel's, are listed too):\n%s",
 				settleTimeout, why, f, base, leaks)
 			return f
 		}

@@ -30,10 +30,12 @@ import (
 
 // The in-test gateway is small and quick to retire, so that a few gateways
 // per cycle exceed its capacity and every retirement ends within the test.
+// It never retires idle entries: the janitor would reclaim an entry that a
+// broken deletion path left behind, and hide the leak (the gateway's own
+// default is 30 minutes).
 const (
 	churnCapacity = 4
 	churnGrace    = time.Second
-	churnIdleTTL  = 3 * time.Second
 	churnReadIdle = 5 * time.Second
 )
 
@@ -77,7 +79,7 @@ func startInTestGateway(t *testing.T) *inTestGateway {
 	g := &inTestGateway{kubeconfigDir: t.TempDir()}
 	g.cache = clustergateway.NewCache(hub, localenv.GatewayNamespace)
 	g.pool = pool.New(pool.Options{
-		Capacity: churnCapacity, RetireGrace: churnGrace, IdleTTL: churnIdleTTL, DialTimeout: 5 * time.Second,
+		Capacity: churnCapacity, RetireGrace: churnGrace, DialTimeout: 5 * time.Second,
 		// golang.org/x/net/http2 leaves a closed ClientConn reachable from
 		// its health-check timer until that fires (ReadIdleTimeout after
 		// the last frame): with the 30 s default the last 30 s of churn

@@ -50,8 +50,10 @@ func TestChurn(t *testing.T) {
 	}
 	r := newChurnRun(t)
 
-	r.cycle(t, 0) // warm-up: lazily started parts exist before the baseline
-	base := r.g.awaitBaseline(t, r.g.figures(true), goleak.IgnoreCurrent())
+	// Warm-up: lazily started parts exist before the baseline, which is
+	// taken once nothing is in use any more.
+	r.cycle(t, 0)
+	base := r.g.awaitBaseline(t, r.g.clean(), nil)
 	if t.Failed() {
 		t.FailNow()
 	}
@@ -303,4 +305,11 @@ func (r *churnRun) cycle(t *testing.T, i int) {
 			r.counts.Deletes++
 		}
 	}
+	// Only this cycle's gateways were in the pool: every entry must go.
+	eventually(t, fmt.Sprintf("cycle %d: the pool drops the entries of deleted gateways", i), func() error {
+		if n := g.pool.Len(); n != 0 {
+			return fmt.Errorf("%d live entries after all gateways were deleted", n)
+		}
+		return nil
+	})
 }
