@@ -96,3 +96,18 @@ local-down: ## Stop the background local environment and wait for it to exit.
 .PHONY: bench
 bench: tools build ## Benchmark the proxy path (about 5 minutes); writes docs/performance.md.
 	$(GO) run ./hack/bench -go $(GO) -bin $(patsubst $(CURDIR)/%,%,$(BIN)) -state-dir $(patsubst $(CURDIR)/%,%,$(OUTPUT))/bench -out docs/performance.md $(BENCH_FLAGS)
+
+# A soak for a person to run before a release (not part of `make test`):
+# TestChurn alone for SOAK_DURATION, logging goroutines, fds, heap, pool
+# entries and tunnels every SOAK_REPORT_EVERY cycles, and failing if they are
+# not back at the baseline at the end. SOAK_TIMEOUT bounds the whole run
+# (raise it with SOAK_DURATION); SOAK_FLAGS passes more test flags, e.g.
+# -churn.profiles=/tmp/soak for heap profiles at the baseline and the end.
+SOAK_DURATION     ?= 10m
+SOAK_REPORT_EVERY ?= 10
+SOAK_TIMEOUT      ?= 3h
+
+.PHONY: soak
+soak: tools build ## Churn the proxy path for SOAK_DURATION (default 10m) and check that nothing leaked.
+	KUBE_BIN=$(BIN) $(GO) test -count=1 -timeout $(SOAK_TIMEOUT) -run '^TestChurn$$' -v ./test/e2e/ \
+		-churn.duration=$(SOAK_DURATION) -churn.report-every=$(SOAK_REPORT_EVERY) $(SOAK_FLAGS)
