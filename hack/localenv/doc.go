@@ -3,7 +3,9 @@
 // kube-apiservers each with an in-process fake kubelet, and the cluster-gateway
 // installed into the hub from config/; unless NoKonnectivity is set, also a
 // konnectivity proxy-server and agent with one more managed kube-apiserver
-// that the gateway reaches only through them. `make demo` (hack/local-env) and the
+// that the gateway reaches only through them; and, in this process, an HTTP
+// CONNECT and a SOCKS5 forward proxy for gateways with a proxyURL (Env.HTTPProxy,
+// Env.SOCKS5Proxy). `make demo` (hack/local-env) and the
 // end-to-end tests (test/e2e) both use it, so there is one implementation.
 //
 // Every process is started by this package and stopped by its pid; Stop stops

@@ -58,6 +58,7 @@ func TestChurn(t *testing.T) {
 		t.FailNow()
 	}
 	atBaseline := goleak.IgnoreCurrent()
+	r.httpCarried, r.socksCarried = env.HTTPProxy.Carried(), env.SOCKS5Proxy.Carried()
 	t.Logf("baseline after warm-up: %s", base)
 	writeHeapProfile(t, "heap-baseline.pprof")
 
@@ -108,7 +109,7 @@ type churnRun struct {
 	ns                        string
 	created                   map[string]bool // gateways not yet deleted, for cleanup
 	counts                    churnCounts
-	httpCarried, socksCarried int64
+	httpCarried, socksCarried int64 // forward-proxy tunnels before the cycles
 }
 
 type churnCounts struct {
@@ -144,7 +145,6 @@ func newChurnRun(t *testing.T) *churnRun {
 		}
 		_ = r.direct.CoreV1().Namespaces().Delete(context.Background(), r.ns, metav1.DeleteOptions{})
 	})
-	r.httpCarried, r.socksCarried = env.HTTPProxy.Carried(), env.SOCKS5Proxy.Carried()
 	return r
 }
 
