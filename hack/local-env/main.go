@@ -88,6 +88,7 @@ func printHowTo(e *localenv.Env) {
 	} else {
 		fmt.Printf("  gateway    not running (-skip-gateway)\n")
 	}
+	fmt.Printf("  forward proxies for spec.endpoint.proxyURL: %s, %s (loopback destinations only)\n", e.HTTPProxy.URL, e.SOCKS5Proxy.URL)
 	c := e.Managed[0]
 	via := kc + rel(c.ViaHubKubeconfig)
 	fmt.Printf("\nTry:\n")
