@@ -22,8 +22,9 @@ var proxyResource = schema.GroupResource{Group: v1alpha1.GroupName, Resource: "c
 
 // upstreamError turns a failure to reach a managed cluster into a Status a
 // user can act on: 502 when its certificate is not trusted, 503 when it cannot
-// be reached, 504 when it did not answer in time.
-func upstreamError(cluster string, err error) *apierrors.StatusError {
+// be reached (a dial or handshake that ran out of time included), 504 when
+// the request's own deadline passed while the cluster was answering.
+func upstreamError(cluster string, err error, requestExpired bool) *apierrors.StatusError {
 	var (
 		verifyErr   *tls.CertificateVerificationError
 		unknownCA   x509.UnknownAuthorityError
@@ -40,9 +41,12 @@ func upstreamError(cluster string, err error) *apierrors.StatusError {
 	case errors.As(err, &recordErr):
 		return statusError(http.StatusBadGateway, metav1.StatusReasonInternalError, fmt.Sprintf(
 			"cluster %q did not answer with TLS (%v): spec.endpoint.address must be the https address of its API server", cluster, err))
-	case errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.DeadlineExceeded) && requestExpired:
 		return statusError(http.StatusGatewayTimeout, metav1.StatusReasonTimeout, fmt.Sprintf(
 			"cluster %q did not answer in time: %v", cluster, err))
+	case errors.Is(err, context.DeadlineExceeded):
+		return statusError(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, fmt.Sprintf(
+			"cluster %q is unreachable: no connection within the dial timeout (%v)", cluster, err))
 	case errors.As(err, &netErr) && netErr.Timeout():
 		return statusError(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, fmt.Sprintf(
 			"cluster %q is unreachable: the connection timed out (%v)", cluster, err))
@@ -71,7 +75,7 @@ func (r responder) Error(w http.ResponseWriter, req *http.Request, err error) {
 	if errors.Is(err, context.Canceled) && req.Context().Err() != nil {
 		return // the client went away; nobody is listening
 	}
-	status := upstreamError(r.cluster, err)
+	status := upstreamError(r.cluster, err, errors.Is(req.Context().Err(), context.DeadlineExceeded))
 	klog.V(2).InfoS("Proxying to cluster failed", "cluster", r.cluster, "code", status.ErrStatus.Code, "err", err)
 	writeStatus(w, req, status)
 }

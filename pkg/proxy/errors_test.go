@@ -50,6 +50,7 @@ func realErrors(t *testing.T) map[string]error {
 	defer cancel()
 	<-ctx.Done()
 	errs["deadline"] = fmt.Errorf("round trip: %w", ctx.Err())
+	errs["dial deadline"] = fmt.Errorf("cluster %q: dial %s: %w", "c1", addr, ctx.Err())
 	return errs
 }
 
@@ -62,13 +63,15 @@ func TestUpstreamErrorMapping(t *testing.T) {
 		"not TLS":           {http.StatusBadGateway, "did not answer with TLS"},
 		"refused":           {http.StatusServiceUnavailable, "unreachable"},
 		"deadline":          {http.StatusGatewayTimeout, "did not answer in time"},
+		"dial deadline":     {http.StatusServiceUnavailable, "within the dial timeout"},
 	}
 	for name, err := range realErrors(t) {
 		t.Run(name, func(t *testing.T) {
 			if err == nil {
 				t.Fatal("the operation did not fail")
 			}
-			st := upstreamError("c1", err).ErrStatus
+			// Only the request's own deadline makes a 504; a dial that ran out of time is unreachable.
+			st := upstreamError("c1", err, name == "deadline").ErrStatus
 			if st.Code != want[name].code || !strings.Contains(st.Message, want[name].text) || !strings.Contains(st.Message, `"c1"`) {
 				t.Errorf("upstreamError(%v) = %d %q, want %d mentioning %q and the cluster", err, st.Code, st.Message, want[name].code, want[name].text)
 			}

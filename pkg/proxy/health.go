@@ -56,7 +56,7 @@ func (p *Proxy) Probe(ctx context.Context, name string) (*v1alpha1.ClusterGatewa
 	}
 	resp, err := lease.Transport().RoundTrip(req)
 	if err != nil {
-		h.Message = upstreamError(name, err).ErrStatus.Message
+		h.Message = upstreamError(name, err, false).ErrStatus.Message
 		return h, nil
 	}
 	defer resp.Body.Close()
