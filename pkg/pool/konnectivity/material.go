@@ -6,10 +6,11 @@ import (
 	"crypto/x509"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
+
+	"github.com/clustergateway/cluster-gateway/pkg/cabundle"
 )
 
 // rawMaterial is the content of the three files as read.
@@ -57,26 +58,9 @@ func (r rawMaterial) digest() string {
 // empty pool would fall back to nothing verifiable), and cert and key must
 // parse and match.
 func (r rawMaterial) parse(o Options) (*material, error) {
-	roots := x509.NewCertPool()
-	n := 0
-	for rest := r.ca; ; {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			break
-		}
-		if block.Type != "CERTIFICATE" {
-			continue
-		}
-		c, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("CA file %s: certificate %d does not parse: %w", o.CAFile, n+1, err)
-		}
-		roots.AddCert(c)
-		n++
-	}
-	if n == 0 {
-		return nil, fmt.Errorf("CA file %s holds no PEM certificate; it must contain the CA that signed the proxy-server's serving certificate", o.CAFile)
+	roots, err := cabundle.Parse(r.ca)
+	if err != nil {
+		return nil, fmt.Errorf("CA file %s: %v; it must contain the CA that signed the proxy-server's serving certificate", o.CAFile, err)
 	}
 	pair, err := tls.X509KeyPair(r.cert, r.key)
 	if err != nil {

@@ -22,16 +22,18 @@ func TestNewRejectsUnusableMaterial(t *testing.T) {
 	if m, err := New(good); err != nil || m.ID() == "" {
 		t.Fatalf("good material: %v", err)
 	}
-	if m, _ := New(Options{Address: "127.0.0.1:1", CAFile: p("ca+key"), CertFile: p("cert"), KeyFile: p("key")}); m == nil {
-		t.Fatal("a CA bundle with a stray key block is still a CA")
+	// One strict reading of CA bundles for the whole gateway (pkg/cabundle):
+	// a key in a CA file is a mistake worth refusing, not skipping.
+	if _, err := New(Options{Address: "127.0.0.1:1", CAFile: p("ca+key"), CertFile: p("cert"), KeyFile: p("key")}); err == nil || !strings.Contains(err.Error(), "not a CERTIFICATE") {
+		t.Fatalf("a CA bundle with a stray key block: %v, want it refused", err)
 	}
 	for name, tc := range map[string]struct {
 		mutate func(*Options)
 		want   string
 	}{
-		"empty CA":       {func(o *Options) { o.CAFile = p("empty") }, "holds no PEM certificate"},
-		"garbage CA":     {func(o *Options) { o.CAFile = p("garbage") }, "holds no PEM certificate"},
-		"key as CA":      {func(o *Options) { o.CAFile = p("key") }, "holds no PEM certificate"},
+		"empty CA":       {func(o *Options) { o.CAFile = p("empty") }, "no PEM certificate"},
+		"garbage CA":     {func(o *Options) { o.CAFile = p("garbage") }, "no PEM certificate"},
+		"key as CA":      {func(o *Options) { o.CAFile = p("key") }, "not a CERTIFICATE"},
 		"garbage cert":   {func(o *Options) { o.CertFile = p("garbage") }, "unusable"},
 		"mismatched key": {func(o *Options) { o.KeyFile = p("other") }, "belong together"},
 		"missing key":    {func(o *Options) { o.KeyFile = p("absent") }, "no such file"},

@@ -3,12 +3,13 @@ package v1alpha1
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"net/url"
 
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/clustergateway/cluster-gateway/pkg/cabundle"
 )
 
 // ValidateClusterGateway checks a gateway as it will be stored: after
@@ -129,30 +130,12 @@ func ParseProxyURL(proxyURL string) (*url.URL, error) {
 	return u, nil
 }
 
-// ParseCABundle parses a PEM bundle of one or more certificates. An empty or
-// certificate-free bundle is an error: it would trust nothing.
+// ParseCABundle parses a PEM bundle of one or more certificates, as strictly
+// as the gateway's transports will (an empty bundle would trust nothing).
 func ParseCABundle(data []byte) (*x509.CertPool, error) {
-	pool := x509.NewCertPool()
-	n := 0
-	rest := data
-	for {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			break
-		}
-		if block.Type != "CERTIFICATE" {
-			continue
-		}
-		cert, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("has a certificate that does not parse: %v", err)
-		}
-		pool.AddCert(cert)
-		n++
-	}
-	if n == 0 {
-		return nil, fmt.Errorf("must hold at least one PEM certificate (-----BEGIN CERTIFICATE-----)")
+	pool, err := cabundle.Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("must be a PEM bundle of CA certificates: %v", err)
 	}
 	return pool, nil
 }
