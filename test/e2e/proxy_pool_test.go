@@ -2,14 +2,7 @@ package e2e
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"sync"
 	"testing"
 	"time"
@@ -234,36 +227,13 @@ func drain(w watch.Interface) <-chan struct{} {
 // same user, signed by managed cluster i's CA.
 func rotateCertificate(t *testing.T, name string, i int) {
 	t.Helper()
-	ca := env.Managed[i].CA
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: "gateway", Organization: []string{"system:masters"}},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cred := newClientCert(t, env.Managed[i].CA)
 	gc := gatewayClient(t, env.Hub.Kubeconfig)
 	gw, err := gc.GatewayV1alpha1().ClusterGateways().Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw.Spec.Credential = gatewayv1alpha1.Credential{Type: gatewayv1alpha1.CredentialX509Certificate, X509: &gatewayv1alpha1.X509Credential{
-		Certificate: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		PrivateKey:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
-	}}
+	gw.Spec.Credential = gatewayv1alpha1.Credential{Type: gatewayv1alpha1.CredentialX509Certificate, X509: cred}
 	if _, err := gc.GatewayV1alpha1().ClusterGateways().Update(context.Background(), gw, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("rotate the certificate of %s: %v", name, err)
 	}
