@@ -23,6 +23,9 @@ type Options struct {
 	HubRequestTimeout time.Duration
 	// GatewayRequestTimeout is the gateway's --request-timeout (0: HubRequestTimeout).
 	GatewayRequestTimeout time.Duration
+	// GatewayBin is the gateway binary (default BinDir/cluster-gateway); the
+	// end-to-end tests run one built with -race.
+	GatewayBin string
 	// GatewayArgs are appended to the gateway's standard flags.
 	GatewayArgs []string
 	// SkipGateway runs no gateway process (config/ is still applied);
@@ -169,7 +172,10 @@ func (e *Env) resetState() error {
 // start starts bin from BinDir, logging to <state>/logs/<name>.log, and
 // records it so Stop stops it.
 func (e *Env) start(name, bin string, args ...string) (*Process, error) {
-	p, err := e.spawn.start(name, filepath.Join(e.StateDir, "logs", name+".log"), filepath.Join(e.BinDir, bin), args...)
+	if !filepath.IsAbs(bin) {
+		bin = filepath.Join(e.BinDir, bin)
+	}
+	p, err := e.spawn.start(name, filepath.Join(e.StateDir, "logs", name+".log"), bin, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -71,7 +71,15 @@ func (e *Env) writeGatewayKubeconfig() error {
 }
 
 // gatewayBin is the gateway binary built by `make build`.
-func (e *Env) gatewayBin() string { return filepath.Join(e.BinDir, "cluster-gateway") }
+func (e *Env) gatewayBin() string {
+	if e.GatewayBin != "" {
+		if abs, err := filepath.Abs(e.GatewayBin); err == nil {
+			return abs
+		}
+		return e.GatewayBin
+	}
+	return filepath.Join(e.BinDir, "cluster-gateway")
+}
 
 // StartGateway starts the gateway with the standard flags plus extraArgs
 // (or Options.GatewayArgs if extraArgs is nil), waits for its /readyz and for
@@ -103,7 +111,7 @@ func (e *Env) StartGateway(ctx context.Context, extraArgs []string) error {
 	}
 	args = append(args, e.konnectivityGatewayArgs()...)
 	args = append(args, extraArgs...)
-	p, err := e.start("cluster-gateway", "cluster-gateway", args...)
+	p, err := e.start("cluster-gateway", e.gatewayBin(), args...)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,6 +60,7 @@ func run(m *testing.M) int {
 		// A dial timeout well under the request timeout, so an unreachable
 		// cluster is reported as such (503), not as a request timeout.
 		GatewayArgs: []string{"--dial-timeout=3s"},
+		GatewayBin:  os.Getenv("GATEWAY_BIN"),
 		SkipGateway: skipGateway,
 		Logf:        logf,
 	})
@@ -72,6 +74,14 @@ func run(m *testing.M) int {
 
 	if err := env.Stop(); err != nil {
 		logf("stopping the environment: %v", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	// `make test` runs a gateway built with -race: a race anywhere in its
+	// request path, under all of the suite's traffic, fails the suite.
+	if races := dataRaces(filepath.Join(stateDir, "logs", "cluster-gateway.log")); races != "" {
+		logf("the gateway reported data races:\n%s", races)
 		if code == 0 {
 			code = 1
 		}
@@ -90,4 +100,22 @@ func requireGateway(t *testing.T) {
 	if env.Gateway.Process == nil {
 		t.Skip("gateway not running (E2E_SKIP_GATEWAY)")
 	}
+}
+
+// dataRaces returns the race detector's reports in a log, or "".
+func dataRaces(logPath string) string {
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		return ""
+	}
+	const marker = "WARNING: DATA RACE"
+	i := strings.Index(string(b), marker)
+	if i < 0 {
+		return ""
+	}
+	report := string(b[i:])
+	if len(report) > 20000 {
+		report = report[:20000] + "\n..."
+	}
+	return report
 }
