@@ -76,11 +76,24 @@ func (r *REST) List(_ context.Context, options *metainternalversion.ListOptions)
 	if err != nil {
 		return nil, apierrors.NewInternalError(err)
 	}
-	list := &v1alpha1.ClusterGatewayList{ListMeta: metav1.ListMeta{ResourceVersion: rv}}
+	matched := gws[:0]
 	for _, g := range gws {
-		if !fieldSel.Matches(fields.Set{"metadata.name": g.Object.Name}) {
-			continue
+		if fieldSel.Matches(fields.Set{"metadata.name": g.Object.Name}) {
+			matched = append(matched, g)
 		}
+	}
+	var limit int64
+	var cont string
+	if options != nil {
+		limit, cont = options.Limit, options.Continue
+	}
+	pageItems, next, remaining, err := page(matched, func(g *Gateway) string { return g.Object.Name }, limit, cont)
+	if err != nil {
+		return nil, err
+	}
+	list := &v1alpha1.ClusterGatewayList{ListMeta: metav1.ListMeta{ResourceVersion: rv, Continue: next, RemainingItemCount: remaining}}
+	list.Items = make([]v1alpha1.ClusterGateway, 0, len(pageItems))
+	for _, g := range pageItems {
 		list.Items = append(list.Items, *redact(g.Object))
 	}
 	return list, nil
