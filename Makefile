@@ -59,9 +59,10 @@ test-e2e: tools build ## End-to-end tests: a real hub, managed clusters, konnect
 	KUBE_BIN=$(BIN) GATEWAY_BIN=$(BIN)/cluster-gateway-race $(GO) test -count=1 -timeout 30m ./test/e2e/...
 
 .PHONY: verify
-verify: ## gofmt, go vet, and generated code up to date.
+verify: ## gofmt, go vet, and tidy go.mod files.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "run gofmt -w on the files above"; exit 1; }
 	$(GO) vet ./...
+	@for m in . hack/tools hack/konnectivity; do (cd $$m && $(GO) mod tidy -diff >/dev/null) || { echo "go.mod in $$m is not tidy: run go mod tidy there"; exit 1; }; done
 
 # The local environment of hack/localenv: etcd, a hub and two managed
 # kube-apiservers with fake kubelets, and the gateway, all on 127.0.0.0/8.
