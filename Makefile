@@ -44,6 +44,11 @@ $(BIN)/%-gen: hack/tools/go.mod
 generate: $(CODEGEN) ## Regenerate deepcopy, openapi, clientset, listers and informers.
 	BIN=$(BIN) hack/update-codegen.sh
 
+.PHONY: verify-generated
+verify-generated: generate ## Fail if the generated code is not what `make generate` writes.
+	@git diff --exit-code --stat -- pkg/apis pkg/generated || { echo "generated code is stale: run make generate and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- pkg/apis pkg/generated)" || { git status --porcelain -- pkg/apis pkg/generated; echo "make generate left new files: commit them"; exit 1; }
+
 .PHONY: test
 test: test-unit test-e2e ## All tests: unit (with -race) and end-to-end against real components.
 
