@@ -37,8 +37,10 @@ $(BIN)/proxy-agent: hack/konnectivity/go.mod
 	cd hack/konnectivity && $(GO) build -o $@ sigs.k8s.io/apiserver-network-proxy/cmd/agent
 
 CODEGEN := $(BIN)/deepcopy-gen $(BIN)/openapi-gen $(BIN)/client-gen $(BIN)/lister-gen $(BIN)/informer-gen
+$(BIN)/openapi-gen: hack/tools/go.mod
+	cd hack/tools && $(GO) build -o $@ k8s.io/kube-openapi/cmd/openapi-gen
 $(BIN)/%-gen: hack/tools/go.mod
-	cd hack/tools && $(GO) build -o $@ $$($(GO) list -f '{{.ImportPath}}' k8s.io/code-generator/cmd/$*-gen k8s.io/kube-openapi/cmd/$*-gen 2>/dev/null | head -1)
+	cd hack/tools && $(GO) build -o $@ k8s.io/code-generator/cmd/$*-gen
 
 .PHONY: generate
 generate: $(CODEGEN) ## Regenerate deepcopy, openapi, clientset, listers and informers.
