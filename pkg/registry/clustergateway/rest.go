@@ -154,8 +154,13 @@ func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptio
 		switch s := in.Object.(type) {
 		case *corev1.Secret:
 			if in.Type == watch.Bookmark {
-				return watch.Event{Type: in.Type, Object: &v1alpha1.ClusterGateway{ObjectMeta: metav1.ObjectMeta{
-					ResourceVersion: s.ResourceVersion, Annotations: s.Annotations}}}, true
+				// A bookmark carries a resourceVersion and, at the end of the
+				// initial events, one annotation; nothing else of the Secret.
+				bm := &v1alpha1.ClusterGateway{ObjectMeta: metav1.ObjectMeta{ResourceVersion: s.ResourceVersion}}
+				if v, ok := s.Annotations[metav1.InitialEventsAnnotationKey]; ok {
+					bm.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: v}
+				}
+				return watch.Event{Type: in.Type, Object: bm}, true
 			}
 			return watch.Event{Type: in.Type, Object: redact(fromSecret(s))}, true
 		case *metav1.Status:
