@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -29,6 +30,9 @@ type Gateway struct {
 	// Address and ProxyURL are parsed when Ready.
 	Address  *url.URL
 	ProxyURL *url.URL
+	// expires is when the client certificate expires (zero: none): the parse
+	// is redone then, so Ready turns False without a write.
+	expires time.Time
 }
 
 // Cache serves gateways from an informer over the labelled Secrets of one
@@ -56,10 +60,12 @@ func NewCache(client kubernetes.Interface, namespace string) *Cache {
 		lister:    inf.Lister(),
 		parsed:    map[string]*Gateway{},
 	}
-	// The hub's own field ownership of the Secrets is of no use here: drop it to save memory.
+	// Of the hub's field ownership of the Secrets only the time of the last
+	// write is used (status's lastTransitionTime): keep just that, to save memory.
 	_ = c.informer.SetTransform(func(obj interface{}) (interface{}, error) {
-		if s, ok := obj.(*corev1.Secret); ok {
-			s.ManagedFields = nil
+		if s, ok := obj.(*corev1.Secret); ok && len(s.ManagedFields) > 0 {
+			t := lastWrite(s)
+			s.ManagedFields = []metav1.ManagedFieldsEntry{{Time: &t}}
 		}
 		return obj, nil
 	})
@@ -132,7 +138,8 @@ func (c *Cache) gateway(s *corev1.Secret) *Gateway {
 	c.mu.Lock()
 	g, ok := c.parsed[s.Name]
 	c.mu.Unlock()
-	if ok && g.Object.ResourceVersion == s.ResourceVersion && g.Object.UID == s.UID {
+	if ok && g.Object.ResourceVersion == s.ResourceVersion && g.Object.UID == s.UID &&
+		(g.expires.IsZero() || !g.Ready || time.Now().Before(g.expires)) {
 		return g
 	}
 	g = parseGateway(s)
@@ -145,6 +152,9 @@ func (c *Cache) gateway(s *corev1.Secret) *Gateway {
 func parseGateway(s *corev1.Secret) *Gateway {
 	obj := fromSecret(s)
 	g := &Gateway{Object: obj}
+	if c := obj.Status.Credential; c != nil && c.NotAfter != nil {
+		g.expires = c.NotAfter.Time
+	}
 	for _, cond := range obj.Status.Conditions {
 		if cond.Type == v1alpha1.ConditionReady {
 			g.Ready = cond.Status == metav1.ConditionTrue

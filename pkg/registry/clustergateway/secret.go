@@ -94,12 +94,25 @@ func fromSecret(s *corev1.Secret) *v1alpha1.ClusterGateway {
 		gw.Spec.Endpoint.InsecureSkipTLSVerify = b
 	}
 	v1alpha1.SetDefaults_ClusterGateway(gw)
-	gw.Status = computeStatus(gw, insecureErr, time.Now())
+	gw.Status = computeStatus(gw, insecureErr, lastWrite(s), time.Now())
 	return gw
 }
 
+// lastWrite is when the Secret last changed, from the hub's field-ownership
+// records (the cache keeps only the newest); status is computed from the
+// stored data alone, so that is when Ready last could have changed.
+func lastWrite(s *corev1.Secret) metav1.Time {
+	t := s.CreationTimestamp
+	for _, mf := range s.ManagedFields {
+		if mf.Time != nil && mf.Time.After(t.Time) {
+			t = *mf.Time
+		}
+	}
+	return t
+}
+
 // computeStatus says whether the stored data can be used to reach the cluster.
-func computeStatus(gw *v1alpha1.ClusterGateway, extraProblem string, now time.Time) v1alpha1.ClusterGatewayStatus {
+func computeStatus(gw *v1alpha1.ClusterGateway, extraProblem string, changed metav1.Time, now time.Time) v1alpha1.ClusterGatewayStatus {
 	var st v1alpha1.ClusterGatewayStatus
 	var problems []string
 	if extraProblem != "" {
@@ -114,6 +127,7 @@ func computeStatus(gw *v1alpha1.ClusterGateway, extraProblem string, now time.Ti
 			notAfter := metav1.NewTime(pair.Leaf.NotAfter)
 			st.Credential = &v1alpha1.CredentialStatus{Subject: pair.Leaf.Subject.String(), NotAfter: &notAfter}
 			if now.After(pair.Leaf.NotAfter) && len(problems) == 0 {
+				changed = notAfter // it became unusable then, not when it was written
 				reason = v1alpha1.ReasonCertExpired
 				message = fmt.Sprintf("the client certificate expired at %s: store a renewed one", pair.Leaf.NotAfter.UTC().Format(time.RFC3339))
 			}
@@ -132,7 +146,7 @@ func computeStatus(gw *v1alpha1.ClusterGateway, extraProblem string, now time.Ti
 		Status:             status,
 		Reason:             reason,
 		Message:            message,
-		LastTransitionTime: gw.CreationTimestamp,
+		LastTransitionTime: changed,
 	}}
 	return st
 }
