@@ -66,7 +66,7 @@ func (c *Config) New() (*Server, error) {
 		Pool:    pool.New(c.Extra.Pool),
 	}
 	pool.Register()
-	popts := proxy.Options{Cache: s.Cache, Pool: s.Pool}
+	popts := proxy.Options{Cache: s.Cache, Pool: s.Pool, DialTimeout: c.Extra.Pool.DialTimeout}
 	if c.Extra.AuthorizeProxySubpath {
 		popts.Authorizer = c.Generic.Authorization.Authorizer
 	}

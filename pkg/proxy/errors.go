@@ -44,7 +44,7 @@ func upstreamError(cluster string, err error, requestExpired bool) *apierrors.St
 	case errors.Is(err, context.DeadlineExceeded) && requestExpired:
 		return statusError(http.StatusGatewayTimeout, metav1.StatusReasonTimeout, fmt.Sprintf(
 			"cluster %q did not answer in time: %v", cluster, err))
-	case errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, errUpgradeDial):
 		return statusError(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, fmt.Sprintf(
 			"cluster %q is unreachable: no connection within the dial timeout (%v)", cluster, err))
 	case errors.As(err, &netErr) && netErr.Timeout():
@@ -72,7 +72,9 @@ type responder struct {
 }
 
 func (r responder) Error(w http.ResponseWriter, req *http.Request, err error) {
-	if errors.Is(err, context.Canceled) && req.Context().Err() != nil {
+	if cause := context.Cause(req.Context()); errors.Is(cause, errUpgradeDial) {
+		err = fmt.Errorf("%w: %v", cause, err)
+	} else if errors.Is(err, context.Canceled) && req.Context().Err() != nil {
 		return // the client went away; nobody is listening
 	}
 	status := upstreamError(r.cluster, err, errors.Is(req.Context().Err(), context.DeadlineExceeded))

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,6 +46,16 @@ type Options struct {
 	// Authorizer, when set, also authorizes the inner request (verb, resource,
 	// namespace, name or non-resource path) for the hub caller.
 	Authorizer authorizer.Authorizer
+	// DialTimeout bounds setting up an upgrade (exec, attach, port-forward)
+	// as the pool's dial timeout bounds other connections (default 30s).
+	DialTimeout time.Duration
+}
+
+func (p *Proxy) dialTimeout() time.Duration {
+	if p.opts.DialTimeout > 0 {
+		return p.opts.DialTimeout
+	}
+	return 30 * time.Second
 }
 
 // Proxy serves the proxy subresource.
@@ -135,6 +146,9 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 	if upgrade {
 		// Upgrades need HTTP/1.1; the headers are already on the request.
 		h.UpgradeTransport = utilproxy.NewUpgradeRequestRoundTripper(lease.UpgradeTransport(), utilproxy.MirrorRequest)
+		var stop func()
+		w, out, stop = upgradeWatchdog(w, out, p.dialTimeout())
+		defer stop()
 	}
 	h.ServeHTTP(w, out)
 }

@@ -3,13 +3,17 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 )
 
 // TestProxyErrors checks that each way a proxied request can fail ends at
@@ -102,6 +106,17 @@ func TestProxyErrors(t *testing.T) {
 		{"certificate signed by another CA", untrusted.Name, 502, "", []string{"does not trust", "spec.endpoint.caBundle", "unknown authority"}},
 		{"certificate for another name", wrongName.Name, 502, "", []string{"does not trust", "not-the-apiserver.example"}},
 	}
+	// An upgrade (what kubectl exec sends) to the silent cluster: its setup is
+	// bounded by the dial timeout too, though the request is long-running.
+	t.Run("upgrade with no TLS answer", func(t *testing.T) {
+		t.Parallel()
+		code, body := hubUpgrade(t, "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/"+mute.Name+
+			"/proxy/api/v1/namespaces/default/pods/demo/exec?command=true&stdout=true")
+		if code != 503 || !strings.Contains(body, "dial timeout") {
+			t.Fatalf("upgrade to a silent cluster: %d %s, want 503 naming the dial timeout", code, body)
+		}
+		t.Logf("%d %s", code, body)
+	})
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -124,4 +139,29 @@ func TestProxyErrors(t *testing.T) {
 			t.Logf("%d %s", code, status.Message)
 		})
 	}
+}
+
+// hubUpgrade sends an HTTP/1.1 upgrade request (SPDY, as kubectl's fallback
+// does) through the hub as the hub admin and returns the status and body.
+func hubUpgrade(t *testing.T, path string) (int, string) {
+	t.Helper()
+	cfg := env.Hub.RESTConfig()
+	tlsCfg, err := rest.TLSConfigFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsCfg.NextProtos = []string{"http/1.1"}
+	client := &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{TLSClientConfig: tlsCfg}}
+	defer client.CloseIdleConnections()
+	req, _ := http.NewRequest(http.MethodPost, env.Hub.URL+path, nil)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "SPDY/3.1")
+	req.Header.Set("X-Stream-Protocol-Version", "v4.channel.k8s.io")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("upgrade request: %v", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }
