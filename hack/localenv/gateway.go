@@ -144,17 +144,28 @@ func (e *Env) waitHubReachesGateway(ctx context.Context) error {
 		return err
 	}
 	url := e.Hub.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustergateways"
+	// The hub's availability controller retries a failed probe with backoff,
+	// so after a restart it may still mark the APIService unavailable (and
+	// answer 503) a second or two after a first success: wait until the hub
+	// has reached the gateway without a failure for hubSettle.
+	const hubSettle = 3 * time.Second
 	var first error
+	var okSince time.Time
 	for {
 		err := httpOK(ctx, client, url)
-		if err == nil {
+		switch {
+		case err != nil:
+			okSince = time.Time{}
+			if first == nil {
+				first = err
+			}
+		case okSince.IsZero():
+			okSince = time.Now()
+		case time.Since(okSince) >= hubSettle:
 			if first != nil {
 				e.Logf("note: the gateway was ready, but the hub could not use it at first: %v", first)
 			}
 			return nil
-		}
-		if first == nil {
-			first = err
 		}
 		select {
 		case <-ctx.Done():
