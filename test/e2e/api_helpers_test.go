@@ -12,7 +12,6 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -352,25 +351,6 @@ func tableRow(out, name string) []string {
 		}
 	}
 	return nil
-}
-
-// waitLineWithin is background.waitLine with its own deadline.
-func (b *background) waitLineWithin(t *testing.T, re *regexp.Regexp, d time.Duration) []string {
-	t.Helper()
-	timeout := time.After(d)
-	for {
-		select {
-		case line, ok := <-b.lines:
-			if !ok {
-				t.Fatalf("kubectl exited before printing a line matching %s; stderr:\n%s", re, b.stderr)
-			}
-			if m := re.FindStringSubmatch(line); m != nil {
-				return m
-			}
-		case <-timeout:
-			t.Fatalf("kubectl printed no line matching %s within %s; stderr:\n%s", re, d, b.stderr)
-		}
-	}
 }
 
 // kubectlFails runs kubectl, which must fail; it returns stderr.

@@ -178,7 +178,14 @@ func startKubectl(t *testing.T, kubeconfig string, extraEnv []string, args ...st
 // waitLine returns the first stdout line matching re, or fails on exit or timeout.
 func (b *background) waitLine(t *testing.T, re *regexp.Regexp) []string {
 	t.Helper()
-	timeout := time.After(kubectlTimeout)
+	return b.waitLineWithin(t, re, kubectlTimeout)
+}
+
+// waitLineWithin returns the first stdout line matching re, or fails on exit
+// or when d passes.
+func (b *background) waitLineWithin(t *testing.T, re *regexp.Regexp, d time.Duration) []string {
+	t.Helper()
+	timeout := time.After(d)
 	for {
 		select {
 		case line, ok := <-b.lines:
@@ -189,7 +196,7 @@ func (b *background) waitLine(t *testing.T, re *regexp.Regexp) []string {
 				return m
 			}
 		case <-timeout:
-			t.Fatalf("kubectl printed no line matching %s within %s; stderr:\n%s", re, kubectlTimeout, b.stderr)
+			t.Fatalf("kubectl printed no line matching %s within %s; stderr:\n%s", re, d, b.stderr)
 		}
 	}
 }
