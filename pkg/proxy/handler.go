@@ -91,7 +91,13 @@ func (p *Proxy) Handler(name, subpath string) http.Handler {
 }
 
 func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath string) {
-	w, done := instrument(w, requestKind(req))
+	// The inner request is parsed once and serves the metrics label, the
+	// subpath authorization and the watch handling.
+	in, inErr := innerInfo(req, "/"+strings.TrimPrefix(subpath, "/"))
+	if inErr != nil {
+		in = nil
+	}
+	w, done := instrument(w, kindOf(req, in))
 	defer done()
 	gw, err := p.opts.Cache.Get(name)
 	if err != nil {
@@ -103,7 +109,7 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 			fmt.Sprintf("ClusterGateway %q cannot be used: %s", name, gw.Problem)))
 		return
 	}
-	if err := p.authorizeInner(req, subpath); err != nil {
+	if err := p.authorizeInner(req, subpath, in, inErr); err != nil {
 		writeStatus(w, req, err)
 		return
 	}
@@ -137,7 +143,7 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 
 	upgrade := httpstream.IsUpgradeRequest(req)
 	rt := lease.Transport()
-	if isWatch(req, subpath) {
+	if isWatch(in) {
 		rt = cleanEnd{rt}
 	}
 	h := utilproxy.NewUpgradeAwareHandler(&location, rt, false, false, responder{cluster: name})
@@ -151,17 +157,6 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 		defer stop()
 	}
 	h.ServeHTTP(w, out)
-}
-
-// requestKind is the metrics label of a request.
-func requestKind(req *http.Request) string {
-	if httpstream.IsUpgradeRequest(req) {
-		return "upgrade"
-	}
-	if ri, ok := apirequest.RequestInfoFrom(req.Context()); ok && IsLongRunning(req, ri) {
-		return "stream"
-	}
-	return "request"
 }
 
 // target returns the pool key of a gateway, built once per resourceVersion.
@@ -214,7 +209,7 @@ func (p *Proxy) setIdentity(out *http.Request, gw *clustergateway.Gateway) error
 
 // authorizeInner checks the inner request against the hub's authorizer when
 // --authorize-proxy-subpath is on.
-func (p *Proxy) authorizeInner(req *http.Request, subpath string) error {
+func (p *Proxy) authorizeInner(req *http.Request, subpath string, in *apirequest.RequestInfo, inErr error) error {
 	if p.opts.Authorizer == nil {
 		return nil
 	}
@@ -222,9 +217,8 @@ func (p *Proxy) authorizeInner(req *http.Request, subpath string) error {
 	if !ok {
 		return apierrors.NewInternalError(fmt.Errorf("no hub user on the request to authorize"))
 	}
-	in, err := innerInfo(req, "/"+strings.TrimPrefix(subpath, "/"))
-	if err != nil {
-		return apierrors.NewBadRequest(fmt.Sprintf("cannot parse the proxied path %q: %v", subpath, err))
+	if inErr != nil {
+		return apierrors.NewBadRequest(fmt.Sprintf("cannot parse the proxied path %q: %v", subpath, inErr))
 	}
 	attrs := authorizer.AttributesRecord{
 		User:            u,

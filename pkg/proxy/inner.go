@@ -30,3 +30,12 @@ func innerInfo(r *http.Request, path string) (*apirequest.RequestInfo, error) {
 	u := &url.URL{Path: path, RawQuery: r.URL.RawQuery}
 	return innerRequestInfo.NewRequestInfo(&http.Request{Method: r.Method, URL: u, Header: r.Header})
 }
+
+// parseInner is innerInfo, or nil when the path does not parse.
+func parseInner(r *http.Request, path string) *apirequest.RequestInfo {
+	in, err := innerInfo(r, path)
+	if err != nil {
+		return nil
+	}
+	return in
+}

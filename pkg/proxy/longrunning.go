@@ -25,21 +25,32 @@ func IsLongRunning(r *http.Request, ri *apirequest.RequestInfo) bool {
 	if !isProxy(ri) {
 		return defaultLongRunning(r, ri)
 	}
+	return kindOf(r, parseInner(r, innerPath(ri))) != kindRequest
+}
+
+// The kinds of proxied request, also the metrics' kind label.
+const (
+	kindRequest = "request" // ordinary: held to the request timeout
+	kindStream  = "stream"  // watch, logs -f and other long-running
+	kindUpgrade = "upgrade" // exec, attach, port-forward
+)
+
+// kindOf says how a proxied request runs; in is its inner request (nil when
+// the path does not parse, which makes it ordinary unless it upgrades).
+func kindOf(r *http.Request, in *apirequest.RequestInfo) string {
 	if httpstream.IsUpgradeRequest(r) {
-		return true
+		return kindUpgrade
 	}
-	in, err := innerInfo(r, innerPath(ri))
-	if err != nil {
-		return false
+	if in == nil {
+		return kindRequest
 	}
 	switch {
-	case in.Verb == "watch":
-		return true
-	case streamingSubresources.Has(in.Subresource):
-		return true
+	case in.Verb == "watch", streamingSubresources.Has(in.Subresource):
+		return kindStream
 	case in.Subresource == "log":
-		f := strings.ToLower(r.URL.Query().Get("follow"))
-		return f == "true" || f == "1"
+		if f := strings.ToLower(r.URL.Query().Get("follow")); f == "true" || f == "1" {
+			return kindStream
+		}
 	}
-	return false
+	return kindRequest
 }

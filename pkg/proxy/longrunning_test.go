@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/apimachinery/pkg/util/sets"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 )
@@ -70,4 +71,20 @@ func TestIsLongRunning(t *testing.T) {
 
 func withInfo(req *http.Request, ri *apirequest.RequestInfo) *http.Request {
 	return req.WithContext(apirequest.WithRequestInfo(req.Context(), ri))
+}
+
+// requestKind is the metrics label serve gives a proxied request; for other
+// requests, what IsLongRunning makes of them.
+func requestKind(req *http.Request) string {
+	ri, _ := apirequest.RequestInfoFrom(req.Context())
+	if !isProxy(ri) {
+		if httpstream.IsUpgradeRequest(req) {
+			return kindUpgrade
+		}
+		if IsLongRunning(req, ri) {
+			return kindStream
+		}
+		return kindRequest
+	}
+	return kindOf(req, parseInner(req, innerPath(ri)))
 }

@@ -5,15 +5,14 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"strings"
 
+	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/klog/v2"
 )
 
-// isWatch tells whether the proxied request is a watch on the managed cluster.
-func isWatch(req *http.Request, subpath string) bool {
-	in, err := innerInfo(req, "/"+strings.TrimPrefix(subpath, "/"))
-	return err == nil && in.Verb == "watch"
+// isWatch tells whether the inner request (nil: unparsable) is a watch on the managed cluster.
+func isWatch(in *apirequest.RequestInfo) bool {
+	return in != nil && in.Verb == "watch"
 }
 
 // cleanEnd ends a watch whose upstream connection is cut (a retired
