@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -315,12 +316,21 @@ func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObje
 	}
 	trimToken(gw)
 	sent := *gw.Spec.Credential.DeepCopy() // the material this write carries, before any is kept
-	if errs := keepMaterial(gw, full); len(errs) > 0 {
-		return nil, false, apierrors.NewInvalid(kind, name, errs)
-	}
+	kept := keepMaterial(gw, full)
 	gw.UID, gw.CreationTimestamp, gw.Status = existing.UID, existing.CreationTimestamp, v1alpha1.ClusterGatewayStatus{}
 	errs := apivalidation.ValidateObjectMetaUpdate(&gw.ObjectMeta, &full.ObjectMeta, field.NewPath("metadata"))
-	if errs = append(errs, r.validateWrite(gw, sent)...); len(errs) > 0 {
+	errs = append(errs, r.validateWrite(gw, sent)...)
+	if len(kept) > 0 {
+		// Report every problem at once; "required" for material that
+		// could not be kept is said once, with the reason.
+		errs = append(kept, errs.Filter(func(e error) bool {
+			fe, ok := e.(*field.Error)
+			return ok && fe.Type == field.ErrorTypeRequired && slices.ContainsFunc(kept, func(k *field.Error) bool {
+				return strings.HasPrefix(fe.Field, k.Field)
+			})
+		})...)
+	}
+	if len(errs) > 0 {
 		return nil, false, apierrors.NewInvalid(kind, name, errs)
 	}
 	if updateValidation != nil {
