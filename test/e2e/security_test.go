@@ -674,7 +674,9 @@ func (f *securityFixture) testEndpointPolicy(t *testing.T) {
 		address string
 	}{
 		{"metadata address", func(g *gatewayv1alpha1.ClusterGateway) { g.Spec.Endpoint.Address = "https://169.254.169.254" }, "spec.endpoint.address", "169.254.169.254"},
-		{"IPv4-mapped metadata address", func(g *gatewayv1alpha1.ClusterGateway) { g.Spec.Endpoint.Address = "https://[::ffff:169.254.169.254]:443" }, "spec.endpoint.address", "169.254.169.254"},
+		{"IPv4-mapped metadata address", func(g *gatewayv1alpha1.ClusterGateway) {
+			g.Spec.Endpoint.Address = "https://[::ffff:169.254.169.254]:443"
+		}, "spec.endpoint.address", "169.254.169.254"},
 		{"link-local IPv6", func(g *gatewayv1alpha1.ClusterGateway) { g.Spec.Endpoint.Address = "https://[fe80::1]:6443" }, "spec.endpoint.address", "fe80::1"},
 		{"proxy in a denied range", func(g *gatewayv1alpha1.ClusterGateway) { g.Spec.Endpoint.ProxyURL = "http://169.254.169.254:3128" }, "spec.endpoint.proxyURL", "169.254.169.254"},
 		{"konnectivity to metadata", func(g *gatewayv1alpha1.ClusterGateway) {
