@@ -52,11 +52,22 @@ verify-generated: generate ## Fail if the generated code is not what `make gener
 	@test -z "$$(git status --porcelain -- pkg/apis pkg/generated)" || { git status --porcelain -- pkg/apis pkg/generated; echo "make generate left new files: commit them"; exit 1; }
 
 .PHONY: test
-test: test-unit test-e2e ## All tests: unit (with -race) and end-to-end against real components.
+test: test-unit test-fuzz test-e2e ## All tests: unit (with -race), a short fuzz run, and end-to-end against real components.
 
 .PHONY: test-unit
 test-unit: tools ## Unit tests, with the race detector.
 	KUBE_BIN=$(BIN) KONNECTIVITY_BIN=$(BIN) $(GO) test -race -count=1 $$($(GO) list ./... | grep -v /test/e2e)
+
+# Each fuzz target runs for FUZZTIME on top of its committed seeds
+# (testdata/fuzz); a longer run is `make test-fuzz FUZZTIME=10m`.
+FUZZTIME ?= 10s
+FUZZ_TARGETS := ./pkg/proxy:FuzzHeaderHygiene ./pkg/registry/clustergateway:FuzzFromSecret
+
+.PHONY: test-fuzz
+test-fuzz: ## Run every fuzz target for FUZZTIME.
+	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "fuzz $$fn in $$pkg for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg; done
 
 # The end-to-end tests run a gateway built with the race detector; a race
 # report in its log fails the suite.
