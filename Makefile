@@ -14,9 +14,20 @@ KUBE_LDFLAGS := -s -w \
 	-X k8s.io/component-base/version.gitTreeState=clean \
 	-X k8s.io/component-base/version.buildDate=2026-11-01T00:00:00Z
 
+# The version stamped into cluster-gateway and kubectl-cgw (pkg/version):
+# `git describe` of the checkout, the commit, and the commit's date (so a
+# rebuild of one commit is the same binary).
+VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-unknown)
+GIT_COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
+BUILD_DATE  ?= $(shell git log -1 --format=%cI 2>/dev/null)
+VERSION_PKG := github.com/clustergateway/cluster-gateway/pkg/version
+VERSION_LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).GitCommit=$(GIT_COMMIT) -X $(VERSION_PKG).BuildDate=$(BUILD_DATE)
+
 .PHONY: build
-build: ## Build the gateway into _output/bin.
-	$(GO) build -o $(BIN)/cluster-gateway ./cmd/apiserver
+build: ## Build the gateway and kubectl-cgw into _output/bin (stamped with VERSION), and the examples.
+	$(GO) build -ldflags "$(VERSION_LDFLAGS)" -o $(BIN)/cluster-gateway ./cmd/apiserver
+	$(GO) build -ldflags "$(VERSION_LDFLAGS)" -o $(BIN)/kubectl-cgw ./cmd/kubectl-cgw
+	$(GO) build -o $(BIN)/examples/ ./examples/...
 
 # Upstream binaries for the local environment and end-to-end tests, built from
 # the pinned modules in hack/tools and hack/konnectivity. Each is built once.
