@@ -47,6 +47,20 @@ $(BIN)/proxy-server: hack/konnectivity/go.mod
 $(BIN)/proxy-agent: hack/konnectivity/go.mod
 	cd hack/konnectivity && $(GO) build -o $@ sigs.k8s.io/apiserver-network-proxy/cmd/agent
 
+# helm, from its own module in hack/helm (its dependencies stay out of the
+# others), for `make verify` and the chart tests. The -X flags give it its
+# version and the Kubernetes version it renders and lints for.
+HELM_VERSION := v3.22.0
+HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+	-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37 \
+	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37
+TOOLS += $(BIN)/helm
+$(BIN)/helm: hack/helm/go.mod
+	cd hack/helm && $(GO) build -ldflags "$(HELM_LDFLAGS)" -o $@ helm.sh/helm/v3/cmd/helm
+
+.PHONY: helm
+helm: $(BIN)/helm ## Build helm into _output/bin.
+
 CODEGEN := $(BIN)/deepcopy-gen $(BIN)/openapi-gen $(BIN)/client-gen $(BIN)/lister-gen $(BIN)/informer-gen
 $(BIN)/openapi-gen: hack/tools/go.mod
 	cd hack/tools && $(GO) build -o $@ k8s.io/kube-openapi/cmd/openapi-gen
@@ -81,6 +95,21 @@ verify: ## gofmt, go vet, and tidy go.mod files.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "run gofmt -w on the files above"; exit 1; }
 	$(GO) vet ./...
 	@for m in . hack/tools hack/konnectivity; do (cd $$m && $(GO) mod tidy -diff >/dev/null) || { echo "go.mod in $$m is not tidy: run go mod tidy there"; exit 1; }; done
+
+# The Helm chart lints and renders in each serving-certificate mode (test/chart
+# checks what it renders); hack/helm's go.mod is tidy.
+CHART := charts/cluster-gateway
+.PHONY: verify-chart
+verify-chart: $(BIN)/helm ## helm lint and helm template of charts/cluster-gateway.
+	$(BIN)/helm lint --strict $(CHART)
+	$(BIN)/helm lint --strict $(CHART) --set tls.mode=certManager
+	$(BIN)/helm lint --strict $(CHART) --set tls.mode=existingSecret --set tls.caBundle=Q0E=
+	$(BIN)/helm template cluster-gateway $(CHART) --namespace cluster-gateway-system >/dev/null
+	$(BIN)/helm template cluster-gateway $(CHART) --namespace cluster-gateway-system --set tls.mode=certManager >/dev/null
+	$(BIN)/helm template cluster-gateway $(CHART) --namespace cluster-gateway-system --set tls.mode=existingSecret --set tls.caBundle=Q0E= >/dev/null
+	@(cd hack/helm && $(GO) mod tidy -diff >/dev/null) || { echo "go.mod in hack/helm is not tidy: run go mod tidy there"; exit 1; }
+
+verify: verify-chart
 
 # The local environment of hack/localenv: etcd, a hub and two managed
 # kube-apiservers with fake kubelets, and the gateway, all on 127.0.0.0/8.
