@@ -29,6 +29,17 @@ build: ## Build the gateway and kubectl-cgw into _output/bin (stamped with VERSI
 	$(GO) build -ldflags "$(VERSION_LDFLAGS)" -o $(BIN)/kubectl-cgw ./cmd/kubectl-cgw
 	$(GO) build -o $(BIN)/examples/ ./examples/...
 
+# The gateway's container image from the Dockerfile, stamped like `make build`.
+# Needs docker (or CONTAINER_ENGINE=podman); CI has no container engine and
+# does not run it. IMAGE and VERSION choose the tag: $(IMAGE):$(VERSION).
+IMAGE            ?= ghcr.io/clustergateway/cluster-gateway
+CONTAINER_ENGINE ?= docker
+
+.PHONY: image
+image: ## Build the container image $(IMAGE):$(VERSION) (needs docker or podman; not run in CI).
+	$(CONTAINER_ENGINE) build --build-arg VERSION=$(VERSION) --build-arg GIT_COMMIT=$(GIT_COMMIT) \
+		--build-arg BUILD_DATE=$(BUILD_DATE) -t $(IMAGE):$(VERSION) .
+
 # Upstream binaries for the local environment and end-to-end tests, built from
 # the pinned modules in hack/tools and hack/konnectivity. Each is built once.
 TOOLS := $(BIN)/kube-apiserver $(BIN)/kubectl $(BIN)/etcd $(BIN)/proxy-server $(BIN)/proxy-agent
