@@ -175,10 +175,13 @@ func TestCLIJoinAndUse(t *testing.T) {
 		c := k.Cluster
 		name := uniqueName(t, "cli-konn")
 		deleteGatewayAtEnd(t, name)
-		mustCgw(t, hub, "join", name, "--cluster-kubeconfig", c.Kubeconfig, "--konnectivity", "--address", c.URL)
+		// The serving certificate is verified as kubernetes.default.svc, a
+		// name every kube-apiserver's certificate has, as for a cluster whose
+		// address only the tunnel knows.
+		mustCgw(t, hub, "join", name, "--cluster-kubeconfig", c.Kubeconfig, "--konnectivity", "--address", c.URL, "--server-name", "kubernetes.default.svc")
 		gw := getGateway(t, name)
-		if gw.Spec.Endpoint.Type != gatewayv1alpha1.EndpointKonnectivity || gw.Spec.Endpoint.Address != c.URL {
-			t.Errorf("endpoint %s %s, want Konnectivity %s", gw.Spec.Endpoint.Type, gw.Spec.Endpoint.Address, c.URL)
+		if ep := gw.Spec.Endpoint; ep.Type != gatewayv1alpha1.EndpointKonnectivity || ep.Address != c.URL || ep.ServerName != "kubernetes.default.svc" {
+			t.Errorf("endpoint %s %s %q, want Konnectivity %s verified as kubernetes.default.svc", ep.Type, ep.Address, ep.ServerName, c.URL)
 		}
 		requireReady(t, gw)
 		const agentDials = "konnectivity_network_proxy_agent_dial_duration_seconds_count"

@@ -101,13 +101,14 @@ func TestSourceCredentials(t *testing.T) {
 	if cred.Type != gatewayv1alpha1.CredentialX509Certificate || string(cred.X509.Certificate) != "CERT PEM" || string(cred.X509.PrivateKey) != "KEY PEM" {
 		t.Errorf("current context cert: got %+v", cred)
 	}
-	ep := src.endpoint("", false)
+	ep := src.endpoint("", "", false)
 	if ep.Type != gatewayv1alpha1.EndpointDirect || ep.Address != "https://10.0.0.1:6443" || string(ep.CABundle) != "CA PEM" ||
 		ep.ServerName != "api.internal" || ep.ProxyURL != "http://proxy.internal:3128" {
 		t.Errorf("endpoint: %+v", ep)
 	}
-	ep = src.endpoint("https://172.16.0.1:6443", true)
-	if ep.Type != gatewayv1alpha1.EndpointKonnectivity || ep.Address != "https://172.16.0.1:6443" || ep.ProxyURL != "" || string(ep.CABundle) != "CA PEM" {
+	ep = src.endpoint("https://edge.internal:443", "kubernetes.default.svc", true)
+	if ep.Type != gatewayv1alpha1.EndpointKonnectivity || ep.Address != "https://edge.internal:443" || ep.ProxyURL != "" ||
+		string(ep.CABundle) != "CA PEM" || ep.ServerName != "kubernetes.default.svc" {
 		t.Errorf("konnectivity endpoint: %+v", ep)
 	}
 

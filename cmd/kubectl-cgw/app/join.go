@@ -25,6 +25,7 @@ type joinOptions struct {
 	clusterKubeconfig string
 	clusterContext    string
 	address           string
+	serverName        string
 	konnectivity      bool
 	impersonation     string
 
@@ -69,8 +70,10 @@ Needs get, create and update on clustergateways on the hub.`,
   # An EKS/GKE/OIDC kubeconfig (exec plugin): a ServiceAccount with the view role, its token stored
   kubectl cgw join prod-us --cluster-kubeconfig eks.kubeconfig --service-account --cluster-role view
 
-  # A cluster behind NAT, reached through the konnectivity tunnel at its in-cluster address
-  kubectl cgw join edge-7 --cluster-kubeconfig edge-7.kubeconfig --konnectivity --address https://10.0.0.1:6443`,
+  # A cluster behind NAT, reached through the konnectivity tunnel: the agent there answers
+  # for the name edge-7.clusters.internal (docs/install.md#konnectivity)
+  kubectl cgw join edge-7 --cluster-kubeconfig edge-7.kubeconfig \
+    --konnectivity --address https://edge-7.clusters.internal:443 --server-name kubernetes.default.svc`,
 		Args: exactlyOneName,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.name = args[0]
@@ -81,6 +84,7 @@ Needs get, create and update on clustergateways on the hub.`,
 	f.StringVar(&o.clusterKubeconfig, "cluster-kubeconfig", "", "The managed cluster's kubeconfig file (required).")
 	f.StringVar(&o.clusterContext, "cluster-context", "", "The context of --cluster-kubeconfig to use (default: its current context).")
 	f.StringVar(&o.address, "address", "", "The API server URL the gateway dials (default: the kubeconfig's server). With --konnectivity, as the agent dials it.")
+	f.StringVar(&o.serverName, "server-name", "", "The name the cluster's serving certificate is verified against (default: the kubeconfig's tls-server-name, else the host of the address), e.g. kubernetes.default.svc when --address is a name only the tunnel knows.")
 	f.BoolVar(&o.konnectivity, "konnectivity", false, "Reach the cluster through the gateway's konnectivity proxy-server (endpoint type Konnectivity).")
 	f.StringVar(&o.impersonation, "impersonation", "", "None (the cluster sees the stored credential) or Caller (it sees the hub user, impersonated). Default: unchanged, None for a new gateway.")
 	f.BoolVar(&o.serviceAccount, "service-account", false, "Store the token of a ServiceAccount created on the cluster instead of the kubeconfig's credential. Needs --cluster-role.")
@@ -158,7 +162,7 @@ func (o *joinOptions) run(ctx context.Context, h *hub) error {
 		cred = gatewayv1alpha1.Credential{Type: gatewayv1alpha1.CredentialBearerToken, BearerToken: token}
 	}
 
-	gw, verb, err := o.write(ctx, gc, existing, src.endpoint(o.address, o.konnectivity), cred)
+	gw, verb, err := o.write(ctx, gc, existing, src.endpoint(o.address, o.serverName, o.konnectivity), cred)
 	if err != nil {
 		err = hubError(fmt.Sprintf("write ClusterGateway %q", o.name), err)
 		if setup != nil {

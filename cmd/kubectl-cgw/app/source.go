@@ -84,8 +84,8 @@ func contextNames(raw *clientcmdapi.Config) string {
 }
 
 // endpoint is where the gateway dials: the kubeconfig's server and TLS
-// settings, or address; through the konnectivity tunnel if konnectivity.
-func (s *source) endpoint(address string, konnectivity bool) gatewayv1alpha1.Endpoint {
+// settings, or address and serverName; through the konnectivity tunnel if konnectivity.
+func (s *source) endpoint(address, serverName string, konnectivity bool) gatewayv1alpha1.Endpoint {
 	ep := gatewayv1alpha1.Endpoint{
 		Type:                  gatewayv1alpha1.EndpointDirect,
 		Address:               s.config.Host,
@@ -96,6 +96,9 @@ func (s *source) endpoint(address string, konnectivity bool) gatewayv1alpha1.End
 	}
 	if address != "" {
 		ep.Address = address
+	}
+	if serverName != "" {
+		ep.ServerName = serverName
 	}
 	if konnectivity {
 		// The kubeconfig's proxy is how this machine reaches the cluster; the
