@@ -2,15 +2,25 @@ package e2e
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/clustergateway/cluster-gateway/hack/localenv"
 )
 
 // TestCLIJoinErrors: each way join can fail says what went wrong and what to
@@ -108,6 +118,19 @@ func TestCLIJoinErrors(t *testing.T) {
 		requireNoGateway(t, name)
 	})
 
+	t.Run("stored but not Ready", func(t *testing.T) {
+		// The hub accepts an expired client certificate and marks the gateway
+		// CredentialExpired; join must not report success.
+		certPEM, keyPEM := expiredClientCert(t, m1.CA)
+		kc := clusterKubeconfig(t, m1, "", &clientcmdapi.AuthInfo{ClientCertificateData: certPEM, ClientKeyData: keyPEM})
+		notReady := uniqueName(t, "cli-expired")
+		deleteGatewayAtEnd(t, notReady)
+		r := cgw(t, hub, "join", notReady, "--cluster-kubeconfig", kc)
+		if r.Err == nil || !strings.Contains(r.Stderr, `the hub stored ClusterGateway "`+notReady+`", but it is not Ready: CredentialExpired`) {
+			t.Errorf("join of an expired certificate: err %v, stderr %q; want a failure naming CredentialExpired", r.Err, r.Stderr)
+		}
+	})
+
 	t.Run("hub user without RBAC", func(t *testing.T) {
 		stderr := cgwFails(t, env.Alice.Kubeconfig, "join", name, "--cluster-kubeconfig", m1.Kubeconfig)
 		if !strings.Contains(stderr, "the hub refused to get ClusterGateway") || !strings.Contains(stderr, `User "alice"`) {
@@ -147,6 +170,32 @@ func TestCLIJoinErrors(t *testing.T) {
 		noServiceAccount(t, m1, "kube-system", sa)
 		requireNoGateway(t, name)
 	})
+}
+
+// expiredClientCert is a client certificate from ca that expired an hour ago.
+func expiredClientCert(t *testing.T, ca *localenv.CA) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: "expired", Organization: []string{"system:masters"}},
+		NotBefore:    time.Now().Add(-2 * time.Hour),
+		NotAfter:     time.Now().Add(-time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
 }
 
 // closedPort is 127.0.0.1:<port> where nothing listens (the port was free a moment ago).
