@@ -65,7 +65,7 @@ HELM_VERSION := v3.22.0
 HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
 	-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37 \
 	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37
-TOOLS += $(BIN)/helm
+tools: $(BIN)/helm
 $(BIN)/helm: hack/helm/go.mod
 	cd hack/helm && $(GO) build -ldflags "$(HELM_LDFLAGS)" -o $@ helm.sh/helm/v3/cmd/helm
 
