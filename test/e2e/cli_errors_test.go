@@ -118,17 +118,15 @@ func TestCLIJoinErrors(t *testing.T) {
 		requireNoGateway(t, name)
 	})
 
-	t.Run("stored but not Ready", func(t *testing.T) {
-		// The hub accepts an expired client certificate and marks the gateway
-		// CredentialExpired; join must not report success.
+	t.Run("expired client certificate", func(t *testing.T) {
+		// The gateway could not use it: join refuses it before asking the hub.
 		certPEM, keyPEM := expiredClientCert(t, m1.CA)
 		kc := clusterKubeconfig(t, m1, "", &clientcmdapi.AuthInfo{ClientCertificateData: certPEM, ClientKeyData: keyPEM})
-		notReady := uniqueName(t, "cli-expired")
-		deleteGatewayAtEnd(t, notReady)
-		r := cgw(t, hub, "join", notReady, "--cluster-kubeconfig", kc)
-		if r.Err == nil || !strings.Contains(r.Stderr, `the hub stored ClusterGateway "`+notReady+`", but it is not Ready: CredentialExpired`) {
-			t.Errorf("join of an expired certificate: err %v, stderr %q; want a failure naming CredentialExpired", r.Err, r.Stderr)
+		stderr := cgwFails(t, hub, "join", name, "--cluster-kubeconfig", kc)
+		if !strings.Contains(stderr, "the client certificate of user") || !strings.Contains(stderr, "expired at") {
+			t.Errorf("join of an expired certificate: %q; want the certificate named as expired", stderr)
 		}
+		requireNoGateway(t, name)
 	})
 
 	t.Run("hub user without RBAC", func(t *testing.T) {

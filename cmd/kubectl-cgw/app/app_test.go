@@ -2,7 +2,14 @@ package app
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -74,14 +81,35 @@ contexts:
 - {name: nothing, context: {cluster: c, user: nothing-user}}
 `
 
-func sourceDir(t *testing.T) string {
+// clientCert is a self-signed PEM certificate valid from notBefore to notAfter, and its key.
+func clientCert(t *testing.T, notBefore, notAfter time.Time) (string, string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "u"}, NotBefore: notBefore, NotAfter: notAfter}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, _ := x509.MarshalECPrivateKey(key)
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})), string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}))
+}
+
+func sourceDirWith(t *testing.T, notBefore, notAfter time.Time) string {
+	crt, key := clientCert(t, notBefore, notAfter)
 	return writeFiles(t, map[string]string{
 		"kubeconfig": kubeconfigTemplate,
 		"ca.crt":     "CA PEM",
-		"client.crt": "CERT PEM",
-		"client.key": "KEY PEM",
+		"client.crt": crt,
+		"client.key": key,
 		"token":      "tok-123\n",
 	})
+}
+
+func sourceDir(t *testing.T) string {
+	return sourceDirWith(t, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
 }
 
 func TestSourceCredentials(t *testing.T) {
@@ -98,7 +126,9 @@ func TestSourceCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cred.Type != gatewayv1alpha1.CredentialX509Certificate || string(cred.X509.Certificate) != "CERT PEM" || string(cred.X509.PrivateKey) != "KEY PEM" {
+	crt, _ := os.ReadFile(filepath.Join(dir, "client.crt"))
+	key, _ := os.ReadFile(filepath.Join(dir, "client.key"))
+	if cred.Type != gatewayv1alpha1.CredentialX509Certificate || string(cred.X509.Certificate) != string(crt) || string(cred.X509.PrivateKey) != string(key) {
 		t.Errorf("current context cert: got %+v", cred)
 	}
 	ep := src.endpoint("", "", false)
@@ -134,6 +164,22 @@ func TestSourceCredentials(t *testing.T) {
 		var needs *errNeedsServiceAccount
 		if !errors.As(err, &needs) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "--service-account --cluster-role") {
 			t.Errorf("context %s: err %v; want one naming %q and offering --service-account --cluster-role", ctx, err, want)
+		}
+	}
+}
+
+func TestSourceRefusesCertificatesOutsideTheirValidity(t *testing.T) {
+	now := time.Now()
+	for want, dir := range map[string]string{
+		"expired at":          sourceDirWith(t, now.Add(-2*time.Hour), now.Add(-time.Hour)),
+		"is not valid before": sourceDirWith(t, now.Add(time.Hour), now.Add(2*time.Hour)),
+	} {
+		src, err := loadSource(filepath.Join(dir, "kubeconfig"), "cert")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := src.credential(); err == nil || !strings.Contains(err.Error(), "client certificate of user") || !strings.Contains(err.Error(), want) {
+			t.Errorf("err %v, want the certificate refused as %q", err, want)
 		}
 	}
 }

@@ -1,12 +1,15 @@
 package app
 
 import (
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -74,6 +77,26 @@ func loadSource(file, context string) (*source, error) {
 	return &source{file: file, context: context, cluster: cluster, userName: ctx.AuthInfo, user: user, config: cfg}, nil
 }
 
+// checkValidity refuses a client certificate that is expired or not yet
+// valid: the gateway could not use it, whatever the hub accepts.
+func checkValidity(certPEM []byte, now time.Time) error {
+	block, _ := pem.Decode(certPEM)
+	if block == nil {
+		return errors.New("is not PEM")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return fmt.Errorf("does not parse: %v", err)
+	}
+	switch {
+	case now.After(cert.NotAfter):
+		return fmt.Errorf("expired at %s", cert.NotAfter.UTC().Format(time.RFC3339))
+	case now.Before(cert.NotBefore):
+		return fmt.Errorf("is not valid before %s", cert.NotBefore.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
 func contextNames(raw *clientcmdapi.Config) string {
 	var names []string
 	for n := range raw.Contexts {
@@ -126,6 +149,9 @@ func (s *source) credential() (gatewayv1alpha1.Credential, error) {
 	case s.user.AuthProvider != nil:
 		return gatewayv1alpha1.Credential{}, &errNeedsServiceAccount{who, fmt.Sprintf("with the auth provider %q", s.user.AuthProvider.Name)}
 	case len(s.config.CertData) > 0 && len(s.config.KeyData) > 0:
+		if err := checkValidity(s.config.CertData, time.Now()); err != nil {
+			return gatewayv1alpha1.Credential{}, fmt.Errorf("the client certificate of %s %v: get a current kubeconfig for the cluster, or use --service-account", who, err)
+		}
 		return gatewayv1alpha1.Credential{
 			Type: gatewayv1alpha1.CredentialX509Certificate,
 			X509: &gatewayv1alpha1.X509Credential{Certificate: s.config.CertData, PrivateKey: s.config.KeyData},
