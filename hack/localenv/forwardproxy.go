@@ -13,14 +13,14 @@ import (
 	"time"
 )
 
-// ForwardProxy is a forward proxy running in this process on 127.0.0.1 (HTTP
+// ForwardProxy is a forward proxy running in this process on ForwardProxyIP (HTTP
 // CONNECT or SOCKS5), for ClusterGateways with spec.endpoint.proxyURL. It
 // counts the tunnels it carried, so a test can prove that traffic went
 // through it rather than around it, and that every tunnel was closed again.
 // It only dials 127.0.0.0/8: nothing a test sends through it leaves the machine.
 type ForwardProxy struct {
 	Kind string   // "http" or "socks5"
-	URL  *url.URL // what spec.endpoint.proxyURL should be: http://127.0.0.1:N or socks5://127.0.0.1:N
+	URL  *url.URL // what spec.endpoint.proxyURL should be: http://127.0.0.252:N or socks5://127.0.0.252:N
 
 	carried atomic.Int64 // upstream connections ever opened
 	open    atomic.Int64 // upstream connections not closed yet
@@ -85,9 +85,14 @@ func (p *ForwardProxy) dial(ctx context.Context, network, addr string) (net.Conn
 	return p.upstreams.add(c, func() { p.open.Add(-1) }), nil
 }
 
-// newForwardProxy listens on 127.0.0.1 and opens its log in the state dir.
+// ForwardProxyIP is where the forward proxies listen: not 127.0.0.1, so a
+// gateway may deny that address (the end-to-end suite does, to test the
+// endpoint policy with "localhost").
+const ForwardProxyIP = "127.0.0.252"
+
+// newForwardProxy listens on ForwardProxyIP and opens its log in the state dir.
 func (e *Env) newForwardProxy(kind string) (*ForwardProxy, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", ForwardProxyIP+":0")
 	if err != nil {
 		return nil, err
 	}

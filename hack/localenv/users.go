@@ -11,8 +11,9 @@ type User struct {
 	Kubeconfig string
 }
 
-// newUser issues a hub client cert for name (group "developers", bound to nothing).
-func (e *Env) newUser(name string) (*User, error) {
+// NewUser issues a hub client cert for name (group "developers", bound to
+// nothing) and writes its kubeconfig; tests bind it to what they need.
+func (e *Env) NewUser(name string) (*User, error) {
 	cert, err := e.Hub.CA.issue(filepath.Join(e.StateDir, "pki", "hub"), name,
 		certSpec{CommonName: name, Organization: []string{"developers"}, Client: true})
 	if err != nil {
@@ -26,10 +27,10 @@ func (e *Env) newUser(name string) (*User, error) {
 // for authorization tests.
 func (e *Env) createUsers() error {
 	var err error
-	if e.Alice, err = e.newUser("alice"); err != nil {
+	if e.Alice, err = e.NewUser("alice"); err != nil {
 		return err
 	}
-	if e.Bob, err = e.newUser("bob"); err != nil {
+	if e.Bob, err = e.NewUser("bob"); err != nil {
 		return err
 	}
 	_, err = e.Kubectl(e.Hub.Kubeconfig, "create", "clusterrolebinding", "bob:cluster-gateway:viewer",

@@ -66,9 +66,12 @@ func (c *Config) New() (*Server, error) {
 		Pool:    pool.New(c.Extra.Pool),
 	}
 	pool.Register()
-	popts := proxy.Options{Cache: s.Cache, Pool: s.Pool, DialTimeout: c.Extra.Pool.DialTimeout}
-	if c.Extra.AuthorizeProxySubpath {
-		popts.Authorizer = c.Generic.Authorization.Authorizer
+	popts := proxy.Options{
+		Cache:            s.Cache,
+		Pool:             s.Pool,
+		DialTimeout:      c.Extra.Pool.DialTimeout,
+		Authorizer:       c.Generic.Authorization.Authorizer,
+		AuthorizeSubpath: c.Extra.AuthorizeProxySubpath,
 	}
 	if k := c.Extra.Konnectivity; k != nil {
 		if s.Tunnel, err = konnectivity.New(*k); err != nil {
@@ -85,7 +88,7 @@ func (c *Config) New() (*Server, error) {
 
 	group := genericapiserver.NewDefaultAPIGroupInfo(v1alpha1.GroupName, Scheme, ParameterCodec, Codecs)
 	group.VersionedResourcesStorageMap[v1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
-		"clustergateways":        clustergateway.NewREST(s.Cache),
+		"clustergateways":        clustergateway.NewREST(s.Cache, c.Extra.Pool.Endpoints),
 		"clustergateways/proxy":  clustergateway.NewProxyREST(px),
 		"clustergateways/health": clustergateway.NewHealthREST(px),
 	}

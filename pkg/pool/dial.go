@@ -10,7 +10,9 @@ func (p *Pool) rawDialerFor(t *Target) (dialFunc, error) {
 	if t.Tunnel != nil {
 		return t.Tunnel.DialContext, nil
 	}
-	d := &net.Dialer{Timeout: p.opts.DialTimeout, KeepAlive: p.opts.KeepAlive}
+	// Control runs on every address the dialer connects to, after DNS
+	// resolution: a name that resolves into a denied range is refused too.
+	d := &net.Dialer{Timeout: p.opts.DialTimeout, KeepAlive: p.opts.KeepAlive, Control: p.opts.Endpoints.Control}
 	if t.ProxyURL != nil {
 		return proxyDialer(t.Cluster, t.ProxyURL, d)
 	}

@@ -1,6 +1,10 @@
 package pool
 
-import "time"
+import (
+	"time"
+
+	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
+)
 
 // Defaults applied by New to zero Options fields.
 const (
@@ -20,6 +24,11 @@ type Options struct {
 	RetireGrace time.Duration // how long live streams of a retired entry may go on
 	DialTimeout time.Duration // bounds the TCP/tunnel/proxy dial, and the TLS handshake
 	KeepAlive   time.Duration // TCP keep-alive of direct and proxy dials
+
+	// Endpoints decides which addresses direct and forward-proxy dials may
+	// reach (after DNS resolution), and which literal addresses a tunnel may
+	// be asked for. Nil allows all.
+	Endpoints *endpointpolicy.Policy
 
 	// HTTP/2 health check: ping a connection silent this long, drop it if
 	// the ping gets no answer within HTTP2PingTimeout.

@@ -83,6 +83,9 @@ func (p *Pool) Acquire(t *Target) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := p.checkLiterals(t); err != nil {
+		return nil, err
+	}
 	fp := t.Fingerprint()
 
 	p.mu.Lock()
@@ -160,4 +163,19 @@ func (p *Pool) Close() {
 	}
 	p.mu.Unlock()
 	p.wg.Wait()
+}
+
+// checkLiterals applies the endpoint policy to IP literals that this gateway
+// does not dial itself: the address behind a tunnel or a forward proxy (the
+// agent or proxy resolves names; what the gateway dials is checked at dial).
+func (p *Pool) checkLiterals(t *Target) error {
+	if err := p.opts.Endpoints.CheckHost(t.Address.Hostname()); err != nil {
+		return fmt.Errorf("cluster %q address %s: %w", t.Cluster, t.Address.Host, err)
+	}
+	if t.ProxyURL != nil {
+		if err := p.opts.Endpoints.CheckHost(t.ProxyURL.Hostname()); err != nil {
+			return fmt.Errorf("cluster %q proxy %s: %w", t.Cluster, t.ProxyURL.Host, err)
+		}
+	}
+	return nil
 }

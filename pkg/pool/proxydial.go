@@ -35,7 +35,7 @@ func proxyDialer(cluster string, proxyURL *url.URL, forward *net.Dialer) (dialFu
 		}
 		d, err := proxy.SOCKS5("tcp", canonicalAddr(proxyURL, "1080"), auth, forward)
 		if err != nil {
-			return nil, fmt.Errorf("%w: cluster %q socks5 proxy %s: %v", ErrInvalidTarget, cluster, proxyURL.Redacted(), err)
+			return nil, fmt.Errorf("%w: cluster %q socks5 proxy %s: %v", ErrInvalidTarget, cluster, withoutUserInfo(proxyURL), err)
 		}
 		cd, ok := d.(proxy.ContextDialer)
 		if !ok {
@@ -56,7 +56,7 @@ func dialConnect(ctx context.Context, forward dialFunc, proxyURL *url.URL, addr 
 	}
 	raw, err := forward(ctx, "tcp", canonicalAddr(proxyURL, defaultPort))
 	if err != nil {
-		return nil, fmt.Errorf("dial proxy %s: %w", proxyURL.Redacted(), err)
+		return nil, fmt.Errorf("dial proxy %s: %w", withoutUserInfo(proxyURL), err)
 	}
 	stop := context.AfterFunc(ctx, func() { _ = raw.SetDeadline(time.Unix(1, 0)) })
 	conn, err := connectHandshake(ctx, raw, proxyURL, addr)
@@ -77,7 +77,7 @@ func connectHandshake(ctx context.Context, raw net.Conn, proxyURL *url.URL, addr
 	if proxyURL.Scheme == "https" {
 		tc := tls.Client(raw, &tls.Config{ServerName: proxyURL.Hostname(), MinVersion: tls.VersionTLS12})
 		if err := tc.HandshakeContext(ctx); err != nil {
-			return nil, fmt.Errorf("TLS handshake with proxy %s: %w", proxyURL.Redacted(), err)
+			return nil, fmt.Errorf("TLS handshake with proxy %s: %w", withoutUserInfo(proxyURL), err)
 		}
 		conn = tc
 	}
@@ -92,16 +92,16 @@ func connectHandshake(ctx context.Context, raw net.Conn, proxyURL *url.URL, addr
 		req.Header.Set("Proxy-Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(u.Username()+":"+pw)))
 	}
 	if err := req.Write(conn); err != nil {
-		return nil, fmt.Errorf("send CONNECT to proxy %s: %w", proxyURL.Redacted(), err)
+		return nil, fmt.Errorf("send CONNECT to proxy %s: %w", withoutUserInfo(proxyURL), err)
 	}
 	br := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(br, req)
 	if err != nil {
-		return nil, fmt.Errorf("read CONNECT response from proxy %s: %w", proxyURL.Redacted(), err)
+		return nil, fmt.Errorf("read CONNECT response from proxy %s: %w", withoutUserInfo(proxyURL), err)
 	}
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("proxy %s refused CONNECT to %s: %s", proxyURL.Redacted(), addr, resp.Status)
+		return nil, fmt.Errorf("proxy %s refused CONNECT to %s: %s", withoutUserInfo(proxyURL), addr, resp.Status)
 	}
 	if br.Buffered() > 0 {
 		// The proxy sent bytes past its response: they belong to the tunnel.
@@ -117,3 +117,11 @@ type bufferedConn struct {
 }
 
 func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// withoutUserInfo names a URL in errors and logs: the user name and password
+// of a proxy are credentials, so neither is shown (url.Redacted keeps the name).
+func withoutUserInfo(u *url.URL) string {
+	c := *u
+	c.User = nil
+	return c.String()
+}

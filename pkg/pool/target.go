@@ -97,7 +97,7 @@ func (t *Target) validate() (string, error) {
 		return "", fmt.Errorf("%w: cluster %q has no address; set an https://host:port endpoint", ErrInvalidTarget, t.Cluster)
 	}
 	if t.Address.Scheme != "https" {
-		return "", fmt.Errorf("%w: cluster %q address %q must use https", ErrInvalidTarget, t.Cluster, t.Address.Redacted())
+		return "", fmt.Errorf("%w: cluster %q address %q must use https", ErrInvalidTarget, t.Cluster, withoutUserInfo(t.Address))
 	}
 	if t.Tunnel != nil && t.ProxyURL != nil {
 		return "", fmt.Errorf("%w: cluster %q sets both a tunnel and a proxy URL; use one", ErrInvalidTarget, t.Cluster)

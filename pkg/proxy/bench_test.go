@@ -32,6 +32,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/kubernetes/fake"
 
@@ -217,7 +218,7 @@ func newBenchProxy(b *testing.B, up *benchUpstream) (*Proxy, *pool.Pool) {
 	}
 	pl := pool.New(pool.Options{})
 	b.Cleanup(pl.Close)
-	return New(Options{Cache: cache, Pool: pl}), pl
+	return New(Options{Cache: cache, Pool: pl, Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()}), pl
 }
 
 // benchSecret is a ClusterGateway as stored on the hub: Direct, X509.

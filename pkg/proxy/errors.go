@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
 )
 
 var proxyResource = schema.GroupResource{Group: v1alpha1.GroupName, Resource: "clustergateways/proxy"}
@@ -34,6 +36,14 @@ func upstreamError(cluster string, err error, requestExpired bool) *apierrors.St
 		netErr      net.Error
 	)
 	switch {
+	case errors.Is(err, endpointpolicy.ErrDenied):
+		return endpointDenied(cluster, err)
+	case strings.Contains(err.Error(), "invalid upgrade response: status code"):
+		// UpgradeAwareHandler's words for an answer that neither switched
+		// protocols nor failed, such as a redirect: not passed on.
+		return statusError(http.StatusBadGateway, metav1.StatusReasonInternalError, fmt.Sprintf(
+			"cluster %q did not switch protocols for the upgrade (%v); the gateway does not pass redirects or other non-upgrade answers on: check spec.endpoint.address of ClusterGateway %q",
+			cluster, err, cluster))
 	case errors.As(err, &verifyErr), errors.As(err, &unknownCA), errors.As(err, &hostnameErr), errors.As(err, &invalidErr):
 		return statusError(http.StatusBadGateway, metav1.StatusReasonInternalError, fmt.Sprintf(
 			"the API server of cluster %q presented a certificate the gateway does not trust (%v): check spec.endpoint.caBundle and spec.endpoint.serverName of ClusterGateway %q",
@@ -53,6 +63,13 @@ func upstreamError(cluster string, err error, requestExpired bool) *apierrors.St
 	}
 	return statusError(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, fmt.Sprintf(
 		"cluster %q is unreachable: %v", cluster, err))
+}
+
+// endpointDenied is the answer when the endpoint policy refuses where a
+// ClusterGateway points: the request never left the gateway.
+func endpointDenied(cluster string, err error) *apierrors.StatusError {
+	return statusError(http.StatusForbidden, metav1.StatusReasonForbidden, fmt.Sprintf(
+		"the gateway may not connect to cluster %q: %v; the gateway's operator sets --endpoint-deny-cidrs and --endpoint-allow-cidrs", cluster, err))
 }
 
 func statusError(code int32, reason metav1.StatusReason, message string) *apierrors.StatusError {

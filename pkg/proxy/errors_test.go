@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apiserver/pkg/authentication/user"
 )
 
 // realErrors are produced by real operations on loopback, not built by hand,
@@ -130,7 +132,7 @@ func TestProxyUpstreamErrors(t *testing.T) {
 				defer cancel()
 				req = req.WithContext(ctx)
 			}
-			rec := serveAs(px, tc.gateway, tc.path, nil, req)
+			rec := serveAs(px, tc.gateway, tc.path, &user.DefaultInfo{Name: "admin"}, req)
 			if rec.Code != tc.code || !strings.Contains(rec.Body.String(), tc.text) {
 				t.Errorf("status %d %s, want %d mentioning %q", rec.Code, rec.Body, tc.code, tc.text)
 			}

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/kubernetes/fake"
 
@@ -34,6 +35,12 @@ const fixtureNamespace = "cluster-gateway-system"
 // over gateway Secrets held by a fake clientset: the hub is not what these
 // tests are about. Everything started is stopped at cleanup.
 func newFixtureProxy(t *testing.T, secrets ...*corev1.Secret) *Proxy {
+	t.Helper()
+	return newFixtureProxyWith(t, nil, secrets...)
+}
+
+// newFixtureProxyWith is newFixtureProxy with options changed by mutate.
+func newFixtureProxyWith(t testing.TB, mutate func(*Options), secrets ...*corev1.Secret) *Proxy {
 	t.Helper()
 	objs := make([]runtime.Object, 0, len(secrets))
 	for _, s := range secrets {
@@ -53,7 +60,11 @@ func newFixtureProxy(t *testing.T, secrets ...*corev1.Secret) *Proxy {
 	}
 	pl := pool.New(pool.Options{Capacity: 4, DialTimeout: 2 * time.Second})
 	t.Cleanup(pl.Close)
-	return New(Options{Cache: cache, Pool: pl})
+	opts := Options{Cache: cache, Pool: pl, Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()}
+	if mutate != nil {
+		mutate(&opts)
+	}
+	return New(opts)
 }
 
 // tokenSecret is a BearerToken gateway Secret for endpoint, trusting caPEM.
@@ -80,7 +91,7 @@ func upstreamCA(srv *httptest.Server) []byte {
 // newTLSUpstream is an HTTPS server on 127.0.0.1 with a certificate of its
 // own (httptest's built-in one is shared by all servers, so a gateway
 // trusting one upstream would trust them all), closed at cleanup.
-func newTLSUpstream(t *testing.T, h http.Handler) *httptest.Server {
+func newTLSUpstream(t testing.TB, h http.Handler) *httptest.Server {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -15,10 +16,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	utilproxy "k8s.io/apimachinery/pkg/util/proxy"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 	"github.com/clustergateway/cluster-gateway/pkg/registry/clustergateway"
 )
@@ -43,9 +46,12 @@ type Options struct {
 	Pool  *pool.Pool
 	// Tunnel dials Konnectivity endpoints; nil when no proxy-server is configured.
 	Tunnel Tunnel
-	// Authorizer, when set, also authorizes the inner request (verb, resource,
-	// namespace, name or non-resource path) for the hub caller.
+	// Authorizer is the hub's (delegated) authorizer. It is required: exec,
+	// attach and port-forward also need create on clustergateways/proxy.
 	Authorizer authorizer.Authorizer
+	// AuthorizeSubpath also authorizes the inner request (verb, resource,
+	// namespace, name or non-resource path) for the hub caller.
+	AuthorizeSubpath bool
 	// DialTimeout bounds setting up an upgrade (exec, attach, port-forward)
 	// as the pool's dial timeout bounds other connections (default 30s).
 	DialTimeout time.Duration
@@ -70,8 +76,11 @@ type cachedTarget struct {
 	target pool.Target
 }
 
-// New returns the proxy.
+// New returns the proxy. opts.Authorizer is required.
 func New(opts Options) *Proxy {
+	if opts.Authorizer == nil {
+		panic("proxy.New: Options.Authorizer is required (upgrades are authorized as create)")
+	}
 	RegisterMetrics()
 	return &Proxy{opts: opts}
 }
@@ -97,8 +106,24 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 	if inErr != nil {
 		in = nil
 	}
+	upgrade := httpstream.IsUpgradeRequest(req)
 	w, done := instrument(w, kindOf(req, in))
 	defer done()
+	if err := checkSubpath(subpath); err != nil {
+		writeStatus(w, req, err)
+		return
+	}
+	u, ok := apirequest.UserFrom(req.Context())
+	if !ok {
+		writeStatus(w, req, apierrors.NewInternalError(fmt.Errorf("no hub user on the request")))
+		return
+	}
+	if upgrade {
+		if err := p.authorizeUpgrade(req.Context(), u, name); err != nil {
+			writeStatus(w, req, err)
+			return
+		}
+	}
 	gw, err := p.opts.Cache.Get(name)
 	if err != nil {
 		writeStatus(w, req, err)
@@ -109,7 +134,7 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 			fmt.Sprintf("ClusterGateway %q cannot be used: %s", name, gw.Problem)))
 		return
 	}
-	if err := p.authorizeInner(req, subpath, in, inErr); err != nil {
+	if err := p.authorizeInner(req, u, subpath, in, inErr, upgrade); err != nil {
 		writeStatus(w, req, err)
 		return
 	}
@@ -119,6 +144,10 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 		return
 	}
 	lease, err := p.opts.Pool.Acquire(target)
+	if errors.Is(err, endpointpolicy.ErrDenied) {
+		writeStatus(w, req, endpointDenied(name, err))
+		return
+	}
 	if err != nil {
 		writeStatus(w, req, statusError(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
 			fmt.Sprintf("ClusterGateway %q cannot be used: %v", name, err)))
@@ -131,18 +160,17 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 	location.RawPath = ""
 	location.RawQuery = clientQuery(req)
 
+	// The client's credentials and claimed identities go now, so nothing
+	// below (nor its logs) sees them; the gateway's identity is added by the
+	// upstream round trippers, after hop-by-hop header removal.
 	out := req.WithContext(req.Context())
 	out.Header = utilnet.CloneHeader(req.Header)
 	out.URL = &location
 	out.Host = location.Host
-	stripIdentity(out.Header)
-	if err := p.setIdentity(out, gw); err != nil {
-		writeStatus(w, req, err)
-		return
-	}
+	scrubClientHeaders(out.Header)
+	id := p.identityFor(gw, u)
 
-	upgrade := httpstream.IsUpgradeRequest(req)
-	rt := lease.Transport()
+	var rt http.RoundTripper = &upstreamTransport{base: lease.Transport(), id: id, cluster: name}
 	if isWatch(in) {
 		rt = cleanEnd{rt}
 	}
@@ -150,8 +178,8 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 	h.UseRequestLocation = true
 	h.UseLocationHost = true
 	if upgrade {
-		// Upgrades need HTTP/1.1; the headers are already on the request.
-		h.UpgradeTransport = utilproxy.NewUpgradeRequestRoundTripper(lease.UpgradeTransport(), utilproxy.MirrorRequest)
+		// Upgrades need HTTP/1.1.
+		h.UpgradeTransport = &upstreamUpgrade{base: lease.UpgradeTransport(), id: id}
 		var stop func()
 		w, out, stop = upgradeWatchdog(w, out, p.dialTimeout())
 		defer stop()
@@ -191,66 +219,19 @@ func (p *Proxy) target(gw *clustergateway.Gateway) (*pool.Target, error) {
 	return &t, nil
 }
 
-// setIdentity adds the gateway's credential or the caller's impersonation.
-func (p *Proxy) setIdentity(out *http.Request, gw *clustergateway.Gateway) error {
+// identityFor is who the managed cluster is told the request comes from:
+// the stored token (X.509 credentials are in the pooled TLS config), and in
+// Caller mode the hub caller.
+func (p *Proxy) identityFor(gw *clustergateway.Gateway, caller user.Info) identity {
 	spec := gw.Object.Spec
+	var id identity
 	if spec.Credential.Type == v1alpha1.CredentialBearerToken {
-		out.Header.Set("Authorization", "Bearer "+spec.Credential.BearerToken)
+		id.token = spec.Credential.BearerToken
 	}
 	if spec.Impersonation.Mode == v1alpha1.ImpersonationCaller {
-		u, ok := apirequest.UserFrom(out.Context())
-		if !ok {
-			return apierrors.NewInternalError(fmt.Errorf("no hub user on the request to impersonate"))
-		}
-		setImpersonation(out.Header, u)
+		id.caller = caller
 	}
-	return nil
-}
-
-// authorizeInner checks the inner request against the hub's authorizer when
-// --authorize-proxy-subpath is on.
-func (p *Proxy) authorizeInner(req *http.Request, subpath string, in *apirequest.RequestInfo, inErr error) error {
-	if p.opts.Authorizer == nil {
-		return nil
-	}
-	u, ok := apirequest.UserFrom(req.Context())
-	if !ok {
-		return apierrors.NewInternalError(fmt.Errorf("no hub user on the request to authorize"))
-	}
-	if inErr != nil {
-		return apierrors.NewBadRequest(fmt.Sprintf("cannot parse the proxied path %q: %v", subpath, inErr))
-	}
-	attrs := authorizer.AttributesRecord{
-		User:            u,
-		Verb:            in.Verb,
-		Namespace:       in.Namespace,
-		APIGroup:        in.APIGroup,
-		APIVersion:      in.APIVersion,
-		Resource:        in.Resource,
-		Subresource:     in.Subresource,
-		Name:            in.Name,
-		ResourceRequest: in.IsResourceRequest,
-		Path:            in.Path,
-	}
-	decision, reason, err := p.opts.Authorizer.Authorize(req.Context(), attrs)
-	if decision == authorizer.DecisionAllow {
-		return nil
-	}
-	what := in.Path
-	if in.IsResourceRequest {
-		what = fmt.Sprintf("%s %s", in.Verb, strings.Trim(in.Resource+"/"+in.Subresource, "/"))
-		if in.Namespace != "" {
-			what += " in namespace " + in.Namespace
-		}
-	}
-	msg := fmt.Sprintf("the hub does not allow %q to %s through the gateway", u.GetName(), what)
-	if reason != "" {
-		msg += ": " + reason
-	}
-	if err != nil {
-		msg += fmt.Sprintf(" (%v)", err)
-	}
-	return apierrors.NewForbidden(proxyResource, "", fmt.Errorf("%s", msg))
+	return id
 }
 
 func joinPath(base, sub string) string {

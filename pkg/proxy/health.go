@@ -9,6 +9,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/user"
+	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
@@ -51,10 +53,16 @@ func (p *Proxy) Probe(ctx context.Context, name string) (*v1alpha1.ClusterGatewa
 	if err != nil {
 		return nil, err
 	}
-	if err := p.setIdentity(req, gw); err != nil {
-		return nil, err
+	var caller user.Info
+	if gw.Object.Spec.Impersonation.Mode == v1alpha1.ImpersonationCaller {
+		u, ok := apirequest.UserFrom(ctx)
+		if !ok {
+			return nil, fmt.Errorf("no hub user on the request to impersonate")
+		}
+		caller = u
 	}
-	resp, err := lease.Transport().RoundTrip(req)
+	rt := &upstreamTransport{base: lease.Transport(), id: p.identityFor(gw, caller), cluster: name}
+	resp, err := rt.RoundTrip(req)
 	if err != nil {
 		h.Message = upstreamError(name, err, false).ErrStatus.Message
 		return h, nil

@@ -9,32 +9,89 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 )
 
-// The headers a client or the hub may send that must never reach a managed
-// cluster: hub credentials, and identities the gateway did not assert itself.
-var strippedPrefixes = []string{
-	"impersonate-",
-	"x-remote-",
-}
+// wsBearerPrefix is the WebSocket subprotocol in which a client may carry its
+// bearer token (k8s.io/apiserver's websocket token authenticator): the
+// client's own credential, never the managed cluster's business.
+const wsBearerPrefix = "base64url.bearer.authorization.k8s.io."
 
-var strippedHeaders = []string{
-	"Authorization",
-	"Proxy-Authorization",
-	"Cookie",
-}
-
-// stripIdentity removes every client-sent credential and identity header.
-func stripIdentity(h http.Header) {
-	for _, k := range strippedHeaders {
-		h.Del(k)
+// identityHeader tells whether a header carries a credential or an identity
+// that only the gateway may assert towards a managed cluster. Names are
+// compared case-insensitively and with '_' as '-', so non-canonical spellings
+// (which some intermediaries fold into the canonical ones) are caught too.
+func identityHeader(name string) bool {
+	n := strings.ReplaceAll(strings.ToLower(name), "_", "-")
+	switch n {
+	case "authorization", "proxy-authorization", "cookie":
+		return true
 	}
+	return strings.HasPrefix(n, "impersonate-") || strings.HasPrefix(n, "x-remote-")
+}
+
+// scrubClientHeaders removes every credential and identity the client (or
+// the hub, for its own hop) sent: hub credentials, claimed identities, the
+// WebSocket bearer subprotocol. It runs on the client's request before the
+// reverse proxy sees it (so nothing of the client's is logged or forwarded),
+// and again in the upstream round tripper after hop-by-hop removal.
+func scrubClientHeaders(h http.Header) {
 	for k := range h {
-		lk := strings.ToLower(k)
-		for _, p := range strippedPrefixes {
-			if strings.HasPrefix(lk, p) {
-				delete(h, k)
-				break
+		if identityHeader(k) {
+			delete(h, k)
+		}
+	}
+	scrubWebSocketProtocols(h)
+}
+
+// scrubWebSocketProtocols drops bearer-token subprotocols and keeps the rest
+// (v5.channel.k8s.io and friends) in order.
+func scrubWebSocketProtocols(h http.Header) {
+	for k, vs := range h {
+		if !strings.EqualFold(strings.ReplaceAll(k, "_", "-"), "Sec-WebSocket-Protocol") {
+			continue
+		}
+		var kept []string
+		for _, v := range vs {
+			for _, p := range strings.Split(v, ",") {
+				p = strings.TrimSpace(p)
+				if p != "" && !strings.HasPrefix(strings.ToLower(p), wsBearerPrefix) {
+					kept = append(kept, p)
+				}
 			}
 		}
+		delete(h, k)
+		if len(kept) > 0 {
+			h["Sec-Websocket-Protocol"] = []string{strings.Join(kept, ", ")}
+		}
+	}
+}
+
+// upgradeConnectionHeader keeps only the "Upgrade" token of an upgrade
+// request's Connection header. UpgradeAwareHandler forwards upgrade requests
+// without hop-by-hop processing, so a client-chosen token (say, naming
+// Impersonate-User) must not reach an intermediary that honours it.
+func upgradeConnectionHeader(h http.Header) {
+	for k := range h {
+		if strings.EqualFold(k, "Connection") {
+			delete(h, k)
+		}
+	}
+	h.Set("Connection", "Upgrade")
+}
+
+// identity is what the managed cluster is told about who is asking: the
+// gateway's bearer token (X.509 credentials live in the TLS config) and, in
+// Caller mode, the hub caller to impersonate.
+type identity struct {
+	token  string
+	caller user.Info // nil: act as the stored credential
+}
+
+// apply sets the identity on headers that were already scrubbed.
+func (id identity) apply(h http.Header) {
+	if id.token != "" {
+		h.Set("Authorization", "Bearer "+id.token)
+	}
+	if id.caller != nil {
+		setImpersonation(h, id.caller)
 	}
 }
 

@@ -31,16 +31,16 @@ func hostileHeaders() http.Header {
 	return h
 }
 
-func TestStripIdentity(t *testing.T) {
+func TestScrubClientHeaders(t *testing.T) {
 	h := hostileHeaders()
-	stripIdentity(h)
+	scrubClientHeaders(h)
 	var left []string
 	for k := range h {
 		left = append(left, k)
 	}
 	sort.Strings(left)
 	if want := []string{"Accept", "User-Agent"}; !reflect.DeepEqual(left, want) {
-		t.Fatalf("headers left after stripIdentity: %v, want only %v", left, want)
+		t.Fatalf("headers left after scrubClientHeaders: %v, want only %v", left, want)
 	}
 }
 

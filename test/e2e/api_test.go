@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -35,7 +36,7 @@ func TestAPIApplyGetWatchDelete(t *testing.T) {
 	creds := newTestCreds(t, name)
 	cleanupGateway(t, name)
 
-	out := kubectlStdin(t, hub, x509GatewayYAML(name, "https://127.0.0.1:6443", nil, creds), "apply", "-f", "-")
+	out := kubectlStdin(t, hub, x509GatewayYAML(name, "https://127.0.0.9:6443", nil, creds), "apply", "-f", "-")
 	if !strings.Contains(out, name+" created") {
 		t.Errorf("kubectl apply: %q, want %q", out, name+" created")
 	}
@@ -46,8 +47,8 @@ func TestAPIApplyGetWatchDelete(t *testing.T) {
 	if got, want := strings.Fields(lines[0]), []string{"NAME", "ENDPOINT", "ADDRESS", "CREDENTIAL", "READY", "AGE"}; !slices.Equal(got, want) {
 		t.Errorf("table header = %v, want %v\n%s", got, want, out)
 	}
-	if row := tableRow(out, name); len(row) != 6 || !slices.Equal(row[:5], []string{name, "Direct", "https://127.0.0.1:6443", "X509Certificate", "True"}) {
-		t.Errorf("table row = %v, want [%s Direct https://127.0.0.1:6443 X509Certificate True <age>]\n%s", row, name, out)
+	if row := tableRow(out, name); len(row) != 6 || !slices.Equal(row[:5], []string{name, "Direct", "https://127.0.0.9:6443", "X509Certificate", "True"}) {
+		t.Errorf("table row = %v, want [%s Direct https://127.0.0.9:6443 X509Certificate True <age>]\n%s", row, name, out)
 	}
 
 	// YAML: status, a redacted last-applied annotation, no material.
@@ -71,7 +72,7 @@ func TestAPIApplyGetWatchDelete(t *testing.T) {
 		t.Errorf("status.credential = %+v, want subject %q notAfter %s", cs, creds.Subject, creds.NotAfter)
 	}
 	la, ok := gw.Annotations[lastApplied]
-	if !ok || !strings.Contains(la, `"address":"https://127.0.0.1:6443"`) || !strings.Contains(la, `"type":"X509Certificate"`) ||
+	if !ok || !strings.Contains(la, `"address":"https://127.0.0.9:6443"`) || !strings.Contains(la, `"type":"X509Certificate"`) ||
 		strings.Contains(la, "x509") || strings.Contains(la, "privateKey") {
 		t.Errorf("annotation %s = %q, want kubectl's applied configuration without material", lastApplied, la)
 	}
@@ -93,8 +94,8 @@ func TestAPIApplyGetWatchDelete(t *testing.T) {
 	// Watch: a later update, then the delete.
 	w := startKubectl(t, hub, nil, "get", "clustergateways", "-w", "--output-watch-events", "--request-timeout=2m")
 	w.waitLineWithin(t, regexp.MustCompile(`^ADDED\s+`+regexp.QuoteMeta(name)+`\s`), pollTimeout)
-	kubectlStdin(t, hub, x509GatewayYAML(name, "https://127.0.0.9:6443", nil, creds), "apply", "-f", "-")
-	w.waitLineWithin(t, regexp.MustCompile(`^MODIFIED\s+`+regexp.QuoteMeta(name)+`\s+Direct\s+https://127\.0\.0\.9:6443\s+X509Certificate\s+True\s`), pollTimeout)
+	kubectlStdin(t, hub, x509GatewayYAML(name, "https://127.0.0.8:6443", nil, creds), "apply", "-f", "-")
+	w.waitLineWithin(t, regexp.MustCompile(`^MODIFIED\s+`+regexp.QuoteMeta(name)+`\s+Direct\s+https://127\.0\.0\.8:6443\s+X509Certificate\s+True\s`), pollTimeout)
 
 	out = mustKubectl(t, hub, "delete", "cgw", name)
 	if !strings.Contains(out, name+`" deleted`) && !strings.Contains(out, name+" deleted") {
@@ -177,9 +178,10 @@ metadata:
   namespace: %s
   labels:
     %s: "true"
-    team: %s
+    gitops.example/owner: platform
 type: Opaque
 stringData:
+  labels: '{"team":"%s"}'
   endpoint: https://127.0.0.3:6443
   ca.crt: |
 %s
@@ -209,8 +211,9 @@ stringData:
 	if c := readyCondition(&gw); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("Ready = %+v, want True", c)
 	}
-	if _, ok := gw.Labels[gatewayLabel]; ok || gw.Labels["team"] != team {
-		t.Errorf("labels = %v, want team=%s without the internal %s", gw.Labels, team, gatewayLabel)
+	// The gateway's labels are its data's; the Secret's own labels are not the gateway's.
+	if len(gw.Labels) != 1 || gw.Labels["team"] != team {
+		t.Errorf("labels = %v, want only team=%s (not the Secret's own labels)", gw.Labels, team)
 	}
 	if _, ok := gw.Annotations[lastApplied]; ok {
 		t.Errorf("the Secret's own last-applied configuration (which holds the token) shows on the gateway: %v", gw.Annotations)
@@ -220,13 +223,13 @@ stringData:
 	}
 
 	// A gateway patch rewrites the Secret but keeps the token, the unmodelled
-	// key and the Secret's own last-applied annotation.
-	mustKubectl(t, hub, "patch", "cgw", name, "--type=merge", "-p", `{"spec":{"endpoint":{"serverName":"patched.example"}}}`)
+	// key and the Secret's own labels and last-applied annotation.
+	mustKubectl(t, hub, "patch", "cgw", name, "--type=merge", "-p", `{"metadata":{"labels":{"patched":"yes"}},"spec":{"impersonation":{"mode":"Caller"}}}`)
 	s := mustSecret(t, name)
-	if string(s.Data["server-name"]) != "patched.example" || string(s.Data["token"]) != token ||
-		string(s.Data["owner-notes"]) != "kept by the gateway" || s.Annotations[lastApplied] == "" {
-		t.Errorf("Secret after patch: server-name %q, token kept %v, owner-notes %q, own last-applied kept %v",
-			s.Data["server-name"], string(s.Data["token"]) == token, s.Data["owner-notes"], s.Annotations[lastApplied] != "")
+	if string(s.Data["labels"]) != `{"patched":"yes","team":"`+team+`"}` || string(s.Data["token"]) != token ||
+		string(s.Data["owner-notes"]) != "kept by the gateway" || s.Annotations[lastApplied] == "" || s.Labels["gitops.example/owner"] != "platform" {
+		t.Errorf("Secret after patch: labels %q, token kept %v, owner-notes %q, own last-applied kept %v, own labels %v",
+			s.Data["labels"], string(s.Data["token"]) == token, s.Data["owner-notes"], s.Annotations[lastApplied] != "", s.Labels)
 	}
 
 	mustKubectl(t, hub, "delete", "cgw", name)
@@ -276,32 +279,41 @@ func TestAPIServerSideApplyAndPatches(t *testing.T) {
 		t.Errorf("GET returned the bearer token")
 	}
 
-	// Re-apply without the token: the applier no longer owns it, but the stored one is kept.
-	out = kubectlStdin(t, hub, tokenGatewayYAML(name, "https://127.0.0.5:6443", map[string]string{"e2e": "ssa"}, ""),
+	// Re-apply without the token: the applier no longer owns it, but the
+	// stored one is kept while the endpoint stays the same.
+	out = kubectlStdin(t, hub, tokenGatewayYAML(name, "https://127.0.0.4:6443", map[string]string{"e2e": "ssa", "step": "reapply"}, ""),
 		"apply", "--server-side", "-f", "-")
 	if !strings.Contains(out, "serverside-applied") {
 		t.Errorf("apply --server-side (update): %q", out)
 	}
-	checkSecret("server-side apply without token", "endpoint", "https://127.0.0.5:6443")
+	checkSecret("server-side apply without token", "labels", `{"e2e":"ssa","step":"reapply"}`)
 
-	mustKubectl(t, hub, "patch", "cgw", name, "--type=merge", "-p", `{"spec":{"endpoint":{"serverName":"merge.example"}}}`)
-	checkSecret("merge patch", "server-name", "merge.example")
+	// Moving the endpoint without the token is refused: the stored token
+	// never follows a change of where it is sent.
+	r := kubectl(t, hub, nil, tokenGatewayYAML(name, "https://127.0.0.5:6443", map[string]string{"e2e": "ssa"}, ""), "apply", "--server-side", "-f", "-")
+	if r.Err == nil || !strings.Contains(r.Stderr, "spec.credential.bearerToken") || !strings.Contains(r.Stderr, "spec.endpoint.address") {
+		t.Errorf("apply moving the endpoint without the token: err=%v stderr=%s; want 422 naming both fields", r.Err, r.Stderr)
+	}
+	checkSecret("refused move", "endpoint", "https://127.0.0.4:6443")
+	// ...and allowed with it.
+	out = kubectlStdin(t, hub, tokenGatewayYAML(name, "https://127.0.0.5:6443", map[string]string{"e2e": "ssa"}, token), "apply", "--server-side", "-f", "-")
+	checkSecret("move with the token", "endpoint", "https://127.0.0.5:6443")
 
-	mustKubectl(t, hub, "patch", "cgw", name, "--type=json", "-p", `[{"op":"replace","path":"/spec/endpoint/address","value":"https://127.0.0.6:6443"}]`)
-	checkSecret("json patch", "endpoint", "https://127.0.0.6:6443")
+	mustKubectl(t, hub, "patch", "cgw", name, "--type=merge", "-p", `{"metadata":{"labels":{"step":"merge"}}}`)
+	checkSecret("merge patch", "labels", `{"e2e":"ssa","step":"merge"}`)
 
-	mustKubectl(t, hub, "patch", "cgw", name, "--type=strategic", "-p", `{"metadata":{"labels":{"patched":"strategic"}},"spec":{"impersonation":{"mode":"Caller"}}}`)
-	checkSecret("strategic patch", "impersonation", "Caller")
-	if s := mustSecret(t, name); s.Labels["patched"] != "strategic" || s.Labels["e2e"] != "ssa" || s.Labels[gatewayLabel] != "true" {
-		t.Errorf("Secret labels after strategic patch = %v", s.Labels)
+	mustKubectl(t, hub, "patch", "cgw", name, "--type=json", "-p", `[{"op":"replace","path":"/metadata/labels/step","value":"json"}]`)
+	checkSecret("json patch", "labels", `{"e2e":"ssa","step":"json"}`)
+
+	mustKubectl(t, hub, "patch", "cgw", name, "--type=strategic", "-p", `{"metadata":{"labels":{"patched":"strategic"}}}`)
+	checkSecret("strategic patch", "labels", `{"e2e":"ssa","patched":"strategic","step":"json"}`)
+	if s := mustSecret(t, name); len(s.Labels) != 1 || s.Labels[gatewayLabel] != "true" {
+		t.Errorf("Secret labels after patches = %v, want only the gateway label (the gateway's labels are in its data)", s.Labels)
 	}
 
-	// replace is a full update without the token; it drops serverName and labels.
-	kubectlStdin(t, hub, tokenGatewayYAML(name, "https://127.0.0.7:6443", nil, ""), "replace", "-f", "-")
-	checkSecret("replace", "endpoint", "https://127.0.0.7:6443")
-	if s := mustSecret(t, name); s.Data["server-name"] != nil || s.Labels["patched"] != "" || s.Labels[gatewayLabel] != "true" {
-		t.Errorf("after replace: server-name %q, labels %v; want both dropped but the gateway label", s.Data["server-name"], s.Labels)
-	}
+	// replace is a full update without the token; it drops the labels.
+	kubectlStdin(t, hub, tokenGatewayYAML(name, "https://127.0.0.5:6443", nil, ""), "replace", "-f", "-")
+	checkSecret("replace", "labels", "")
 
 	// Rotating the token is an update that does carry it.
 	newToken := randomToken(t)
@@ -325,7 +337,7 @@ func TestAPISelectors(t *testing.T) {
 	for _, role := range []string{"a", "b"} {
 		name := uniqueName(t, "e2e-sel-"+role)
 		cleanupGateway(t, name)
-		gw := tokenGateway(name, "https://127.0.0.1:6443", randomToken(t))
+		gw := tokenGateway(name, "https://127.0.0.9:6443", randomToken(t))
 		gw.Labels = map[string]string{"e2e-run": run, "role": role}
 		if _, err := client.Create(context.Background(), gw, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("create %s: %v", name, err)
@@ -359,7 +371,7 @@ func TestAPISelectors(t *testing.T) {
 	if got := getNames("--field-selector", "metadata.name=cluster-1", "-l", "e2e-run="+run); len(got) != 0 {
 		t.Errorf("cluster-1 with our label selector: %v, want none", got)
 	}
-	if stderr := kubectlFails(t, hub, "get", "cgw", "--field-selector", "spec.endpoint.address=https://127.0.0.1:6443"); !strings.Contains(stderr, "only metadata.name") {
+	if stderr := kubectlFails(t, hub, "get", "cgw", "--field-selector", "spec.endpoint.address=https://127.0.0.9:6443"); !strings.Contains(stderr, "only metadata.name") {
 		t.Errorf("unsupported field selector: %s", stderr)
 	}
 	// The Secrets' internal label is not the gateways': refused for list and watch alike.
@@ -380,7 +392,7 @@ func TestAPIServerDryRun(t *testing.T) {
 	creds := newTestCreds(t, name)
 	cleanupGateway(t, name)
 
-	out := kubectlStdin(t, hub, x509GatewayYAML(name, "https://127.0.0.1:6443", nil, creds), "apply", "--dry-run=server", "-f", "-")
+	out := kubectlStdin(t, hub, x509GatewayYAML(name, "https://127.0.0.9:6443", nil, creds), "apply", "--dry-run=server", "-f", "-")
 	if !strings.Contains(out, "(server dry run)") {
 		t.Errorf("apply --dry-run=server: %q", out)
 	}
@@ -389,18 +401,21 @@ func TestAPIServerDryRun(t *testing.T) {
 		t.Errorf("get after a dry-run create: %s", stderr)
 	}
 	// -o yaml of a dry run is an API response too: no material in it.
-	out = kubectlStdin(t, hub, x509GatewayYAML(name, "https://127.0.0.1:6443", nil, creds), "create", "--dry-run=server", "-o", "yaml", "-f", "-")
+	out = kubectlStdin(t, hub, x509GatewayYAML(name, "https://127.0.0.9:6443", nil, creds), "create", "--dry-run=server", "-o", "yaml", "-f", "-")
 	requireNoMaterial(t, "create --dry-run=server -o yaml", out, creds.CertPEM, creds.KeyPEM)
 
 	client := gatewayClient(t, hub).GatewayV1alpha1().ClusterGateways()
-	if _, err := client.Create(context.Background(), x509Gateway(name, "https://127.0.0.1:6443", creds), metav1.CreateOptions{}); err != nil {
+	if _, err := client.Create(context.Background(), x509Gateway(name, "https://127.0.0.9:6443", creds), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	before := mustSecret(t, name)
-	mustKubectl(t, hub, "patch", "cgw", name, "--dry-run=server", "--type=merge", "-p", `{"spec":{"endpoint":{"address":"https://127.0.0.2:6443"}}}`)
+	// Moving a gateway carries its material again (it is kept only while the endpoint stays).
+	mustKubectl(t, hub, "patch", "cgw", name, "--dry-run=server", "--type=merge", "-p", fmt.Sprintf(
+		`{"spec":{"endpoint":{"address":"https://127.0.0.2:6443"},"credential":{"x509":{"certificate":%q,"privateKey":%q}}}}`,
+		base64.StdEncoding.EncodeToString(creds.CertPEM), base64.StdEncoding.EncodeToString(creds.KeyPEM)))
 	mustKubectl(t, hub, "delete", "cgw", name, "--dry-run=server")
 	after := mustSecret(t, name)
-	if after.ResourceVersion != before.ResourceVersion || string(after.Data["endpoint"]) != "https://127.0.0.1:6443" {
+	if after.ResourceVersion != before.ResourceVersion || string(after.Data["endpoint"]) != "https://127.0.0.9:6443" {
 		t.Errorf("dry-run patch and delete changed the Secret: rv %s -> %s, endpoint %q", before.ResourceVersion, after.ResourceVersion, after.Data["endpoint"])
 	}
 	if err := client.Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
@@ -426,21 +441,22 @@ func TestAPIMalformedSecret(t *testing.T) {
 		data      map[string]string
 		wantInMsg []string
 	}{
-		{uniqueName(t, "e2e-bad-ca"), map[string]string{"endpoint": "https://127.0.0.1:6443", "ca.crt": "garbage", "credential-type": "BearerToken", "token": "x"},
+		{uniqueName(t, "e2e-bad-ca"), map[string]string{"endpoint": "https://127.0.0.9:6443", "ca.crt": "garbage", "credential-type": "BearerToken", "token": "x"},
 			[]string{"spec.endpoint.caBundle", "PEM certificate"}},
 		{uniqueName(t, "e2e-no-endpoint"), map[string]string{"credential-type": "BearerToken", "token": "x", "insecure-skip-tls-verify": "true"},
 			[]string{"spec.endpoint.address", "is required"}},
-		{uniqueName(t, "e2e-bad-bool"), map[string]string{"endpoint": "https://127.0.0.1:6443", "insecure-skip-tls-verify": "yes please", "credential-type": "BearerToken", "token": "x"},
+		{uniqueName(t, "e2e-bad-bool"), map[string]string{"endpoint": "https://127.0.0.9:6443", "insecure-skip-tls-verify": "yes please", "credential-type": "BearerToken", "token": "x"},
 			[]string{"data[insecure-skip-tls-verify]", "true or false"}},
-		{uniqueName(t, "e2e-no-key"), map[string]string{"endpoint": "https://127.0.0.1:6443", "credential-type": "X509Certificate", "tls.crt": string(env.Managed[0].GatewayUser.CertPEM)},
+		{uniqueName(t, "e2e-no-key"), map[string]string{"endpoint": "https://127.0.0.9:6443", "credential-type": "X509Certificate", "tls.crt": string(env.Managed[0].GatewayUser.CertPEM)},
 			[]string{"spec.credential.x509.privateKey", "Required"}},
 	}
 	for _, c := range cases {
 		cleanupGateway(t, c.name)
 		s := &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: c.name, Namespace: secretNamespace, Labels: map[string]string{gatewayLabel: "true", "e2e-run": run}},
+			ObjectMeta: metav1.ObjectMeta{Name: c.name, Namespace: secretNamespace, Labels: map[string]string{gatewayLabel: "true"}},
 			StringData: c.data,
 		}
+		s.StringData["labels"] = `{"e2e-run":"` + run + `"}` // the gateway's labels
 		if _, err := admin.CoreV1().Secrets(secretNamespace).Create(context.Background(), s, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}

@@ -29,7 +29,8 @@ import (
 
 // updateGateway applies change to the stored gateway (retrying on conflict:
 // the hub's gateway answers reads from its cache) and returns the new
-// resourceVersion. Omitted credential material is carried over by the server.
+// resourceVersion. Omitted credential material is kept by the server while
+// the endpoint and impersonation stay the same.
 func updateGateway(t *testing.T, gc versioned.Interface, name string, change func(*gatewayv1alpha1.ClusterGateway)) string {
 	t.Helper()
 	var rv string
@@ -92,6 +93,9 @@ func rotateCABundle(t *testing.T, cluster *localenv.Cluster) func(*gatewayv1alph
 	extra := newTestCreds(t, "churn-extra").CAPEM
 	return func(gw *gatewayv1alpha1.ClusterGateway) {
 		gw.Spec.Endpoint.CABundle = append(append([]byte{}, cluster.CA.CertPEM...), extra...)
+		// A changed CA bundle changes who is trusted with the credential:
+		// the update carries the credential again (it is not kept otherwise).
+		gw.Spec.Credential.X509 = &gatewayv1alpha1.X509Credential{Certificate: cluster.GatewayUser.CertPEM, PrivateKey: cluster.GatewayUser.KeyPEM}
 	}
 }
 

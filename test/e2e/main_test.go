@@ -25,6 +25,19 @@ import (
 // run the gateway with other flags use env.StopGateway/env.StartGateway.
 var env *localenv.Env
 
+// testIP is where tests listen for servers of their own that a gateway
+// dials. Not 127.0.0.1: the suite's gateway denies that address (and ::1),
+// so that "localhost" tests its endpoint policy after name resolution.
+const testIP = "127.0.0.251"
+
+// gatewayArgs are the suite's gateway flags beyond localenv's.
+var gatewayArgs = []string{
+	// A dial timeout well under the request timeout, so an unreachable
+	// cluster is reported as such (503), not as a request timeout.
+	"--dial-timeout=3s",
+	"--endpoint-deny-cidrs=169.254.0.0/16,fe80::/10,fd00:ec2::254/128,127.0.0.1/32,::1/128",
+}
+
 // hubRequestTimeout is the hub's and the gateway's --request-timeout: small,
 // so tests of "ordinary requests are still cut" do not wait a minute.
 const hubRequestTimeout = 10 * time.Second
@@ -57,12 +70,10 @@ func run(m *testing.M) int {
 		StateDir:          stateDir,
 		BinDir:            bin,
 		HubRequestTimeout: hubRequestTimeout,
-		// A dial timeout well under the request timeout, so an unreachable
-		// cluster is reported as such (503), not as a request timeout.
-		GatewayArgs: []string{"--dial-timeout=3s"},
-		GatewayBin:  os.Getenv("GATEWAY_BIN"),
-		SkipGateway: skipGateway,
-		Logf:        logf,
+		GatewayArgs:       gatewayArgs,
+		GatewayBin:        os.Getenv("GATEWAY_BIN"),
+		SkipGateway:       skipGateway,
+		Logf:              logf,
 	})
 	if err != nil {
 		logf("environment failed to start: %v\nlogs are in %s", err, filepath.Join(stateDir, "logs"))

@@ -24,7 +24,7 @@ func TestProxyErrors(t *testing.T) {
 	m1, m2 := env.Managed[0], env.Managed[1]
 
 	// An address where nothing listens: connection refused.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", testIP+":0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestProxyErrors(t *testing.T) {
 
 	// A listener that accepts and then says nothing: the TLS handshake can
 	// only end by the gateway's dial timeout.
-	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	silent, err := net.Listen("tcp", testIP+":0")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 func TestHealthSubresource(t *testing.T) {
 	requireGateway(t)
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", testIP+":0")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,10 +63,10 @@ func TestRBACBobViewer(t *testing.T) {
 	// Writes are forbidden, and nothing is written.
 	newName := uniqueName(t, "e2e-bob")
 	cleanupGateway(t, newName)
-	_, err = client.Create(context.Background(), tokenGateway(newName, "https://127.0.0.1:6443", randomToken(t)), metav1.CreateOptions{})
+	_, err = client.Create(context.Background(), tokenGateway(newName, "https://127.0.0.9:6443", randomToken(t)), metav1.CreateOptions{})
 	requireStatusCode(t, "bob create", err, http.StatusForbidden)
 	requireNoSecret(t, newName)
-	r := kubectl(t, bob, nil, tokenGatewayYAML(newName, "https://127.0.0.1:6443", nil, randomToken(t)), "create", "-f", "-")
+	r := kubectl(t, bob, nil, tokenGatewayYAML(newName, "https://127.0.0.9:6443", nil, randomToken(t)), "create", "-f", "-")
 	if r.Err == nil || !strings.Contains(r.Stderr, `User "bob" cannot create resource "clustergateways"`) {
 		t.Errorf("bob kubectl create: err %v, stderr %s", r.Err, r.Stderr)
 	}

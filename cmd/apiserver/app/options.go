@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -22,6 +23,8 @@ import (
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/apiserver"
+	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
+	"github.com/clustergateway/cluster-gateway/pkg/logredact"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 	"github.com/clustergateway/cluster-gateway/pkg/pool/konnectivity"
 	"github.com/clustergateway/cluster-gateway/pkg/proxy"
@@ -32,6 +35,7 @@ type Options struct {
 	Recommended *genericoptions.RecommendedOptions
 	ServerRun   *genericoptions.ServerRunOptions
 	Logs        *logsapi.LoggingConfiguration
+	Endpoints   *endpointpolicy.Options
 
 	SecretNamespace       string
 	PoolCapacity          int
@@ -60,6 +64,7 @@ func NewOptions() *Options {
 		Recommended:                rec,
 		ServerRun:                  genericoptions.NewServerRunOptions(),
 		Logs:                       logsapi.NewLoggingConfiguration(),
+		Endpoints:                  endpointpolicy.NewOptions(),
 		SecretNamespace:            "cluster-gateway-system",
 		PoolCapacity:               1000,
 		PoolIdleTTL:                30 * time.Minute,
@@ -79,6 +84,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs := fss.FlagSet("gateway")
 	fs.StringVar(&o.SecretNamespace, "secret-namespace", o.SecretNamespace, "Hub namespace whose Secrets labelled gateway.clustergateway.io/cluster-gateway=true are the ClusterGateways.")
 	fs.BoolVar(&o.AuthorizeProxySubpath, "authorize-proxy-subpath", o.AuthorizeProxySubpath, "Also authorize each proxied request's inner verb, resource, namespace and name (or non-resource path) against the hub for the caller.")
+
+	o.Endpoints.AddFlags(fs)
 
 	fs = fss.FlagSet("pool")
 	fs.IntVar(&o.PoolCapacity, "pool-capacity", o.PoolCapacity, "Most clusters with a pooled transport at once; the least recently used is retired beyond it.")
@@ -100,6 +107,7 @@ func (o *Options) Validate() error {
 	var errs []error
 	errs = append(errs, o.Recommended.Validate()...)
 	errs = append(errs, o.ServerRun.Validate()...)
+	errs = append(errs, o.Endpoints.Validate()...)
 	if o.SecretNamespace == "" {
 		errs = append(errs, fmt.Errorf("--secret-namespace must not be empty"))
 	}
@@ -145,6 +153,10 @@ func (o *Options) Config() (*apiserver.Config, error) {
 		return genericapiserver.DefaultBuildHandlerChain(proxy.WithDryRunPassthrough(h), c)
 	}
 
+	endpoints, err := o.Endpoints.Policy()
+	if err != nil {
+		return nil, err
+	}
 	cfg := &apiserver.Config{
 		Generic: gc,
 		Extra: apiserver.ExtraConfig{
@@ -155,6 +167,7 @@ func (o *Options) Config() (*apiserver.Config, error) {
 				IdleTTL:     o.PoolIdleTTL,
 				RetireGrace: o.RetireGracePeriod,
 				DialTimeout: o.DialTimeout,
+				Endpoints:   endpoints,
 			},
 		},
 	}
@@ -182,7 +195,12 @@ func NewCommand(ctx context.Context) *cobra.Command {
 one hub namespace, and their proxy subresource, which forwards any request to that managed cluster.`,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := logsapi.ValidateAndApply(o.Logs, nil); err != nil {
+			// Log output passes through a redactor: no token, key or client
+			// credential reaches a log at any verbosity (see pkg/logredact).
+			if err := logsapi.ValidateAndApplyWithOptions(o.Logs, &logsapi.LoggingOptions{
+				ErrorStream: logredact.NewWriter(os.Stderr),
+				InfoStream:  logredact.NewWriter(os.Stdout),
+			}, nil); err != nil {
 				return err
 			}
 			if err := o.Validate(); err != nil {

@@ -121,10 +121,13 @@ func (c *Cache) List(selector labels.Selector) ([]*Gateway, string, error) {
 	}
 	out := make([]*Gateway, 0, len(secrets))
 	for _, s := range secrets {
-		if selector != nil && !selector.Matches(labels.Set(publicLabels(s.Labels))) {
+		g := c.gateway(s)
+		// The gateway's labels are in its Secret's data, so selectors are
+		// served here, from the parsed gateways.
+		if selector != nil && !selector.Matches(labels.Set(g.Object.Labels)) {
 			continue
 		}
-		out = append(out, c.gateway(s))
+		out = append(out, g)
 	}
 	return out, rv, nil
 }

@@ -20,6 +20,11 @@ type testCredential struct {
 
 func newTestCredential(t testing.TB, notBefore, notAfter time.Time) testCredential {
 	t.Helper()
+	return newTestCredentialUsage(t, notBefore, notAfter, x509.ExtKeyUsageClientAuth)
+}
+
+func newTestCredentialUsage(t testing.TB, notBefore, notAfter time.Time, usage x509.ExtKeyUsage) testCredential {
+	t.Helper()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +46,7 @@ func newTestCredential(t testing.TB, notBefore, notAfter time.Time) testCredenti
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "gateway", Organization: []string{"system:masters"}},
 		NotBefore: notBefore, NotAfter: notAfter,
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	if err != nil {

@@ -1,35 +1,44 @@
 package clustergateway
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"net/url"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
 )
 
 // REST stores ClusterGateways as Secrets: reads come from the Cache, writes
 // go to the hub, and watches follow the hub's watch of the Secrets so
 // resourceVersions mean what clients expect.
 type REST struct {
-	cache *Cache
+	cache  *Cache
+	policy *endpointpolicy.Policy
 	rest.TableConvertor
 }
 
-// NewREST returns the storage of the clustergateways resource.
-func NewREST(c *Cache) *REST {
-	return &REST{cache: c, TableConvertor: tableConvertor{}}
+// NewREST returns the storage of the clustergateways resource; writes that
+// point at an IP literal the endpoint policy denies are refused.
+func NewREST(c *Cache, policy *endpointpolicy.Policy) *REST {
+	return &REST{cache: c, policy: policy, TableConvertor: tableConvertor{}}
 }
 
 var (
@@ -131,18 +140,19 @@ func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptio
 	if err := checkSelector(labelSel); err != nil {
 		return nil, err
 	}
-	req, _ := labels.NewRequirement(LabelGateway, "=", []string{"true"})
-	// The options were validated (and, for a watch from "now", defaulted to
-	// sendInitialEvents=true with resourceVersionMatch=NotOlderThan) by this
-	// server's handler exactly as the hub will: pass them on unchanged.
+	// The hub selects the gateway Secrets; the gateway's own labels are in
+	// their data, so a label selector is applied here.
 	opts := metav1.ListOptions{
-		LabelSelector:        labelSel.Add(*req).String(),
+		LabelSelector:        LabelGateway + "=true",
 		FieldSelector:        fieldSel.String(),
 		ResourceVersion:      options.ResourceVersion,
 		ResourceVersionMatch: options.ResourceVersionMatch,
 		AllowWatchBookmarks:  options.AllowWatchBookmarks,
 		SendInitialEvents:    options.SendInitialEvents,
 	}
+	// The options were validated (and, for a watch from "now", defaulted to
+	// sendInitialEvents=true with resourceVersionMatch=NotOlderThan) by this
+	// server's handler exactly as the hub will: pass them on unchanged.
 	if options.TimeoutSeconds != nil {
 		opts.TimeoutSeconds = options.TimeoutSeconds
 	}
@@ -150,6 +160,7 @@ func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptio
 	if err != nil {
 		return nil, translateError(err, "")
 	}
+	sel := newSelectorFilter(labelSel, r.cache)
 	return watch.Filter(w, func(in watch.Event) (watch.Event, bool) {
 		switch s := in.Object.(type) {
 		case *corev1.Secret:
@@ -162,13 +173,65 @@ func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptio
 				}
 				return watch.Event{Type: in.Type, Object: bm}, true
 			}
-			return watch.Event{Type: in.Type, Object: redact(fromSecret(s))}, true
+			gw := redact(fromSecret(s))
+			typ, ok := sel.event(in.Type, gw)
+			return watch.Event{Type: typ, Object: gw}, ok
 		case *metav1.Status:
 			return in, true
 		default:
 			return in, false
 		}
 	}), nil
+}
+
+// selectorFilter turns the hub's events for all gateways into the events a
+// watch with a label selector expects: an update that makes a gateway match
+// is ADDED, one that makes it stop matching is DELETED. It remembers which
+// gateways this watch last saw matching; it starts from the cache, so a
+// gateway it cannot be sure about gets an event rather than none (clients
+// take a MODIFIED of an unknown object as an add, a DELETED of one as a no-op).
+type selectorFilter struct {
+	sel      labels.Selector
+	matching map[string]bool // by name; nil when the selector selects everything
+}
+
+func newSelectorFilter(sel labels.Selector, c *Cache) *selectorFilter {
+	f := &selectorFilter{sel: sel}
+	if sel.Empty() {
+		return f
+	}
+	f.matching = map[string]bool{}
+	if gws, _, err := c.List(sel); err == nil {
+		for _, g := range gws {
+			f.matching[g.Object.Name] = true
+		}
+	}
+	return f
+}
+
+func (f *selectorFilter) event(t watch.EventType, gw *v1alpha1.ClusterGateway) (watch.EventType, bool) {
+	if f.matching == nil {
+		return t, true
+	}
+	was, now := f.matching[gw.Name], f.sel.Matches(labels.Set(gw.Labels))
+	if t == watch.Deleted {
+		delete(f.matching, gw.Name)
+		return t, was || now
+	}
+	if now {
+		f.matching[gw.Name] = true
+	} else {
+		delete(f.matching, gw.Name)
+	}
+	switch {
+	case now && t == watch.Added, now && !was:
+		return watch.Added, true
+	case now:
+		return watch.Modified, true
+	case was:
+		return watch.Deleted, true
+	}
+	return t, false
 }
 
 // Create validates the gateway and writes its Secret.
@@ -179,8 +242,8 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 	}
 	gw = gw.DeepCopy()
 	prepareForCreate(gw)
-	if errs := v1alpha1.ValidateClusterGateway(gw); len(errs) > 0 {
-		return nil, apierrors.NewInvalid(v1alpha1.SchemeGroupVersion.WithKind("ClusterGateway").GroupKind(), gw.Name, errs)
+	if errs := r.validateWrite(gw, gw.Spec.Credential); len(errs) > 0 {
+		return nil, apierrors.NewInvalid(kind, gw.Name, errs)
 	}
 	if createValidation != nil {
 		if err := createValidation(ctx, gw); err != nil {
@@ -203,6 +266,7 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 
 func prepareForCreate(gw *v1alpha1.ClusterGateway) {
 	v1alpha1.SetDefaults_ClusterGateway(gw)
+	trimToken(gw)
 	gw.Status = v1alpha1.ClusterGatewayStatus{}
 	gw.ResourceVersion = ""
 	gw.UID = ""
@@ -250,10 +314,24 @@ func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObje
 	if gw.UID != "" && gw.UID != existing.UID {
 		return nil, false, apierrors.NewConflict(resource, name, fmt.Errorf("the UID in the object (%s) does not match the stored one (%s)", gw.UID, existing.UID))
 	}
-	carryOverMaterial(gw, full)
+	trimToken(gw)
+	sent := *gw.Spec.Credential.DeepCopy() // the material this write carries, before any is kept
+	kept := keepMaterial(gw, full)
 	gw.UID, gw.CreationTimestamp, gw.Status = existing.UID, existing.CreationTimestamp, v1alpha1.ClusterGatewayStatus{}
-	if errs := v1alpha1.ValidateClusterGatewayUpdate(gw, full); len(errs) > 0 {
-		return nil, false, apierrors.NewInvalid(v1alpha1.SchemeGroupVersion.WithKind("ClusterGateway").GroupKind(), name, errs)
+	errs := apivalidation.ValidateObjectMetaUpdate(&gw.ObjectMeta, &full.ObjectMeta, field.NewPath("metadata"))
+	errs = append(errs, r.validateWrite(gw, sent)...)
+	if len(kept) > 0 {
+		// Report every problem at once; "required" for material that
+		// could not be kept is said once, with the reason.
+		errs = append(kept, errs.Filter(func(e error) bool {
+			fe, ok := e.(*field.Error)
+			return ok && fe.Type == field.ErrorTypeRequired && slices.ContainsFunc(kept, func(k *field.Error) bool {
+				return strings.HasPrefix(fe.Field, k.Field)
+			})
+		})...)
+	}
+	if len(errs) > 0 {
+		return nil, false, apierrors.NewInvalid(kind, name, errs)
 	}
 	if updateValidation != nil {
 		if err := updateValidation(ctx, gw, oldObj); err != nil {
@@ -276,20 +354,101 @@ func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObje
 	return redact(fromSecret(updated)), false, nil
 }
 
-func carryOverMaterial(gw, old *v1alpha1.ClusterGateway) {
-	if gw.Spec.Credential.Type != old.Spec.Credential.Type {
-		return
-	}
-	switch gw.Spec.Credential.Type {
-	case v1alpha1.CredentialX509Certificate:
-		if gw.Spec.Credential.X509 == nil && old.Spec.Credential.X509 != nil {
-			gw.Spec.Credential.X509 = old.Spec.Credential.X509.DeepCopy()
+var kind = v1alpha1.SchemeGroupVersion.WithKind("ClusterGateway").GroupKind()
+
+// validateWrite checks a gateway about to be written: the stored form, the
+// material the write carries (sent), and IP literals against the endpoint policy.
+func (r *REST) validateWrite(gw *v1alpha1.ClusterGateway, sent v1alpha1.Credential) field.ErrorList {
+	errs := v1alpha1.ValidateClusterGateway(gw)
+	errs = append(errs, v1alpha1.ValidateNewMaterial(&sent, time.Now())...)
+	ep := field.NewPath("spec", "endpoint")
+	if u, err := v1alpha1.ParseAddress(gw.Spec.Endpoint.Address); err == nil {
+		if err := r.policy.CheckHost(u.Hostname()); err != nil {
+			errs = append(errs, field.Forbidden(ep.Child("address"), err.Error()))
 		}
-	case v1alpha1.CredentialBearerToken:
-		if gw.Spec.Credential.BearerToken == "" {
-			gw.Spec.Credential.BearerToken = old.Spec.Credential.BearerToken
+	}
+	if gw.Spec.Endpoint.ProxyURL != "" {
+		if u, err := v1alpha1.ParseProxyURL(gw.Spec.Endpoint.ProxyURL); err == nil {
+			if err := r.policy.CheckHost(u.Hostname()); err != nil {
+				errs = append(errs, field.Forbidden(ep.Child("proxyURL"), err.Error()))
+			}
 		}
 	}
+	return errs
+}
+
+// trimToken drops the whitespace around a token (a file's final newline);
+// whitespace inside is refused by validation.
+func trimToken(gw *v1alpha1.ClusterGateway) {
+	gw.Spec.Credential.BearerToken = strings.TrimSpace(gw.Spec.Credential.BearerToken)
+}
+
+// routeChanges names the fields an update changes that decide where the
+// stored credential is sent, how the server at the other end is verified,
+// or whom the credential acts for.
+func routeChanges(gw, old *v1alpha1.ClusterGateway) []string {
+	var changed []string
+	e, o := gw.Spec.Endpoint, old.Spec.Endpoint
+	add := func(differs bool, path string) {
+		if differs {
+			changed = append(changed, path)
+		}
+	}
+	add(e.Type != o.Type, "spec.endpoint.type")
+	add(e.Address != o.Address, "spec.endpoint.address")
+	add(!bytes.Equal(e.CABundle, o.CABundle), "spec.endpoint.caBundle")
+	add(e.ServerName != o.ServerName, "spec.endpoint.serverName")
+	add(e.InsecureSkipTLSVerify != o.InsecureSkipTLSVerify, "spec.endpoint.insecureSkipTLSVerify")
+	add(v1alpha1.WithoutUserInfo(e.ProxyURL) != v1alpha1.WithoutUserInfo(o.ProxyURL), "spec.endpoint.proxyURL")
+	add(gw.Spec.Impersonation.Mode != old.Spec.Impersonation.Mode, "spec.impersonation.mode")
+	return changed
+}
+
+// keepMaterial fills in the write-only material an update omits (reads
+// never return it, so a read-modify-write cannot carry it): the credential
+// of an unchanged type, and the proxy's user info. It is kept only while
+// everything that decides where it goes and whom it acts for stays the same;
+// otherwise the update must carry it again, so a writer who does not hold the
+// credential can neither move it nor widen its use.
+func keepMaterial(gw, old *v1alpha1.ClusterGateway) field.ErrorList {
+	changed := routeChanges(gw, old)
+	var errs field.ErrorList
+	why := func(what string) string {
+		return fmt.Sprintf("this update changes %s, so it must carry %s again: stored credentials are kept only while the endpoint and impersonation stay as they are",
+			strings.Join(changed, ", "), what)
+	}
+	c, oc := &gw.Spec.Credential, old.Spec.Credential
+	if c.Type == oc.Type {
+		switch c.Type {
+		case v1alpha1.CredentialX509Certificate:
+			if c.X509 == nil && oc.X509 != nil {
+				if len(changed) > 0 {
+					errs = append(errs, field.Required(field.NewPath("spec", "credential", "x509"), why("the client certificate and key")))
+				} else {
+					c.X509 = oc.X509.DeepCopy()
+				}
+			}
+		case v1alpha1.CredentialBearerToken:
+			if c.BearerToken == "" && oc.BearerToken != "" {
+				if len(changed) > 0 {
+					errs = append(errs, field.Required(field.NewPath("spec", "credential", "bearerToken"), why("the bearer token")))
+				} else {
+					c.BearerToken = oc.BearerToken
+				}
+			}
+		}
+	}
+	if gw.Spec.Endpoint.ProxyURL != "" && v1alpha1.ProxyUserInfo(gw.Spec.Endpoint.ProxyURL) == nil {
+		if ui := v1alpha1.ProxyUserInfo(old.Spec.Endpoint.ProxyURL); ui != nil {
+			if len(changed) > 0 {
+				errs = append(errs, field.Required(field.NewPath("spec", "endpoint", "proxyURL"), why("the proxy's user name and password in proxyURL")))
+			} else if u, err := url.Parse(gw.Spec.Endpoint.ProxyURL); err == nil {
+				u.User = ui
+				gw.Spec.Endpoint.ProxyURL = u.String()
+			}
+		}
+	}
+	return errs
 }
 
 // Delete removes the gateway's Secret.

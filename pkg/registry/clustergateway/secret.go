@@ -3,6 +3,7 @@ package clustergateway
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -31,14 +32,19 @@ const (
 	KeyToken          = "token"                    // bearer token
 	KeyImpersonation  = "impersonation"            // None | Caller (default None)
 
-	// annotationManagedFields keeps the gateway's server-side-apply field
-	// ownership; the hub owns the Secret's own managedFields.
-	annotationManagedFields = "gateway.clustergateway.io/managed-fields"
-	// annotationLastApplied keeps kubectl's last-applied configuration of the
-	// gateway, with credential material removed, apart from the Secret's own.
-	annotationLastApplied = "gateway.clustergateway.io/last-applied-configuration"
-	kubectlLastApplied    = corev1.LastAppliedConfigAnnotation
+	// The gateway's own metadata lives in the Secret's data, never in the
+	// Secret's labels and annotations: controllers act on Secret metadata
+	// (replicators, Argo CD's cluster-secret label), so a writer of a
+	// ClusterGateway must not be able to steer them towards its credential.
+	KeyLabels        = "labels"         // JSON object: the gateway's labels
+	KeyAnnotations   = "annotations"    // JSON object: the gateway's annotations
+	KeyManagedFields = "managed-fields" // JSON: the gateway's server-side-apply field ownership
+
+	kubectlLastApplied = corev1.LastAppliedConfigAnnotation
 )
+
+// Annotations that earlier versions kept on the Secret; a write removes them.
+var legacyAnnotations = []string{"gateway.clustergateway.io/managed-fields", "gateway.clustergateway.io/last-applied-configuration"}
 
 var materialKeys = []string{KeyCertificate, KeyPrivateKey, KeyToken}
 
@@ -57,8 +63,6 @@ func fromSecret(s *corev1.Secret) *v1alpha1.ClusterGateway {
 			CreationTimestamp: s.CreationTimestamp,
 			DeletionTimestamp: s.DeletionTimestamp,
 			Finalizers:        s.Finalizers,
-			Labels:            publicLabels(s.Labels),
-			Annotations:       publicAnnotations(s.Annotations),
 		},
 		Spec: v1alpha1.ClusterGatewaySpec{
 			Endpoint: v1alpha1.Endpoint{
@@ -75,9 +79,16 @@ func fromSecret(s *corev1.Secret) *v1alpha1.ClusterGateway {
 			Impersonation: v1alpha1.Impersonation{Mode: v1alpha1.ImpersonationMode(d[KeyImpersonation])},
 		},
 	}
-	if raw, ok := s.Annotations[annotationManagedFields]; ok {
+	var problems []string
+	if err := decodeJSONKey(d, KeyLabels, &gw.Labels); err != nil {
+		problems = append(problems, err.Error())
+	}
+	if err := decodeJSONKey(d, KeyAnnotations, &gw.Annotations); err != nil {
+		problems = append(problems, err.Error())
+	}
+	if raw, ok := d[KeyManagedFields]; ok {
 		var mf []metav1.ManagedFieldsEntry
-		if json.Unmarshal([]byte(raw), &mf) == nil {
+		if json.Unmarshal(raw, &mf) == nil { // field ownership only: never a reason to refuse the gateway
 			gw.ManagedFields = mf
 		}
 	}
@@ -85,17 +96,32 @@ func fromSecret(s *corev1.Secret) *v1alpha1.ClusterGateway {
 		gw.Spec.Credential.X509 = &v1alpha1.X509Credential{Certificate: d[KeyCertificate], PrivateKey: d[KeyPrivateKey]}
 	}
 	insecure := strings.TrimSpace(string(d[KeyInsecure]))
-	var insecureErr string
 	if insecure != "" {
 		b, err := strconv.ParseBool(insecure)
 		if err != nil {
-			insecureErr = fmt.Sprintf("data[%s]: must be true or false, not %q", KeyInsecure, insecure)
+			problems = append(problems, fmt.Sprintf("data[%s]: must be true or false, not %q", KeyInsecure, insecure))
 		}
 		gw.Spec.Endpoint.InsecureSkipTLSVerify = b
 	}
 	v1alpha1.SetDefaults_ClusterGateway(gw)
-	gw.Status = computeStatus(gw, insecureErr, lastWrite(s), time.Now())
+	gw.Status = computeStatus(gw, problems, lastWrite(s), time.Now())
 	return gw
+}
+
+// decodeJSONKey reads a JSON object of strings from data[key] (absent: nil).
+func decodeJSONKey(d map[string][]byte, key string, into *map[string]string) error {
+	raw, ok := d[key]
+	if !ok || len(strings.TrimSpace(string(raw))) == 0 {
+		return nil
+	}
+	var m map[string]string
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return fmt.Errorf("data[%s]: must be a JSON object of strings, e.g. {\"env\":\"prod\"}: %v", key, err)
+	}
+	if len(m) > 0 {
+		*into = m
+	}
+	return nil
 }
 
 // lastWrite is when the Secret last changed, from the hub's field-ownership
@@ -112,12 +138,8 @@ func lastWrite(s *corev1.Secret) metav1.Time {
 }
 
 // computeStatus says whether the stored data can be used to reach the cluster.
-func computeStatus(gw *v1alpha1.ClusterGateway, extraProblem string, changed metav1.Time, now time.Time) v1alpha1.ClusterGatewayStatus {
+func computeStatus(gw *v1alpha1.ClusterGateway, problems []string, changed metav1.Time, now time.Time) v1alpha1.ClusterGatewayStatus {
 	var st v1alpha1.ClusterGatewayStatus
-	var problems []string
-	if extraProblem != "" {
-		problems = append(problems, extraProblem)
-	}
 	for _, e := range v1alpha1.ValidateClusterGateway(gw) {
 		problems = append(problems, e.Error())
 	}
@@ -126,10 +148,15 @@ func computeStatus(gw *v1alpha1.ClusterGateway, extraProblem string, changed met
 		if pair, err := v1alpha1.ParseKeyPair(c.X509.Certificate, c.X509.PrivateKey); err == nil {
 			notAfter := metav1.NewTime(pair.Leaf.NotAfter)
 			st.Credential = &v1alpha1.CredentialStatus{Subject: pair.Leaf.Subject.String(), NotAfter: &notAfter}
-			if now.After(pair.Leaf.NotAfter) && len(problems) == 0 {
+			switch {
+			case len(problems) > 0:
+			case now.After(pair.Leaf.NotAfter):
 				changed = notAfter // it became unusable then, not when it was written
 				reason = v1alpha1.ReasonCertExpired
 				message = fmt.Sprintf("the client certificate expired at %s: store a renewed one", pair.Leaf.NotAfter.UTC().Format(time.RFC3339))
+			case now.Before(pair.Leaf.NotBefore):
+				reason = v1alpha1.ReasonCertNotYetValid
+				message = fmt.Sprintf("the client certificate is not valid before %s: check the clock of its issuer, or store one valid now", pair.Leaf.NotBefore.UTC().Format(time.RFC3339))
 			}
 		}
 	}
@@ -151,11 +178,17 @@ func computeStatus(gw *v1alpha1.ClusterGateway, extraProblem string, changed met
 	return st
 }
 
-// redact removes credential material: it is write-only.
+// redact removes credential material, the proxy's user info included: it is
+// write-only.
 func redact(gw *v1alpha1.ClusterGateway) *v1alpha1.ClusterGateway {
 	out := gw.DeepCopy()
 	out.Spec.Credential.X509 = nil
 	out.Spec.Credential.BearerToken = ""
+	out.Spec.Endpoint.ProxyURL = v1alpha1.WithoutUserInfo(out.Spec.Endpoint.ProxyURL)
+	// Stored redacted, but a hand-written Secret may hold anything.
+	if v, ok := out.Annotations[kubectlLastApplied]; ok {
+		out.Annotations[kubectlLastApplied] = redactLastApplied(v)
+	}
 	return out
 }
 
@@ -174,31 +207,15 @@ func toSecret(gw *v1alpha1.ClusterGateway, existing *corev1.Secret, namespace st
 	s.Finalizers = gw.Finalizers
 	s.ManagedFields = nil // the hub keeps its own
 
-	s.Labels = map[string]string{}
-	for k, v := range gw.Labels {
-		s.Labels[k] = v
+	// The Secret's own labels and annotations belong to whoever manages the
+	// Secret (an admin, a GitOps tool); the gateway adds only its label and
+	// drops what earlier versions wrote.
+	if s.Labels == nil {
+		s.Labels = map[string]string{}
 	}
 	s.Labels[LabelGateway] = "true"
-
-	old := s.Annotations
-	s.Annotations = map[string]string{}
-	for k, v := range gw.Annotations {
-		s.Annotations[k] = v
-	}
-	if v, ok := old[kubectlLastApplied]; ok { // the Secret's own, if it was ever applied directly
-		s.Annotations[kubectlLastApplied] = v
-	} else {
-		delete(s.Annotations, kubectlLastApplied)
-	}
-	if v, ok := gw.Annotations[kubectlLastApplied]; ok {
-		s.Annotations[annotationLastApplied] = redactLastApplied(v)
-	}
-	if len(gw.ManagedFields) > 0 {
-		raw, err := json.Marshal(gw.ManagedFields)
-		if err != nil {
-			return nil, err
-		}
-		s.Annotations[annotationManagedFields] = string(raw)
+	for _, k := range legacyAnnotations {
+		delete(s.Annotations, k)
 	}
 	if len(s.Annotations) == 0 {
 		s.Annotations = nil
@@ -206,6 +223,29 @@ func toSecret(gw *v1alpha1.ClusterGateway, existing *corev1.Secret, namespace st
 
 	if s.Data == nil {
 		s.Data = map[string][]byte{}
+	}
+	annotations := gw.Annotations
+	if v, ok := annotations[kubectlLastApplied]; ok {
+		annotations = maps.Clone(annotations)
+		annotations[kubectlLastApplied] = redactLastApplied(v)
+	}
+	for key, m := range map[string]map[string]string{KeyLabels: gw.Labels, KeyAnnotations: annotations} {
+		delete(s.Data, key)
+		if len(m) > 0 {
+			raw, err := json.Marshal(m)
+			if err != nil {
+				return nil, err
+			}
+			s.Data[key] = raw
+		}
+	}
+	delete(s.Data, KeyManagedFields)
+	if len(gw.ManagedFields) > 0 {
+		raw, err := json.Marshal(gw.ManagedFields)
+		if err != nil {
+			return nil, err
+		}
+		s.Data[KeyManagedFields] = raw
 	}
 	ep, cred := gw.Spec.Endpoint, gw.Spec.Credential
 	set := func(key string, value []byte) {
@@ -238,36 +278,6 @@ func toSecret(gw *v1alpha1.ClusterGateway, existing *corev1.Secret, namespace st
 	return s, nil
 }
 
-func publicLabels(in map[string]string) map[string]string {
-	out := map[string]string{}
-	for k, v := range in {
-		if k != LabelGateway {
-			out[k] = v
-		}
-	}
-	if len(out) == 0 {
-		return nil
-	}
-	return out
-}
-
-func publicAnnotations(in map[string]string) map[string]string {
-	out := map[string]string{}
-	for k, v := range in {
-		switch k {
-		case annotationManagedFields, kubectlLastApplied:
-		case annotationLastApplied:
-			out[kubectlLastApplied] = v
-		default:
-			out[k] = v
-		}
-	}
-	if len(out) == 0 {
-		return nil
-	}
-	return out
-}
-
 // redactLastApplied drops credential material from kubectl's last-applied
 // annotation, which would otherwise hand the credential back on every GET.
 func redactLastApplied(raw string) string {
@@ -279,6 +289,11 @@ func redactLastApplied(raw string) string {
 		if cred, ok := spec["credential"].(map[string]interface{}); ok {
 			delete(cred, "x509")
 			delete(cred, "bearerToken")
+		}
+		if ep, ok := spec["endpoint"].(map[string]interface{}); ok {
+			if p, ok := ep["proxyURL"].(string); ok {
+				ep["proxyURL"] = v1alpha1.WithoutUserInfo(p)
+			}
 		}
 	}
 	out, err := json.Marshal(obj)

@@ -1,6 +1,7 @@
 package clustergateway
 
 import (
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"strings"
@@ -81,6 +82,10 @@ func TestSecretRoundTrip(t *testing.T) {
 			if s.Namespace != testNamespace || s.Name != gw.Name || s.Labels[LabelGateway] != "true" || s.Type != corev1.SecretTypeOpaque {
 				t.Fatalf("Secret %s/%s labels %v type %q: want %s/%s, %s=true, Opaque", s.Namespace, s.Name, s.Labels, s.Type, testNamespace, gw.Name, LabelGateway)
 			}
+			// Controllers act on Secret metadata: none of the gateway's is on it.
+			if len(s.Labels) != 1 || len(s.Annotations) != 0 {
+				t.Fatalf("the Secret carries the gateway's metadata: labels %v annotations %v", s.Labels, s.Annotations)
+			}
 			got := fromSecret(s)
 			if !equality.Semantic.DeepEqual(got.Spec, gw.Spec) {
 				t.Errorf("spec after the round trip:\n got %+v\nwant %+v", got.Spec, gw.Spec)
@@ -136,10 +141,14 @@ func TestRedaction(t *testing.T) {
 	gw.Annotations[corev1.LastAppliedConfigAnnotation] = string(raw)
 
 	s := mustToSecret(t, gw, nil)
-	if _, ok := s.Annotations[corev1.LastAppliedConfigAnnotation]; ok {
-		t.Errorf("the gateway's last-applied configuration was stored as the Secret's own")
+	if len(s.Annotations) != 0 {
+		t.Errorf("the gateway's annotations were stored as the Secret's own: %v", s.Annotations)
 	}
-	stored := s.Annotations[annotationLastApplied]
+	var ann map[string]string
+	if err := json.Unmarshal(s.Data[KeyAnnotations], &ann); err != nil {
+		t.Fatalf("data[%s]: %v", KeyAnnotations, err)
+	}
+	stored := ann[corev1.LastAppliedConfigAnnotation]
 	if stored == "" || !json.Valid([]byte(stored)) {
 		t.Fatalf("stored last-applied %q: want the redacted JSON", stored)
 	}
@@ -150,9 +159,6 @@ func TestRedaction(t *testing.T) {
 	}
 	if out.Annotations[corev1.LastAppliedConfigAnnotation] != stored {
 		t.Errorf("last-applied read back as %q, want %q", out.Annotations[corev1.LastAppliedConfigAnnotation], stored)
-	}
-	if _, ok := out.Annotations[annotationLastApplied]; ok {
-		t.Errorf("internal annotation %s leaked into the gateway", annotationLastApplied)
 	}
 	js, err := json.Marshal(out)
 	if err != nil {
@@ -246,7 +252,30 @@ func TestMalformedSecrets(t *testing.T) {
 			KeyEndpoint: []byte("https://127.0.0.2:6443"), KeyCredentialType: []byte(v1alpha1.CredentialX509Certificate),
 			KeyCertificate: expired.certPEM, KeyPrivateKey: expired.keyPEM,
 		}, reason: v1alpha1.ReasonCertExpired, want: "expired"},
-		{name: "managed fields not JSON", data: good(), ann: map[string]string{annotationManagedFields: "{["}, reason: v1alpha1.ReasonValid},
+		{name: "managed fields not JSON", data: with(KeyManagedFields, []byte("{[")), reason: v1alpha1.ReasonValid},
+		{name: "Secret annotations are not the gateway's", data: good(), ann: map[string]string{"anything": "{["}, reason: v1alpha1.ReasonValid},
+		{name: "labels not JSON", data: with(KeyLabels, []byte("env=prod")), reason: v1alpha1.ReasonInvalidSecret, want: KeyLabels},
+		{name: "label value invalid", data: with(KeyLabels, []byte(`{"env":"not a label value!"}`)), reason: v1alpha1.ReasonInvalidSecret, want: "metadata.labels"},
+		{name: "annotations not strings", data: with(KeyAnnotations, []byte(`{"a":1}`)), reason: v1alpha1.ReasonInvalidSecret, want: KeyAnnotations},
+		{name: "token with a control character", data: func() map[string][]byte {
+			d := with(KeyCredentialType, []byte(v1alpha1.CredentialBearerToken))
+			delete(d, KeyCertificate)
+			delete(d, KeyPrivateKey)
+			d[KeyToken] = []byte("abc\x01def")
+			return d
+		}(), reason: v1alpha1.ReasonInvalidSecret, want: "control characters"},
+		{name: "server-only certificate", data: func() map[string][]byte {
+			so := newTestCredentialUsage(t, time.Now().Add(-time.Hour), time.Now().Add(time.Hour), x509.ExtKeyUsageServerAuth)
+			d := with(KeyCertificate, so.certPEM)
+			d[KeyPrivateKey] = so.keyPEM
+			return d
+		}(), reason: v1alpha1.ReasonInvalidSecret, want: "clientAuth"},
+		{name: "certificate not valid yet", data: func() map[string][]byte {
+			future := newTestCredential(t, time.Now().Add(time.Hour), time.Now().Add(2*time.Hour))
+			d := with(KeyCertificate, future.certPEM)
+			d[KeyPrivateKey] = future.keyPEM
+			return d
+		}(), reason: v1alpha1.ReasonCertNotYetValid, want: "not valid before"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -150,9 +150,10 @@ type CredentialStatus struct {
 const (
 	ConditionReady = "Ready"
 
-	ReasonValid         = "Valid"
-	ReasonInvalidSecret = "InvalidSecret"
-	ReasonCertExpired   = "CredentialExpired"
+	ReasonValid           = "Valid"
+	ReasonInvalidSecret   = "InvalidSecret"
+	ReasonCertExpired     = "CredentialExpired"
+	ReasonCertNotYetValid = "CredentialNotYetValid"
 )
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

@@ -3,8 +3,10 @@ package v1alpha1
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net/url"
+	"time"
 
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -42,7 +44,7 @@ func validateEndpoint(ep *Endpoint, p *field.Path) field.ErrorList {
 		allErrs = append(allErrs, field.NotSupported(p.Child("type"), ep.Type, []EndpointType{EndpointDirect, EndpointKonnectivity}))
 	}
 	if _, err := ParseAddress(ep.Address); err != nil {
-		allErrs = append(allErrs, field.Invalid(p.Child("address"), ep.Address, err.Error()))
+		allErrs = append(allErrs, field.Invalid(p.Child("address"), WithoutUserInfo(ep.Address), err.Error()))
 	}
 	if len(ep.CABundle) > 0 {
 		if _, err := ParseCABundle(ep.CABundle); err != nil {
@@ -56,7 +58,7 @@ func validateEndpoint(ep *Endpoint, p *field.Path) field.ErrorList {
 		if ep.Type == EndpointKonnectivity {
 			allErrs = append(allErrs, field.Forbidden(p.Child("proxyURL"), "is only supported for type Direct; Konnectivity endpoints are dialed through the gateway's proxy-server"))
 		} else if _, err := ParseProxyURL(ep.ProxyURL); err != nil {
-			allErrs = append(allErrs, field.Invalid(p.Child("proxyURL"), ep.ProxyURL, err.Error()))
+			allErrs = append(allErrs, field.Invalid(p.Child("proxyURL"), WithoutUserInfo(ep.ProxyURL), err.Error()))
 		}
 	}
 	return allErrs
@@ -75,8 +77,11 @@ func validateCredential(c *Credential, p *field.Path) field.ErrorList {
 		case len(c.X509.PrivateKey) == 0:
 			allErrs = append(allErrs, field.Required(p.Child("x509", "privateKey"), "a PEM private key is required for type X509Certificate"))
 		default:
-			if _, err := ParseKeyPair(c.X509.Certificate, c.X509.PrivateKey); err != nil {
+			if pair, err := ParseKeyPair(c.X509.Certificate, c.X509.PrivateKey); err != nil {
 				allErrs = append(allErrs, field.Invalid(p.Child("x509"), "<PEM>", err.Error()))
+			} else if !clientAuthUsable(pair.Leaf) {
+				allErrs = append(allErrs, field.Invalid(p.Child("x509", "certificate"), "<PEM>",
+					"is not valid for client authentication: its extended key usage lacks clientAuth, so every API server would refuse it"))
 			}
 		}
 	case CredentialBearerToken:
@@ -85,11 +90,88 @@ func validateCredential(c *Credential, p *field.Path) field.ErrorList {
 		}
 		if c.BearerToken == "" {
 			allErrs = append(allErrs, field.Required(p.Child("bearerToken"), "a token is required for type BearerToken"))
+		} else if err := checkToken(c.BearerToken); err != nil {
+			allErrs = append(allErrs, field.Invalid(p.Child("bearerToken"), "<token>", err.Error()))
 		}
 	default:
 		allErrs = append(allErrs, field.NotSupported(p.Child("type"), c.Type, []CredentialType{CredentialX509Certificate, CredentialBearerToken}))
 	}
 	return allErrs
+}
+
+// ValidateNewMaterial checks credential material that a write carries (not
+// material kept from before): a certificate that is expired, or not valid
+// yet beyond clock skew, is refused rather than stored as a gateway that
+// would fail every request.
+func ValidateNewMaterial(c *Credential, now time.Time) field.ErrorList {
+	if c.Type != CredentialX509Certificate || c.X509 == nil {
+		return nil
+	}
+	pair, err := ParseKeyPair(c.X509.Certificate, c.X509.PrivateKey)
+	if err != nil {
+		return nil // ValidateClusterGateway says why
+	}
+	p := field.NewPath("spec", "credential", "x509", "certificate")
+	switch leaf := pair.Leaf; {
+	case now.After(leaf.NotAfter):
+		return field.ErrorList{field.Invalid(p, "<PEM>", fmt.Sprintf("expired at %s: issue a new client certificate", leaf.NotAfter.UTC().Format(time.RFC3339)))}
+	case now.Add(MaxClockSkew).Before(leaf.NotBefore):
+		return field.ErrorList{field.Invalid(p, "<PEM>", fmt.Sprintf("is not valid before %s: check the issuer's clock, or store it once it is valid", leaf.NotBefore.UTC().Format(time.RFC3339)))}
+	}
+	return nil
+}
+
+// MaxClockSkew is how far in the future a new certificate's notBefore may be
+// (issuers and the hub rarely agree on the time to the second).
+const MaxClockSkew = 5 * time.Minute
+
+// checkToken refuses what cannot be a bearer token: control characters,
+// spaces, non-ASCII. Such a token would be refused by every API server (or
+// could not even be sent as a header).
+func checkToken(t string) error {
+	for i := 0; i < len(t); i++ {
+		if c := t[i]; c <= ' ' || c >= 0x7f {
+			return fmt.Errorf("must be printable ASCII without spaces or control characters (found byte 0x%02x at offset %d); trim the newline a file may end with", c, i)
+		}
+	}
+	return nil
+}
+
+// clientAuthUsable tells whether an API server can accept cert for client
+// authentication: no extended key usage, or one that includes clientAuth.
+func clientAuthUsable(cert *x509.Certificate) bool {
+	if len(cert.ExtKeyUsage) == 0 && len(cert.UnknownExtKeyUsage) == 0 {
+		return true
+	}
+	for _, u := range cert.ExtKeyUsage {
+		if u == x509.ExtKeyUsageClientAuth || u == x509.ExtKeyUsageAny {
+			return true
+		}
+	}
+	return false
+}
+
+// WithoutUserInfo is a URL as shown to readers and in errors: the user name
+// and password of a proxy URL are write-only material.
+func WithoutUserInfo(proxyURL string) string {
+	if proxyURL == "" {
+		return ""
+	}
+	u, err := url.Parse(proxyURL)
+	if err != nil {
+		return "<unparsable URL>"
+	}
+	u.User = nil
+	return u.String()
+}
+
+// ProxyUserInfo returns the user info of a proxy URL, or nil.
+func ProxyUserInfo(proxyURL string) *url.Userinfo {
+	u, err := url.Parse(proxyURL)
+	if err != nil {
+		return nil
+	}
+	return u.User
 }
 
 // ParseAddress parses an API server address: an https URL with a host.
@@ -99,6 +181,10 @@ func ParseAddress(address string) (*url.URL, error) {
 	}
 	u, err := url.Parse(address)
 	if err != nil {
+		var uerr *url.Error // it repeats the whole URL
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
 		return nil, fmt.Errorf("is not a URL: %v", err)
 	}
 	if u.Scheme != "https" {
@@ -117,6 +203,11 @@ func ParseAddress(address string) (*url.URL, error) {
 func ParseProxyURL(proxyURL string) (*url.URL, error) {
 	u, err := url.Parse(proxyURL)
 	if err != nil {
+		// url.Error repeats the whole URL, password included.
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
 		return nil, fmt.Errorf("is not a URL: %v", err)
 	}
 	switch u.Scheme {

@@ -1,0 +1,145 @@
+// Package endpointpolicy decides which addresses the gateway may connect to
+// for a ClusterGateway. Whoever may write a ClusterGateway chooses where the
+// gateway dials and reads the answer, so without a policy a writer could aim
+// it at a cloud metadata service or a node-local endpoint. The policy is
+// checked on the address actually dialed, after name resolution, so a name
+// that resolves (or rebinds) into a denied range is refused too.
+package endpointpolicy
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/pflag"
+)
+
+// ErrDenied marks a connection the policy refused.
+var ErrDenied = errors.New("refused by the gateway's endpoint policy")
+
+// DefaultDeny are link-local ranges, which hold the cloud metadata services
+// (169.254.169.254, fe80::/10), and the IPv6 address of AWS's metadata service.
+var DefaultDeny = []string{"169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128"}
+
+// Options are the policy's flags.
+type Options struct {
+	AllowCIDRs []string
+	DenyCIDRs  []string
+}
+
+// NewOptions returns the defaults: everything but DefaultDeny is allowed.
+func NewOptions() *Options {
+	return &Options{DenyCIDRs: append([]string(nil), DefaultDeny...)}
+}
+
+// AddFlags adds --endpoint-allow-cidrs and --endpoint-deny-cidrs.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringSliceVar(&o.AllowCIDRs, "endpoint-allow-cidrs", o.AllowCIDRs,
+		"If set, the gateway connects to managed clusters and forward proxies only at addresses in these CIDRs (checked after DNS resolution); --endpoint-deny-cidrs still applies.")
+	fs.StringSliceVar(&o.DenyCIDRs, "endpoint-deny-cidrs", o.DenyCIDRs,
+		"The gateway never connects to managed clusters or forward proxies at addresses in these CIDRs (checked after DNS resolution). Pass an empty value to deny nothing; in production consider adding 127.0.0.0/8,::1/128 and the pod and service CIDRs of the hub.")
+}
+
+// Validate checks the CIDRs.
+func (o *Options) Validate() []error {
+	_, err := o.Policy()
+	if err != nil {
+		return []error{err}
+	}
+	return nil
+}
+
+// Policy parses the options.
+func (o *Options) Policy() (*Policy, error) {
+	allow, err := parse("--endpoint-allow-cidrs", o.AllowCIDRs)
+	if err != nil {
+		return nil, err
+	}
+	deny, err := parse("--endpoint-deny-cidrs", o.DenyCIDRs)
+	if err != nil {
+		return nil, err
+	}
+	return &Policy{allow: allow, deny: deny}, nil
+}
+
+func parse(flag string, cidrs []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, c := range cidrs {
+		c = strings.TrimSpace(c)
+		if c == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %q is not a CIDR such as 169.254.0.0/16 or fe80::/10: %v", flag, c, err)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+// Policy is a parsed allow and deny list. A nil *Policy allows everything.
+type Policy struct {
+	allow, deny []netip.Prefix
+}
+
+// Check says whether the gateway may connect to ip.
+func (p *Policy) Check(ip netip.Addr) error {
+	if p == nil || !ip.IsValid() {
+		return nil
+	}
+	ip = ip.Unmap().WithZone("") // ::ffff:169.254.169.254 is 169.254.169.254
+	for _, d := range p.deny {
+		if d.Contains(ip) {
+			return fmt.Errorf("%w: %s is in %s (--endpoint-deny-cidrs)", ErrDenied, ip, d)
+		}
+	}
+	if len(p.allow) == 0 {
+		return nil
+	}
+	for _, a := range p.allow {
+		if a.Contains(ip) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %s is in none of --endpoint-allow-cidrs (%s)", ErrDenied, ip, joinPrefixes(p.allow))
+}
+
+// CheckHost checks a host that is an IP literal; names pass here and are
+// checked when they are dialed (Control).
+func (p *Policy) CheckHost(host string) error {
+	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
+	if err != nil {
+		return nil
+	}
+	return p.Check(ip)
+}
+
+// Control is a net.Dialer Control function: it runs for each address the
+// dialer is about to connect to, after resolution, and refuses denied ones
+// before any packet is sent.
+func (p *Policy) Control(_, address string, _ syscall.RawConn) error {
+	if p == nil {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		host = address
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return fmt.Errorf("%w: cannot parse the dialed address %q: %v", ErrDenied, address, err)
+	}
+	return p.Check(ip)
+}
+
+func joinPrefixes(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
+}

@@ -1,0 +1,119 @@
+package proxy
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	utilproxy "k8s.io/apimachinery/pkg/util/proxy"
+)
+
+// upstreamTransport is the last step before the wire for ordinary requests.
+// httputil.ReverseProxy has already removed the headers the client named in
+// Connection, so the identity set here is exactly what the cluster gets: a
+// client cannot strip it (kube-aggregator's auth-proxy round tripper does
+// the same). It also refuses to pass a redirect on.
+type upstreamTransport struct {
+	base    http.RoundTripper
+	id      identity
+	cluster string
+}
+
+func (t *upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(withIdentity(req, t.id))
+	if err != nil {
+		return nil, err
+	}
+	if isRedirect(resp) {
+		return redirectRefused(t.cluster, req, resp), nil
+	}
+	return resp, nil
+}
+
+// upstreamUpgrade does the same for exec, attach and port-forward:
+// UpgradeAwareHandler writes the request that WrapRequest returns straight
+// onto the connection it dials with the wrapped HTTP/1.1 transport. The
+// identity goes on a copy, never on the request the handler logs.
+type upstreamUpgrade struct {
+	base *http.Transport
+	id   identity
+}
+
+var (
+	_ utilproxy.UpgradeRequestRoundTripper = &upstreamUpgrade{}
+	_ utilnet.RoundTripperWrapper          = &upstreamUpgrade{}
+)
+
+func (u *upstreamUpgrade) RoundTrip(req *http.Request) (*http.Response, error) {
+	return u.base.RoundTrip(withIdentity(req, u.id))
+}
+
+func (u *upstreamUpgrade) WrapRequest(req *http.Request) (*http.Request, error) {
+	out := withIdentity(req, u.id)
+	upgradeConnectionHeader(out.Header)
+	return out, nil
+}
+
+// WrappedRoundTripper lets UpgradeAwareHandler's dialer find the pooled
+// transport's DialContext and TLS config.
+func (u *upstreamUpgrade) WrappedRoundTripper() http.RoundTripper { return u.base }
+
+// withIdentity returns a shallow copy of req whose headers hold none of the
+// client's credentials or identities, and the gateway's identity instead.
+func withIdentity(req *http.Request, id identity) *http.Request {
+	out := new(http.Request)
+	*out = *req
+	out.Header = make(http.Header, len(req.Header)+3)
+	for k, v := range req.Header {
+		if !identityHeader(k) {
+			out.Header[k] = v
+		}
+	}
+	scrubWebSocketProtocols(out.Header)
+	id.apply(out.Header)
+	return out
+}
+
+func isRedirect(resp *http.Response) bool {
+	return resp.StatusCode >= 300 && resp.StatusCode <= 399 && resp.Header.Get("Location") != ""
+}
+
+// redirectRefused replaces a cluster's redirect with a 502 Status, as the
+// hub's aggregator does (--aggregator-reject-forwarding-redirect): a client
+// following it would take its request, and its credentials, elsewhere.
+func redirectRefused(cluster string, req *http.Request, resp *http.Response) *http.Response {
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+	_ = resp.Body.Close()
+	st := statusError(http.StatusBadGateway, metav1.StatusReasonInternalError, fmt.Sprintf(
+		"cluster %q answered with a redirect (%d to %s), which the gateway does not pass on: check spec.endpoint.address of ClusterGateway %q (it must be the API server itself, not a login page or load balancer that redirects)",
+		cluster, resp.StatusCode, redirectTarget(resp.Header.Get("Location")), cluster)).ErrStatus
+	st.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
+	body, _ := json.Marshal(st)
+	return &http.Response{
+		Status:        fmt.Sprintf("%d %s", http.StatusBadGateway, http.StatusText(http.StatusBadGateway)),
+		StatusCode:    http.StatusBadGateway,
+		Proto:         resp.Proto,
+		ProtoMajor:    resp.ProtoMajor,
+		ProtoMinor:    resp.ProtoMinor,
+		Header:        http.Header{"Content-Type": {"application/json"}},
+		Body:          io.NopCloser(strings.NewReader(string(body))),
+		ContentLength: int64(len(body)),
+		Request:       req,
+	}
+}
+
+// redirectTarget names where a redirect pointed without its query or user
+// info, which may carry someone's codes or credentials.
+func redirectTarget(location string) string {
+	u, err := url.Parse(location)
+	if err != nil {
+		return "an unparsable location"
+	}
+	u.User, u.RawQuery, u.Fragment = nil, "", ""
+	return u.String()
+}
