@@ -153,8 +153,8 @@ func TestChartRendersConfig(t *testing.T) {
 	if len(onlyConfig) > 0 || len(onlyChart) > 0 {
 		t.Errorf("objects only in config/: %v; only in the chart: %v", onlyConfig, onlyChart)
 	}
-	if len(chart) < 11 {
-		t.Errorf("the chart rendered %d objects, want config/'s 11 besides the Namespace: %v", len(chart), keys(chart))
+	if len(chart) != len(config)-1 {
+		t.Errorf("the chart rendered %d objects, want config/'s %d besides the Namespace: %v", len(chart), len(config)-1, keys(chart))
 	}
 	for k, c := range chart {
 		want, ok := config[k]
@@ -378,7 +378,7 @@ func TestChartValues(t *testing.T) {
 			t.Errorf("secretNamespace=gateways: no %s in %v", k, keys(objs))
 		}
 	}
-	for _, k := range []string{"PodDisruptionBudget/" + namespace + "/" + release, "ClusterRole//cluster-gateway:viewer", "ClusterRole//cluster-gateway:proxy"} {
+	for _, k := range []string{"PodDisruptionBudget/" + namespace + "/" + release, "ClusterRole//cluster-gateway:viewer", "ClusterRole//cluster-gateway:proxy", "ClusterRole//cluster-gateway:proxy-reader"} {
 		if _, ok := objs[k]; ok {
 			t.Errorf("%s rendered although disabled", k)
 		}

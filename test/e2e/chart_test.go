@@ -63,7 +63,7 @@ func TestChartOnHub(t *testing.T) {
 	workloadFile, restFile := filepath.Join(dir, "workload.yaml"), filepath.Join(dir, "rest.yaml")
 	writeFile(t, workloadFile, strings.Join(workload.docs, "\n---\n"))
 	writeFile(t, restFile, strings.Join(rest.docs, "\n---\n"))
-	if got, want := strings.Join(rest.kinds, ","), "APIService,ClusterRole,ClusterRole,ClusterRoleBinding,Role,RoleBinding,RoleBinding,ServiceAccount"; got != want {
+	if got, want := strings.Join(rest.kinds, ","), "APIService,ClusterRole,ClusterRole,ClusterRole,ClusterRoleBinding,Role,RoleBinding,RoleBinding,ServiceAccount"; got != want {
 		t.Fatalf("the chart rendered %s besides the workload, want %s", got, want)
 	}
 

@@ -41,7 +41,8 @@ the hub's proxy URL for it:
 It authenticates with the hub context's own user, exactly as your hub kubeconfig does (client
 certificate, token, exec plugin, ... by reference or by value as they are there): no new
 credential is minted, and access is what the hub grants you (the ClusterRole
-cluster-gateway:proxy). kubectl, helm, k9s and client-go programs use it as any kubeconfig.
+cluster-gateway:proxy, or cluster-gateway:proxy-reader for GET requests only).
+kubectl, helm, k9s and client-go programs use it as any kubeconfig.
 The first cluster's context is the current context.
 
 It is printed on stdout, or written to FILE (mode 0600) with -o; an existing FILE is only
@@ -154,7 +155,7 @@ func (o *kubeconfigOptions) warnWithoutProxyAccess(ctx context.Context, h *hub, 
 		}, metav1.CreateOptions{})
 		if err == nil && !r.Status.Allowed {
 			fmt.Fprintf(h.streams.ErrOut, "Warning: the hub does not let you use clustergateways/proxy for %q: requests through this kubeconfig will get 403 Forbidden "+
-				"until a hub administrator grants it (the ClusterRole cluster-gateway:proxy)\n", n)
+				"until a hub administrator grants it (the ClusterRole cluster-gateway:proxy, or cluster-gateway:proxy-reader for reads only)\n", n)
 		}
 	}
 }
