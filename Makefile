@@ -14,9 +14,31 @@ KUBE_LDFLAGS := -s -w \
 	-X k8s.io/component-base/version.gitTreeState=clean \
 	-X k8s.io/component-base/version.buildDate=2026-11-01T00:00:00Z
 
+# The version stamped into cluster-gateway and kubectl-cgw (pkg/version):
+# `git describe` of the checkout, the commit, and the commit's date (so a
+# rebuild of one commit is the same binary).
+VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-unknown)
+GIT_COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
+BUILD_DATE  ?= $(shell git log -1 --format=%cI 2>/dev/null)
+VERSION_PKG := github.com/clustergateway/cluster-gateway/pkg/version
+VERSION_LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).GitCommit=$(GIT_COMMIT) -X $(VERSION_PKG).BuildDate=$(BUILD_DATE)
+
 .PHONY: build
-build: ## Build the gateway into _output/bin.
-	$(GO) build -o $(BIN)/cluster-gateway ./cmd/apiserver
+build: ## Build the gateway and kubectl-cgw into _output/bin (stamped with VERSION), and the examples.
+	$(GO) build -ldflags "$(VERSION_LDFLAGS)" -o $(BIN)/cluster-gateway ./cmd/apiserver
+	$(GO) build -ldflags "$(VERSION_LDFLAGS)" -o $(BIN)/kubectl-cgw ./cmd/kubectl-cgw
+	$(GO) build -o $(BIN)/examples/ ./examples/...
+
+# The gateway's container image from the Dockerfile, stamped like `make build`.
+# Needs docker (or CONTAINER_ENGINE=podman); CI has no container engine and
+# does not run it. IMAGE and VERSION choose the tag: $(IMAGE):$(VERSION).
+IMAGE            ?= ghcr.io/clustergateway/cluster-gateway
+CONTAINER_ENGINE ?= docker
+
+.PHONY: image
+image: ## Build the container image $(IMAGE):$(VERSION) (needs docker or podman; not run in CI).
+	$(CONTAINER_ENGINE) build --build-arg VERSION=$(VERSION) --build-arg GIT_COMMIT=$(GIT_COMMIT) \
+		--build-arg BUILD_DATE=$(BUILD_DATE) -t $(IMAGE):$(VERSION) .
 
 # Upstream binaries for the local environment and end-to-end tests, built from
 # the pinned modules in hack/tools and hack/konnectivity. Each is built once.
@@ -35,6 +57,20 @@ $(BIN)/proxy-server: hack/konnectivity/go.mod
 	cd hack/konnectivity && $(GO) build -o $@ sigs.k8s.io/apiserver-network-proxy/cmd/server
 $(BIN)/proxy-agent: hack/konnectivity/go.mod
 	cd hack/konnectivity && $(GO) build -o $@ sigs.k8s.io/apiserver-network-proxy/cmd/agent
+
+# helm, from its own module in hack/helm (its dependencies stay out of the
+# others), for `make verify` and the chart tests. The -X flags give it its
+# version and the Kubernetes version it renders and lints for.
+HELM_VERSION := v3.22.0
+HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+	-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37 \
+	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37
+tools: $(BIN)/helm
+$(BIN)/helm: hack/helm/go.mod
+	cd hack/helm && $(GO) build -ldflags "$(HELM_LDFLAGS)" -o $@ helm.sh/helm/v3/cmd/helm
+
+.PHONY: helm
+helm: $(BIN)/helm ## Build helm into _output/bin.
 
 CODEGEN := $(BIN)/deepcopy-gen $(BIN)/openapi-gen $(BIN)/client-gen $(BIN)/lister-gen $(BIN)/informer-gen
 $(BIN)/openapi-gen: hack/tools/go.mod
@@ -81,6 +117,21 @@ verify: ## gofmt, go vet, and tidy go.mod files.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "run gofmt -w on the files above"; exit 1; }
 	$(GO) vet ./...
 	@for m in . hack/tools hack/konnectivity; do (cd $$m && $(GO) mod tidy -diff >/dev/null) || { echo "go.mod in $$m is not tidy: run go mod tidy there"; exit 1; }; done
+
+# The Helm chart lints and renders in each serving-certificate mode (test/chart
+# checks what it renders); hack/helm's go.mod is tidy.
+CHART := charts/cluster-gateway
+.PHONY: verify-chart
+verify-chart: $(BIN)/helm ## helm lint and helm template of charts/cluster-gateway.
+	$(BIN)/helm lint --strict $(CHART)
+	$(BIN)/helm lint --strict $(CHART) --set tls.mode=certManager
+	$(BIN)/helm lint --strict $(CHART) --set tls.mode=existingSecret --set tls.caBundle=Q0E=
+	$(BIN)/helm template cluster-gateway $(CHART) --namespace cluster-gateway-system >/dev/null
+	$(BIN)/helm template cluster-gateway $(CHART) --namespace cluster-gateway-system --set tls.mode=certManager >/dev/null
+	$(BIN)/helm template cluster-gateway $(CHART) --namespace cluster-gateway-system --set tls.mode=existingSecret --set tls.caBundle=Q0E= >/dev/null
+	@(cd hack/helm && $(GO) mod tidy -diff >/dev/null) || { echo "go.mod in hack/helm is not tidy: run go mod tidy there"; exit 1; }
+
+verify: verify-chart
 
 # The local environment of hack/localenv: etcd, a hub and two managed
 # kube-apiservers with fake kubelets, and the gateway, all on 127.0.0.0/8.

@@ -1,0 +1,74 @@
+{{/* The chart's name, or nameOverride. */}}
+{{- define "cluster-gateway.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The full name of namespaced objects: the release name, joined with the chart's name unless it contains it. */}}
+{{- define "cluster-gateway.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Labels on every object. */}}
+{{- define "cluster-gateway.labels" -}}
+app.kubernetes.io/name: {{ include "cluster-gateway.name" . }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* The pods' selector: the name alone, as config/ has it (one release per hub: the APIService is a singleton). */}}
+{{- define "cluster-gateway.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "cluster-gateway.name" . }}
+{{- end }}
+
+{{- define "cluster-gateway.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "cluster-gateway.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "cluster-gateway.secretNamespace" -}}
+{{- default .Release.Namespace .Values.secretNamespace }}
+{{- end }}
+
+{{- define "cluster-gateway.tlsSecretName" -}}
+{{- default (printf "%s-tls" (include "cluster-gateway.fullname" .)) .Values.tls.secretName }}
+{{- end }}
+
+{{/* The DNS names the hub's aggregator may verify the serving certificate for. */}}
+{{- define "cluster-gateway.serviceDNSNames" -}}
+{{- $svc := include "cluster-gateway.fullname" . }}
+{{- list (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.cluster.local" $svc .Release.Namespace) (printf "%s.%s" $svc .Release.Namespace) $svc | toJson }}
+{{- end }}
+
+{{- define "cluster-gateway.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag }}
+{{- if eq $tag "latest" }}
+{{- fail "image.tag must be a version, not latest: a rollout or a rollback must install a known build" }}
+{{- end }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
+
+{{- define "cluster-gateway.validate" -}}
+{{- if not (has .Values.tls.mode (list "generate" "certManager" "existingSecret")) }}
+{{- fail (printf "tls.mode must be generate, certManager or existingSecret, not %q" .Values.tls.mode) }}
+{{- end }}
+{{- if not (has .Values.podAntiAffinity (list "soft" "hard" "none")) }}
+{{- fail (printf "podAntiAffinity must be soft, hard or none, not %q" .Values.podAntiAffinity) }}
+{{- end }}
+{{- if and .Values.gateway.konnectivity.enabled (or (not .Values.gateway.konnectivity.serverAddress) (not .Values.gateway.konnectivity.secretName)) }}
+{{- fail "gateway.konnectivity.enabled needs gateway.konnectivity.serverAddress and gateway.konnectivity.secretName" }}
+{{- end }}
+{{- end }}

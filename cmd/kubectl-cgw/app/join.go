@@ -1,0 +1,259 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
+
+	gatewayv1alpha1 "github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+	"github.com/clustergateway/cluster-gateway/pkg/generated/clientset/versioned"
+)
+
+type joinOptions struct {
+	name              string
+	clusterKubeconfig string
+	clusterContext    string
+	address           string
+	serverName        string
+	konnectivity      bool
+	impersonation     string
+
+	serviceAccount bool
+	sa             serviceAccountOptions
+}
+
+func newJoinCommand(h *hub) *cobra.Command {
+	o := &joinOptions{sa: serviceAccountOptions{name: "cluster-gateway", namespace: "kube-system", duration: 365 * 24 * time.Hour}}
+	cmd := &cobra.Command{
+		Use:   "join NAME --cluster-kubeconfig FILE",
+		Short: "Register a cluster with the hub from its kubeconfig, or update it",
+		Long: `Create or update the ClusterGateway NAME on the hub from a managed cluster's kubeconfig: its
+server address, its CA, and its credential. Re-running join updates the gateway in place; that
+is also how a certificate or token is rotated.
+
+The kubeconfig's credential is stored as it is when it is a client certificate and key, or a
+bearer token. Kubeconfigs that authenticate with an exec plugin or an auth provider (EKS, GKE,
+OIDC, ...) cannot be stored: with --service-account, join instead uses the kubeconfig to create,
+on the managed cluster, a ServiceAccount (--service-account-name in --service-account-namespace)
+bound by a ClusterRoleBinding to the ClusterRole you choose with --cluster-role (there is no
+default: choose cluster-admin explicitly if the gateway's users need it). It then requests a
+token for it (TokenRequest) that lives for --token-duration (default one year; the cluster may
+shorten it, join prints the expiry) and stores that token. Re-running join requests a new token;
+earlier tokens stay valid until they expire, or until the ServiceAccount is deleted.
+
+--konnectivity registers a cluster that the gateway reaches through its konnectivity
+proxy-server (a cluster behind NAT running the konnectivity agent); --address is then the
+API server's address as the agent dials it. Without --konnectivity, --address overrides the
+kubeconfig's server, for when the gateway reaches the cluster at another address than you do.
+
+Nothing is left half-made: if the cluster cannot be reached or refuses a step, or the hub
+refuses the write, what join created on the cluster is removed again.
+
+Needs get, create and update on clustergateways on the hub.`,
+		Example: `  # A kubeconfig with a client certificate or a token: stored as it is
+  kubectl cgw join prod-eu --cluster-kubeconfig prod-eu.kubeconfig
+
+  # One context of a kubeconfig with several
+  kubectl cgw join staging --cluster-kubeconfig ~/.kube/config --cluster-context staging-admin
+
+  # An EKS/GKE/OIDC kubeconfig (exec plugin): a ServiceAccount with the view role, its token stored
+  kubectl cgw join prod-us --cluster-kubeconfig eks.kubeconfig --service-account --cluster-role view
+
+  # A cluster behind NAT, reached through the konnectivity tunnel: the agent there answers
+  # for the name edge-7.clusters.internal (docs/install.md#konnectivity)
+  kubectl cgw join edge-7 --cluster-kubeconfig edge-7.kubeconfig \
+    --konnectivity --address https://edge-7.clusters.internal:443 --server-name kubernetes.default.svc`,
+		Args: exactlyOneName,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.name = args[0]
+			return o.run(cmd.Context(), h)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.clusterKubeconfig, "cluster-kubeconfig", "", "The managed cluster's kubeconfig file (required).")
+	f.StringVar(&o.clusterContext, "cluster-context", "", "The context of --cluster-kubeconfig to use (default: its current context).")
+	f.StringVar(&o.address, "address", "", "The API server URL the gateway dials (default: the kubeconfig's server). With --konnectivity, as the agent dials it.")
+	f.StringVar(&o.serverName, "server-name", "", "The name the cluster's serving certificate is verified against (default: the kubeconfig's tls-server-name, else the host of the address), e.g. kubernetes.default.svc when --address is a name only the tunnel knows.")
+	f.BoolVar(&o.konnectivity, "konnectivity", false, "Reach the cluster through the gateway's konnectivity proxy-server (endpoint type Konnectivity).")
+	f.StringVar(&o.impersonation, "impersonation", "", "None (the cluster sees the stored credential) or Caller (it sees the hub user, impersonated). Default: unchanged, None for a new gateway.")
+	f.BoolVar(&o.serviceAccount, "service-account", false, "Store the token of a ServiceAccount created on the cluster instead of the kubeconfig's credential. Needs --cluster-role.")
+	f.StringVar(&o.sa.clusterRole, "cluster-role", "", "With --service-account: the ClusterRole to bind the ServiceAccount to (e.g. view, edit, cluster-admin).")
+	f.StringVar(&o.sa.name, "service-account-name", o.sa.name, "With --service-account: the ServiceAccount's name.")
+	f.StringVar(&o.sa.namespace, "service-account-namespace", o.sa.namespace, "With --service-account: its namespace, which must exist.")
+	f.DurationVar(&o.sa.duration, "token-duration", o.sa.duration, "With --service-account: how long the token lives (at least 10m; the cluster may shorten it).")
+	_ = cmd.MarkFlagRequired("cluster-kubeconfig")
+	return cmd
+}
+
+func exactlyOneName(cmd *cobra.Command, args []string) error {
+	if len(args) != 1 {
+		return fmt.Errorf("%s needs exactly one NAME, the cluster's name on the hub (got %d arguments)\nSee '%s --help'.", cmd.Name(), len(args), cmd.CommandPath())
+	}
+	if errs := validation.IsDNS1123Subdomain(args[0]); len(errs) > 0 {
+		return fmt.Errorf("%q cannot be a ClusterGateway name: %s", args[0], strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+func (o *joinOptions) validate() error {
+	switch {
+	case o.serviceAccount && o.sa.clusterRole == "":
+		return errors.New("--service-account needs --cluster-role: the ClusterRole the ServiceAccount is bound to on the cluster " +
+			"(e.g. view, edit, or cluster-admin for full access; there is no default)")
+	case !o.serviceAccount && o.sa.clusterRole != "":
+		return errors.New("--cluster-role only applies with --service-account")
+	case o.serviceAccount && o.sa.duration < 10*time.Minute:
+		return fmt.Errorf("--token-duration %s is too short: a TokenRequest needs at least 10m", o.sa.duration)
+	}
+	switch gatewayv1alpha1.ImpersonationMode(o.impersonation) {
+	case "", gatewayv1alpha1.ImpersonationNone, gatewayv1alpha1.ImpersonationCaller:
+	default:
+		return fmt.Errorf("--impersonation must be None or Caller, not %q", o.impersonation)
+	}
+	return nil
+}
+
+func (o *joinOptions) run(ctx context.Context, h *hub) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	src, err := loadSource(o.clusterKubeconfig, o.clusterContext)
+	if err != nil {
+		return err
+	}
+	var cred gatewayv1alpha1.Credential
+	if !o.serviceAccount {
+		if cred, err = src.credential(); err != nil {
+			return err
+		}
+	}
+	if src.config.Insecure {
+		fmt.Fprintf(h.streams.ErrOut, "Warning: %s skips TLS verification of the cluster; so will the gateway. Put the cluster's CA in the kubeconfig instead.\n", src.file)
+	}
+
+	// Ask the hub first, so a refusal there touches nothing on the cluster.
+	gc, hubCfg, err := h.client()
+	if err != nil {
+		return err
+	}
+	existing, err := o.checkHub(ctx, gc, hubCfg)
+	if err != nil {
+		return err
+	}
+
+	var setup *serviceAccountSetup
+	if o.serviceAccount {
+		var token string
+		logf := func(format string, args ...any) { fmt.Fprintf(h.streams.ErrOut, format+"\n", args...) }
+		if setup, token, err = o.sa.setup(ctx, src, logf); err != nil {
+			return err
+		}
+		cred = gatewayv1alpha1.Credential{Type: gatewayv1alpha1.CredentialBearerToken, BearerToken: token}
+	}
+
+	gw, verb, err := o.write(ctx, gc, existing, src.endpoint(o.address, o.serverName, o.konnectivity), cred)
+	if err != nil {
+		err = hubError(fmt.Sprintf("write ClusterGateway %q", o.name), err)
+		if setup != nil {
+			return setup.undo.errorAfterUndo(err)
+		}
+		return err
+	}
+	fmt.Fprintf(h.streams.Out, "clustergateway.gateway.clustergateway.io/%s %s\n", gw.Name, verb)
+	fmt.Fprintf(h.streams.Out, "Reach it through the hub: kubectl cgw kubeconfig %s -o %s.kubeconfig\n", gw.Name, gw.Name)
+	if c := condition(gw, gatewayv1alpha1.ConditionReady); c != nil && c.Status != metav1.ConditionTrue {
+		return fmt.Errorf("the hub stored ClusterGateway %q, but it is not Ready: %s: %s", gw.Name, c.Reason, c.Message)
+	}
+	return nil
+}
+
+// checkHub returns the gateway if it exists, and fails unless the caller may
+// write it.
+func (o *joinOptions) checkHub(ctx context.Context, gc versioned.Interface, hubCfg *rest.Config) (*gatewayv1alpha1.ClusterGateway, error) {
+	existing, err := gc.GatewayV1alpha1().ClusterGateways().Get(ctx, o.name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err) && !isResourceMissing(err):
+		existing = nil
+	case err != nil:
+		return nil, hubError(fmt.Sprintf("get ClusterGateway %q", o.name), err)
+	}
+	verb := "create"
+	if existing != nil {
+		verb = "update"
+	}
+	kc, err := kubernetes.NewForConfig(hubCfg)
+	if err != nil {
+		return nil, err
+	}
+	review, err := kc.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+		Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Verb: verb, Group: gatewayv1alpha1.SchemeGroupVersion.Group, Resource: "clustergateways", Name: o.name,
+		}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, hubError("check your permissions", err)
+	}
+	if !review.Status.Allowed {
+		why := ""
+		if review.Status.Reason != "" {
+			why = " (" + review.Status.Reason + ")"
+		}
+		return nil, fmt.Errorf("the hub would refuse to %s ClusterGateway %q: you may not %s clustergateways.gateway.clustergateway.io%s\n"+
+			"(ask a hub administrator for get, create and update on clustergateways; docs/api.md#rbac has an example role)", verb, o.name, verb, why)
+	}
+	return existing, nil
+}
+
+// write creates the gateway or replaces its endpoint and credential. It
+// always sends the credential: the API never returns it, and an update that
+// changes the endpoint must carry it again.
+func (o *joinOptions) write(ctx context.Context, gc versioned.Interface, existing *gatewayv1alpha1.ClusterGateway,
+	ep gatewayv1alpha1.Endpoint, cred gatewayv1alpha1.Credential) (*gatewayv1alpha1.ClusterGateway, string, error) {
+	gws := gc.GatewayV1alpha1().ClusterGateways()
+	if existing == nil {
+		gw := &gatewayv1alpha1.ClusterGateway{
+			ObjectMeta: metav1.ObjectMeta{Name: o.name},
+			Spec: gatewayv1alpha1.ClusterGatewaySpec{
+				Endpoint:      ep,
+				Credential:    cred,
+				Impersonation: gatewayv1alpha1.Impersonation{Mode: gatewayv1alpha1.ImpersonationMode(o.impersonation)},
+			},
+		}
+		created, err := gws.Create(ctx, gw, metav1.CreateOptions{FieldManager: "kubectl-cgw"})
+		if err == nil || !apierrors.IsAlreadyExists(err) {
+			return created, "created", err
+		}
+		// Someone created it since we looked: update it instead.
+		if existing, err = gws.Get(ctx, o.name, metav1.GetOptions{}); err != nil {
+			return nil, "", err
+		}
+	}
+	var updated *gatewayv1alpha1.ClusterGateway
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		gw := existing.DeepCopy()
+		gw.Spec.Endpoint, gw.Spec.Credential = ep, cred
+		if o.impersonation != "" {
+			gw.Spec.Impersonation.Mode = gatewayv1alpha1.ImpersonationMode(o.impersonation)
+		}
+		var err error
+		updated, err = gws.Update(ctx, gw, metav1.UpdateOptions{FieldManager: "kubectl-cgw"})
+		if apierrors.IsConflict(err) {
+			if latest, getErr := gws.Get(ctx, o.name, metav1.GetOptions{}); getErr == nil {
+				existing = latest
+			}
+		}
+		return err
+	})
+	return updated, "configured", err
+}

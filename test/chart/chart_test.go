@@ -1,0 +1,401 @@
+// Package chart checks that charts/cluster-gateway renders what config/ holds,
+// and each of its serving-certificate modes and values, with the real helm and
+// kubectl (kustomize) binaries that `make tools` builds.
+//
+//	KUBE_BIN  directory with helm and kubectl (default ../../_output/bin)
+package chart
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+const (
+	chartDir  = "../../charts/cluster-gateway"
+	configDir = "../../config"
+	release   = "cluster-gateway"
+	namespace = "cluster-gateway-system"
+)
+
+func bin(t *testing.T, name string) string {
+	t.Helper()
+	dir := os.Getenv("KUBE_BIN")
+	if dir == "" {
+		dir = filepath.Join("..", "..", "_output", "bin")
+	}
+	p, err := filepath.Abs(filepath.Join(dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("%s is missing: run `make tools` (or set KUBE_BIN to a directory that has it)", p)
+	}
+	return p
+}
+
+func run(t *testing.T, name string, args ...string) (string, error) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(bin(t, name), args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	// Only the files given: no kubeconfig or helm state of whoever runs this.
+	cmd.Env = append(os.Environ(), "HOME="+t.TempDir(), "KUBECONFIG=/dev/null")
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("%s %s: %v\n%s", name, strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.String(), nil
+}
+
+type object = map[string]any
+
+// key is kind/namespace/name.
+func key(o object) string {
+	m, _ := o["metadata"].(object)
+	ns, _ := m["namespace"].(string)
+	name, _ := m["name"].(string)
+	return fmt.Sprintf("%s/%s/%s", o["kind"], ns, name)
+}
+
+func parse(t *testing.T, manifests string) map[string]object {
+	t.Helper()
+	out := map[string]object{}
+	for _, doc := range strings.Split(manifests, "\n---") {
+		var o object
+		if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+			t.Fatalf("parse %q: %v", doc, err)
+		}
+		if o == nil {
+			continue
+		}
+		if _, dup := out[key(o)]; dup {
+			t.Fatalf("%s rendered twice", key(o))
+		}
+		out[key(o)] = o
+	}
+	return out
+}
+
+// helmTemplate renders the chart as release "cluster-gateway" in cluster-gateway-system.
+func helmTemplate(t *testing.T, set ...string) map[string]object {
+	t.Helper()
+	out, err := helmTemplateErr(t, set...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parse(t, out)
+}
+
+func helmTemplateErr(t *testing.T, set ...string) (string, error) {
+	args := []string{"template", release, chartDir, "--namespace", namespace}
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	return run(t, "helm", args...)
+}
+
+// helmLabels are what the chart adds to config/'s labels.
+var helmLabels = []string{"helm.sh/chart", "app.kubernetes.io/instance", "app.kubernetes.io/version", "app.kubernetes.io/managed-by"}
+
+func normalize(o object) object {
+	b, _ := yaml.Marshal(o)
+	var c object
+	_ = yaml.Unmarshal(b, &c)
+	if labels, ok := c["metadata"].(object)["labels"].(object); ok {
+		for _, l := range helmLabels {
+			delete(labels, l)
+		}
+	}
+	// The installer (or cert-manager) sets config/'s caBundle; the chart has it by mode.
+	if c["kind"] == "APIService" {
+		delete(c["spec"].(object), "caBundle")
+	}
+	return c
+}
+
+// The chart with its defaults, serving certificate from an existing Secret,
+// renders exactly config/'s objects, field by field (helm's own labels and
+// the APIService's caBundle aside); config/ alone has the Namespace, which
+// `helm install --create-namespace` makes.
+func TestChartRendersConfig(t *testing.T) {
+	kustomized, err := run(t, "kubectl", "kustomize", configDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := parse(t, kustomized)
+	chart := helmTemplate(t, "tls.mode=existingSecret", "tls.caBundle="+base64.StdEncoding.EncodeToString([]byte("CA")))
+
+	var onlyConfig, onlyChart []string
+	for k := range config {
+		if _, ok := chart[k]; !ok && k != "Namespace//"+namespace {
+			onlyConfig = append(onlyConfig, k)
+		}
+	}
+	for k := range chart {
+		if _, ok := config[k]; !ok {
+			onlyChart = append(onlyChart, k)
+		}
+	}
+	sort.Strings(onlyConfig)
+	sort.Strings(onlyChart)
+	if len(onlyConfig) > 0 || len(onlyChart) > 0 {
+		t.Errorf("objects only in config/: %v; only in the chart: %v", onlyConfig, onlyChart)
+	}
+	if len(chart) != len(config)-1 {
+		t.Errorf("the chart rendered %d objects, want config/'s %d besides the Namespace: %v", len(chart), len(config)-1, keys(chart))
+	}
+	for k, c := range chart {
+		want, ok := config[k]
+		if !ok {
+			continue
+		}
+		got, wantN := normalize(c), normalize(want)
+		if !reflect.DeepEqual(got, wantN) {
+			g, _ := yaml.Marshal(got)
+			w, _ := yaml.Marshal(wantN)
+			t.Errorf("%s differs.\nchart:\n%s\nconfig/:\n%s", k, g, w)
+		}
+	}
+	if ca := chart["APIService//v1alpha1.gateway.clustergateway.io"]["spec"].(object)["caBundle"]; ca != base64.StdEncoding.EncodeToString([]byte("CA")) {
+		t.Errorf("existingSecret: APIService caBundle %v, want tls.caBundle", ca)
+	}
+}
+
+func keys(m map[string]object) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func field(t *testing.T, o object, path ...string) any {
+	t.Helper()
+	var cur any = o
+	for _, p := range path {
+		m, ok := cur.(object)
+		if !ok {
+			t.Fatalf("%s: no %s", key(o), strings.Join(path, "."))
+		}
+		cur = m[p]
+	}
+	return cur
+}
+
+func podSpec(t *testing.T, objs map[string]object) object {
+	t.Helper()
+	d, ok := objs["Deployment/"+namespace+"/"+release]
+	if !ok {
+		t.Fatalf("no Deployment in %v", keys(objs))
+	}
+	return field(t, d, "spec", "template", "spec").(object)
+}
+
+func container(t *testing.T, objs map[string]object) object {
+	t.Helper()
+	return podSpec(t, objs)["containers"].([]any)[0].(object)
+}
+
+func args(t *testing.T, objs map[string]object) []string {
+	t.Helper()
+	var out []string
+	for _, a := range container(t, objs)["args"].([]any) {
+		out = append(out, a.(string))
+	}
+	return out
+}
+
+func decode(t *testing.T, b64 any) []byte {
+	t.Helper()
+	b, err := base64.StdEncoding.DecodeString(b64.(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// Default mode: the chart generates a CA and a serving certificate that the
+// hub's aggregator accepts: the APIService's caBundle is the Secret's CA, which
+// signs a certificate for <service>.<namespace>.svc that matches its key, in
+// the Secret the Deployment mounts.
+func TestChartGeneratesTheServingCertificate(t *testing.T) {
+	objs := helmTemplate(t)
+	secret, ok := objs["Secret/"+namespace+"/cluster-gateway-tls"]
+	if !ok {
+		t.Fatalf("no Secret cluster-gateway-tls in %v", keys(objs))
+	}
+	if secret["type"] != "kubernetes.io/tls" {
+		t.Errorf("Secret type %v, want kubernetes.io/tls", secret["type"])
+	}
+	data := secret["data"].(object)
+	caPEM, crtPEM, keyPEM := decode(t, data["ca.crt"]), decode(t, data["tls.crt"]), decode(t, data["tls.key"])
+	apisvc := objs["APIService//v1alpha1.gateway.clustergateway.io"]
+	if !bytes.Equal(decode(t, field(t, apisvc, "spec", "caBundle")), caPEM) {
+		t.Errorf("the APIService's caBundle is not the generated CA")
+	}
+	if _, err := tls.X509KeyPair(crtPEM, keyPEM); err != nil {
+		t.Errorf("generated certificate and key: %v", err)
+	}
+	block, _ := pem.Decode(crtPEM)
+	if block == nil {
+		t.Fatal("tls.crt holds no PEM")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		t.Fatal("ca.crt holds no certificate")
+	}
+	svc := field(t, apisvc, "spec", "service").(object)
+	dnsName := fmt.Sprintf("%s.%s.svc", svc["name"], svc["namespace"])
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, DNSName: dnsName, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+		t.Errorf("the serving certificate does not verify for %s with the caBundle: %v", dnsName, err)
+	}
+	vol := podSpec(t, objs)["volumes"].([]any)[0].(object)
+	if field(t, vol, "secret", "secretName") != "cluster-gateway-tls" {
+		t.Errorf("the Deployment mounts %v, want cluster-gateway-tls", vol)
+	}
+}
+
+// cert-manager mode: a Certificate for the service names into the Secret the
+// Deployment mounts, and the CA-injection annotation on the APIService instead
+// of a caBundle; with an issuerRef, only that Certificate.
+func TestChartCertManager(t *testing.T) {
+	objs := helmTemplate(t, "tls.mode=certManager")
+	apisvc := objs["APIService//v1alpha1.gateway.clustergateway.io"]
+	if got := field(t, apisvc, "metadata", "annotations").(object)["cert-manager.io/inject-ca-from"]; got != namespace+"/cluster-gateway-tls" {
+		t.Errorf("inject-ca-from = %v, want %s/cluster-gateway-tls", got, namespace)
+	}
+	if ca, ok := apisvc["spec"].(object)["caBundle"]; ok {
+		t.Errorf("caBundle %v set; cert-manager injects it", ca)
+	}
+	cert, ok := objs["Certificate/"+namespace+"/cluster-gateway-tls"]
+	if !ok {
+		t.Fatalf("no Certificate cluster-gateway-tls in %v", keys(objs))
+	}
+	if field(t, cert, "spec", "secretName") != "cluster-gateway-tls" {
+		t.Errorf("Certificate secretName %v", field(t, cert, "spec", "secretName"))
+	}
+	dns := fmt.Sprint(field(t, cert, "spec", "dnsNames"))
+	if !strings.Contains(dns, "cluster-gateway.cluster-gateway-system.svc ") {
+		t.Errorf("dnsNames %s lack cluster-gateway.cluster-gateway-system.svc", dns)
+	}
+	for _, k := range []string{"Issuer/" + namespace + "/cluster-gateway-selfsigned", "Certificate/" + namespace + "/cluster-gateway-ca", "Issuer/" + namespace + "/cluster-gateway-ca"} {
+		if _, ok := objs[k]; !ok {
+			t.Errorf("no %s (the self-signed CA chain) in %v", k, keys(objs))
+		}
+	}
+	if field(t, cert, "spec", "issuerRef").(object)["name"] != "cluster-gateway-ca" {
+		t.Errorf("issuerRef %v, want the chart's CA issuer", field(t, cert, "spec", "issuerRef"))
+	}
+	if _, ok := objs["Secret/"+namespace+"/cluster-gateway-tls"]; ok {
+		t.Errorf("a Secret is rendered; cert-manager writes it")
+	}
+
+	objs = helmTemplate(t, "tls.mode=certManager", "tls.certManager.issuerRef.kind=ClusterIssuer", "tls.certManager.issuerRef.name=corp-ca")
+	for k := range objs {
+		if strings.HasPrefix(k, "Issuer/") || k == "Certificate/"+namespace+"/cluster-gateway-ca" {
+			t.Errorf("with an issuerRef, %s is rendered", k)
+		}
+	}
+	ref := field(t, objs["Certificate/"+namespace+"/cluster-gateway-tls"], "spec", "issuerRef").(object)
+	if ref["kind"] != "ClusterIssuer" || ref["name"] != "corp-ca" {
+		t.Errorf("issuerRef %v, want ClusterIssuer corp-ca", ref)
+	}
+}
+
+func TestChartValues(t *testing.T) {
+	def := helmTemplate(t)
+	if got := container(t, def)["image"]; got != "ghcr.io/clustergateway/cluster-gateway:v0.1.0" {
+		t.Errorf("default image %v, want the appVersion v0.1.0", got)
+	}
+	if got := field(t, def["Deployment/"+namespace+"/"+release], "spec", "replicas"); got != float64(2) {
+		t.Errorf("default replicas %v, want 2", got)
+	}
+	if got := podSpec(t, def)["terminationGracePeriodSeconds"]; got != float64(60) {
+		t.Errorf("default terminationGracePeriodSeconds %v, want 60", got)
+	}
+	if _, ok := field(t, podSpec(t, def), "affinity", "podAntiAffinity").(object)["preferredDuringSchedulingIgnoredDuringExecution"]; !ok {
+		t.Errorf("default anti-affinity is not preferred: %v", podSpec(t, def)["affinity"])
+	}
+	if pdb := def["PodDisruptionBudget/"+namespace+"/"+release]; pdb == nil || field(t, pdb, "spec", "maxUnavailable") != float64(1) {
+		t.Errorf("default PodDisruptionBudget: %v", pdb)
+	}
+
+	objs := helmTemplate(t,
+		"replicaCount=3", "image.repository=registry.example/cgw", "image.tag=v0.2.0",
+		"resources.limits.memory=512Mi", "priorityClassName=system-cluster-critical",
+		"terminationGracePeriodSeconds=90", "podAntiAffinity=hard", "podDisruptionBudget.enabled=false",
+		"secretNamespace=gateways", "gateway.authorizeProxySubpath=true", "gateway.dialTimeout=5s", "gateway.logFormat=json",
+		"gateway.konnectivity.enabled=true", "gateway.konnectivity.serverAddress=konnectivity.kube-system.svc:8090",
+		"gateway.konnectivity.secretName=konnectivity-client", "gateway.extraArgs={--pool-capacity=50,--v=2}",
+		"userRoles.create=false",
+	)
+	c := container(t, objs)
+	if c["image"] != "registry.example/cgw:v0.2.0" || field(t, c, "resources", "limits", "memory") != "512Mi" {
+		t.Errorf("image %v, resources %v", c["image"], c["resources"])
+	}
+	ps := podSpec(t, objs)
+	if ps["priorityClassName"] != "system-cluster-critical" || ps["terminationGracePeriodSeconds"] != float64(90) {
+		t.Errorf("priorityClassName %v, terminationGracePeriodSeconds %v", ps["priorityClassName"], ps["terminationGracePeriodSeconds"])
+	}
+	if _, ok := field(t, ps, "affinity", "podAntiAffinity").(object)["requiredDuringSchedulingIgnoredDuringExecution"]; !ok {
+		t.Errorf("podAntiAffinity=hard: %v", ps["affinity"])
+	}
+	if got := field(t, objs["Deployment/"+namespace+"/"+release], "spec", "replicas"); got != float64(3) {
+		t.Errorf("replicas %v", got)
+	}
+	wantArgs := []string{
+		"--secure-port=8443", "--tls-cert-file=/etc/cluster-gateway/tls/tls.crt", "--tls-private-key-file=/etc/cluster-gateway/tls/tls.key",
+		"--secret-namespace=gateways", "--authorize-proxy-subpath", "--dial-timeout=5s", "--logging-format=json",
+		"--konnectivity-server-address=konnectivity.kube-system.svc:8090", "--konnectivity-ca-file=/etc/cluster-gateway/konnectivity/ca.crt",
+		"--konnectivity-cert-file=/etc/cluster-gateway/konnectivity/tls.crt", "--konnectivity-key-file=/etc/cluster-gateway/konnectivity/tls.key",
+		"--pool-capacity=50", "--v=2",
+	}
+	if got := args(t, objs); !reflect.DeepEqual(got, wantArgs) {
+		t.Errorf("args\n%v\nwant\n%v", got, wantArgs)
+	}
+	if fmt.Sprint(ps["volumes"]) == fmt.Sprint(podSpec(t, def)["volumes"]) || !strings.Contains(fmt.Sprint(ps["volumes"]), "konnectivity-client") {
+		t.Errorf("konnectivity Secret not mounted: %v", ps["volumes"])
+	}
+	for _, k := range []string{"Role/gateways/" + release, "RoleBinding/gateways/" + release} {
+		if _, ok := objs[k]; !ok {
+			t.Errorf("secretNamespace=gateways: no %s in %v", k, keys(objs))
+		}
+	}
+	for _, k := range []string{"PodDisruptionBudget/" + namespace + "/" + release, "ClusterRole//cluster-gateway:viewer", "ClusterRole//cluster-gateway:proxy", "ClusterRole//cluster-gateway:proxy-reader"} {
+		if _, ok := objs[k]; ok {
+			t.Errorf("%s rendered although disabled", k)
+		}
+	}
+
+	for _, c := range []struct {
+		set  []string
+		want string
+	}{
+		{[]string{"image.tag=latest"}, "image.tag must be a version, not latest"},
+		{[]string{"tls.mode=existingSecret"}, "tls.caBundle"},
+		{[]string{"tls.mode=selfsigned"}, "tls.mode must be generate, certManager or existingSecret"},
+		{[]string{"gateway.konnectivity.enabled=true"}, "needs gateway.konnectivity.serverAddress"},
+		{[]string{"serviceAccount.create=false"}, "serviceAccount.name is required"},
+	} {
+		if _, err := helmTemplateErr(t, c.set...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("--set %v: err %v, want it to say %q", c.set, err, c.want)
+		}
+	}
+}
