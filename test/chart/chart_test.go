@@ -344,7 +344,7 @@ func TestChartValues(t *testing.T) {
 		"secretNamespace=gateways", "gateway.authorizeProxySubpath=true", "gateway.dialTimeout=5s", "gateway.logFormat=json",
 		"gateway.konnectivity.enabled=true", "gateway.konnectivity.serverAddress=konnectivity.kube-system.svc:8090",
 		"gateway.konnectivity.secretName=konnectivity-client", "gateway.extraArgs={--pool-capacity=50,--v=2}",
-		"userRoles.create=false",
+		"userRoles.create=false", "gateway.endpoints.denyCIDRs={169.254.0.0/16}", "gateway.endpoints.allowCIDRs={10.0.0.0/8,192.168.0.0/16}",
 	)
 	c := container(t, objs)
 	if c["image"] != "registry.example/cgw:v0.2.0" || field(t, c, "resources", "limits", "memory") != "512Mi" {
@@ -362,7 +362,8 @@ func TestChartValues(t *testing.T) {
 	}
 	wantArgs := []string{
 		"--secure-port=8443", "--tls-cert-file=/etc/cluster-gateway/tls/tls.crt", "--tls-private-key-file=/etc/cluster-gateway/tls/tls.key",
-		"--secret-namespace=gateways", "--authorize-proxy-subpath", "--dial-timeout=5s", "--logging-format=json",
+		"--secret-namespace=gateways", "--endpoint-deny-cidrs=169.254.0.0/16", "--endpoint-allow-cidrs=10.0.0.0/8,192.168.0.0/16",
+		"--authorize-proxy-subpath", "--dial-timeout=5s", "--logging-format=json",
 		"--konnectivity-server-address=konnectivity.kube-system.svc:8090", "--konnectivity-ca-file=/etc/cluster-gateway/konnectivity/ca.crt",
 		"--konnectivity-cert-file=/etc/cluster-gateway/konnectivity/tls.crt", "--konnectivity-key-file=/etc/cluster-gateway/konnectivity/tls.key",
 		"--pool-capacity=50", "--v=2",
