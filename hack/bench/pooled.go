@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
-	"github.com/clustergateway/cluster-gateway/pkg/registry/clustergateway"
+	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 )
 
 // benchLabel marks the gateways created here, to list and delete them at once.
@@ -124,14 +124,17 @@ func benchSecret(env *localenv.Env, i int) *corev1.Secret {
 	m := env.Managed[i%2]
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: benchName(i), Namespace: localenv.GatewayNamespace,
-			Labels: map[string]string{clustergateway.LabelGateway: "true", benchLabel: "true"}},
+			Labels: map[string]string{gateways.LabelGateway: "true", benchLabel: "true"}},
 		Data: map[string][]byte{
-			clustergateway.KeyEndpointType:   []byte("Direct"),
-			clustergateway.KeyEndpoint:       []byte(m.URL),
-			clustergateway.KeyCABundle:       m.CA.CertPEM,
-			clustergateway.KeyCredentialType: []byte("X509Certificate"),
-			clustergateway.KeyCertificate:    m.GatewayUser.CertPEM,
-			clustergateway.KeyPrivateKey:     m.GatewayUser.KeyPEM,
+			gateways.KeyEndpointType:   []byte("Direct"),
+			gateways.KeyEndpoint:       []byte(m.URL),
+			gateways.KeyCABundle:       m.CA.CertPEM,
+			gateways.KeyCredentialType: []byte("X509Certificate"),
+			gateways.KeyCertificate:    m.GatewayUser.CertPEM,
+			gateways.KeyPrivateKey:     m.GatewayUser.KeyPEM,
+			// The gateway's own label, to list them through the API; the
+			// Secret's label above is for deleting the Secrets at once.
+			gateways.KeyLabels: []byte(`{"` + benchLabel + `":"true"}`),
 		},
 	}
 }

@@ -10,7 +10,7 @@ import (
 func BenchmarkAcquireRelease(b *testing.B) {
 	ca := newTestCA(b, "ca")
 	cert, key := ca.issue(b, "client", 0)
-	p := New(Options{Capacity: 16})
+	p := mustNew(b, Options{Capacity: 16})
 	defer p.Close()
 	tg := &Target{
 		Cluster:  "bench",

@@ -18,7 +18,7 @@ func TestCloseReturnsToBaseline(t *testing.T) {
 	baselineFDs := openFDs(t)
 	ignore := goleak.IgnoreCurrent()
 
-	p := New(Options{Capacity: 3, RetireGrace: 200 * time.Millisecond, IdleTTL: time.Hour})
+	p := mustNew(t, Options{Capacity: 3, RetireGrace: 200 * time.Millisecond, IdleTTL: time.Hour})
 	for i := range 6 {
 		l := acquire(t, p, u.target(t, fmt.Sprintf("c%d", i), "client"))
 		mustGet(t, l.Transport(), u.url, "/hello")
@@ -27,7 +27,7 @@ func TestCloseReturnsToBaseline(t *testing.T) {
 	}
 	held := acquire(t, p, u.target(t, "c5", "rotated"))
 	w := startStream(t, held.Transport(), u)
-	p.Remove("c4")
+	p.Remove("c4", ReasonDeleted)
 
 	p.Close()
 	p.Close() // idempotent

@@ -1,85 +1,65 @@
 package pool
 
 import (
-	"sync"
-
 	"k8s.io/component-base/metrics"
-	"k8s.io/component-base/metrics/legacyregistry"
 )
 
-// No per-cluster or per-path labels: their cardinality is unbounded.
-const (
-	metricsNamespace = "cluster_gateway"
-	metricsSubsystem = "pool"
-)
+// Collector exposes the pool's counters (Stats) as metrics, read at scrape
+// time: each figure is kept once, by the pool. No per-cluster or per-path
+// labels: their cardinality is unbounded.
+func (p *Pool) Collector() metrics.StableCollector {
+	return &collector{p: p, descs: newDescs()}
+}
 
-var (
-	liveEntries = metrics.NewGauge(&metrics.GaugeOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
-		Name:           "entries",
-		Help:           "Live cluster transport entries (not retiring).",
-		StabilityLevel: metrics.ALPHA,
-	})
-	retiringEntries = metrics.NewGauge(&metrics.GaugeOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
-		Name:           "retiring_entries",
-		Help:           "Retired entries whose connections are not all closed yet.",
-		StabilityLevel: metrics.ALPHA,
-	})
-	entryCreations = metrics.NewCounter(&metrics.CounterOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
-		Name:           "entry_creations_total",
-		Help:           "Cluster transport entries created.",
-		StabilityLevel: metrics.ALPHA,
-	})
-	entryRetirements = metrics.NewCounterVec(&metrics.CounterOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
-		Name:           "entry_retirements_total",
-		Help:           "Cluster transport entries retired, by reason (evicted, idle, rotated, deleted, shutdown).",
-		StabilityLevel: metrics.ALPHA,
-	}, []string{"reason"})
-	activeStreams = metrics.NewGauge(&metrics.GaugeOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
-		Name:           "active_streams",
-		Help:           "Leases held by in-flight proxied requests and streams.",
-		StabilityLevel: metrics.ALPHA,
-	})
-	openConnections = metrics.NewGauge(&metrics.GaugeOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
-		Name:           "open_connections",
-		Help:           "Connections to managed clusters dialed by the pool and not yet closed.",
-		StabilityLevel: metrics.ALPHA,
-	})
-	connectionDials = metrics.NewCounter(&metrics.CounterOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
-		Name:           "connection_dials_total",
-		Help:           "Connection dials to managed clusters (direct, proxied or tunneled).",
-		StabilityLevel: metrics.ALPHA,
-	})
-	dialFailures = metrics.NewCounter(&metrics.CounterOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
-		Name:           "dial_failures_total",
-		Help:           "Connection dials to managed clusters that failed (TLS handshake failures not included).",
-		StabilityLevel: metrics.ALPHA,
-	})
-)
+type descs struct {
+	live, retiring, created, retired, streams, conns, dials, dialFailures *metrics.Desc
+}
 
-var registerOnce sync.Once
+func newDescs() descs {
+	d := func(name, help string, labels ...string) *metrics.Desc {
+		return metrics.NewDesc("cluster_gateway_pool_"+name, help, labels, nil, metrics.ALPHA, "")
+	}
+	return descs{
+		live:         d("entries", "Live cluster transport entries (not retiring)."),
+		retiring:     d("retiring_entries", "Retired entries whose connections are not all closed yet."),
+		created:      d("entry_creations_total", "Cluster transport entries created."),
+		retired:      d("entry_retirements_total", "Cluster transport entries retired, by reason (evicted, idle, rotated, deleted, shutdown).", "reason"),
+		streams:      d("active_streams", "Leases held by in-flight proxied requests and streams."),
+		conns:        d("open_connections", "Connections to managed clusters dialed by the pool and not yet closed."),
+		dials:        d("connection_dials_total", "Connection dials to managed clusters (direct, proxied or tunneled)."),
+		dialFailures: d("dial_failures_total", "Connection dials to managed clusters that failed (TLS handshake failures not included)."),
+	}
+}
 
-// Register adds the pool metrics to legacyregistry, which the apiserver
-// serves on /metrics. Safe to call many times; New calls it, because
-// component-base metrics ignore updates until registered.
-func Register() {
-	registerOnce.Do(func() {
-		legacyregistry.MustRegister(
-			liveEntries,
-			retiringEntries,
-			entryCreations,
-			entryRetirements,
-			activeStreams,
-			openConnections,
-			connectionDials,
-			dialFailures,
-		)
-	})
+type collector struct {
+	metrics.BaseStableCollector
+	p     *Pool
+	descs descs
+}
+
+func (c *collector) DescribeWithStability(ch chan<- *metrics.Desc) {
+	d := c.descs
+	for _, x := range []*metrics.Desc{d.live, d.retiring, d.created, d.retired, d.streams, d.conns, d.dials, d.dialFailures} {
+		ch <- x
+	}
+}
+
+func (c *collector) CollectWithStability(ch chan<- metrics.Metric) {
+	s, d := c.p.Stats(), c.descs
+	gauge := func(desc *metrics.Desc, v int64) {
+		ch <- metrics.NewLazyConstMetric(desc, metrics.GaugeValue, float64(v))
+	}
+	counter := func(desc *metrics.Desc, v int64, labels ...string) {
+		ch <- metrics.NewLazyConstMetric(desc, metrics.CounterValue, float64(v), labels...)
+	}
+	gauge(d.live, int64(s.Live))
+	gauge(d.retiring, int64(s.Retiring))
+	counter(d.created, s.Created)
+	for _, r := range []string{ReasonEvicted, ReasonIdle, ReasonRotated, ReasonDeleted, ReasonShutdown} {
+		counter(d.retired, s.Retired[r], r)
+	}
+	gauge(d.streams, s.ActiveStreams)
+	gauge(d.conns, s.OpenConns)
+	counter(d.dials, s.Dials)
+	counter(d.dialFailures, s.DialFailures)
 }

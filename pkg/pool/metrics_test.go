@@ -4,22 +4,22 @@ import (
 	"strings"
 	"testing"
 
-	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/component-base/metrics"
 )
 
-// The metrics are in legacyregistry (what the apiserver serves on /metrics)
-// and carry no per-cluster or per-path labels.
+// The pool's collector reports its own counters, and no per-cluster or
+// per-path labels.
 func TestMetricsRegistered(t *testing.T) {
-	Register()
-	Register() // guarded by sync.Once: no duplicate-registration panic
 	u := newUpstream(t)
 	p := newTestPool(t, Options{})
+	reg := metrics.NewKubeRegistry()
+	reg.CustomMustRegister(p.Collector())
 	l := acquire(t, p, u.target(t, "metrics", "client"))
 	mustGet(t, l.Transport(), u.url, "/hello")
 	l.Release()
-	p.Remove("metrics")
+	p.Remove("metrics", ReasonDeleted)
 
-	families, err := legacyregistry.DefaultGatherer.Gather()
+	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,8 +49,11 @@ func TestMetricsRegistered(t *testing.T) {
 					t.Errorf("%s has label %s", name, lp.GetName())
 				}
 			}
-			if name == "cluster_gateway_pool_entry_creations_total" && m.GetCounter().GetValue() < 1 {
-				t.Errorf("%s = %v, want >= 1", name, m.GetCounter().GetValue())
+			if name == "cluster_gateway_pool_entry_creations_total" && m.GetCounter().GetValue() != 1 {
+				t.Errorf("%s = %v, want 1", name, m.GetCounter().GetValue())
+			}
+			if name == "cluster_gateway_pool_entry_retirements_total" && m.GetLabel()[0].GetValue() == ReasonDeleted && m.GetCounter().GetValue() != 1 {
+				t.Errorf("%s{reason=deleted} = %v, want 1", name, m.GetCounter().GetValue())
 			}
 		}
 	}

@@ -1,62 +1,86 @@
 package pool
 
 import (
+	"fmt"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
 )
 
-// Defaults applied by New to zero Options fields.
-const (
-	DefaultCapacity             = 1000
-	DefaultDialTimeout          = 30 * time.Second
-	DefaultKeepAlive            = 30 * time.Second
-	DefaultHTTP2ReadIdleTimeout = 30 * time.Second
-	DefaultHTTP2PingTimeout     = 15 * time.Second
-)
-
-// Options bound the pool. Zero values take the defaults above, except
-// IdleTTL (0 = never idle-retire) and RetireGrace (0 = cut live streams of a
-// retired entry at once).
+// Options bound and time the pool. NewOptions has the defaults, AddFlags the
+// flags, Validate the rules; New refuses what Validate refuses.
 type Options struct {
-	Capacity    int           // max live entries
-	IdleTTL     time.Duration // entries unused this long are retired
-	RetireGrace time.Duration // how long live streams of a retired entry may go on
-	DialTimeout time.Duration // bounds the TCP/tunnel/proxy dial, and the TLS handshake
-	KeepAlive   time.Duration // TCP keep-alive of direct and proxy dials
+	// Capacity is the most clusters with a live entry at once.
+	Capacity int
+	// IdleTTL retires an entry unused this long; 0 never does.
+	IdleTTL time.Duration
+	// RetireGrace is how long live streams of a retired entry (or tunnel)
+	// may go on; 0 cuts them at once.
+	RetireGrace time.Duration
+	// DialTimeout bounds connecting to a cluster: the TCP, proxy or tunnel
+	// dial, and the TLS handshake.
+	DialTimeout time.Duration
+	// KeepAlive is the TCP keep-alive period of direct and proxy dials.
+	KeepAlive time.Duration
+	// HTTP2ReadIdleTimeout and HTTP2PingTimeout: a connection silent this
+	// long is pinged, and dropped if the ping gets no answer in time.
+	HTTP2ReadIdleTimeout time.Duration
+	HTTP2PingTimeout     time.Duration
 
 	// Endpoints decides which addresses direct and forward-proxy dials may
 	// reach (after DNS resolution), and which literal addresses a tunnel may
-	// be asked for. Nil allows all.
+	// be asked for (endpointpolicy's flags). Nil allows all.
 	Endpoints *endpointpolicy.Policy
-
-	// HTTP/2 health check: ping a connection silent this long, drop it if
-	// the ping gets no answer within HTTP2PingTimeout.
-	HTTP2ReadIdleTimeout time.Duration
-	HTTP2PingTimeout     time.Duration
 }
 
-func (o Options) withDefaults() Options {
-	if o.Capacity <= 0 {
-		o.Capacity = DefaultCapacity
+// NewOptions returns the defaults.
+func NewOptions() *Options {
+	return &Options{
+		Capacity:             1000,
+		IdleTTL:              30 * time.Minute,
+		RetireGrace:          5 * time.Minute,
+		DialTimeout:          10 * time.Second,
+		KeepAlive:            30 * time.Second,
+		HTTP2ReadIdleTimeout: 30 * time.Second,
+		HTTP2PingTimeout:     15 * time.Second,
 	}
-	if o.IdleTTL < 0 {
-		o.IdleTTL = 0
+}
+
+// AddFlags adds the pool's flags. --retire-grace-period and --dial-timeout
+// also govern konnectivity tunnels: one meaning, one default.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.IntVar(&o.Capacity, "pool-capacity", o.Capacity, "Most clusters with a pooled transport at once; the least recently used is retired beyond it.")
+	fs.DurationVar(&o.IdleTTL, "pool-idle-ttl", o.IdleTTL, "A cluster's pooled transport unused this long is retired (0: never).")
+	fs.DurationVar(&o.RetireGrace, "retire-grace-period", o.RetireGrace, "How long live streams (watch, exec, logs -f) on a retired transport or konnectivity tunnel may go on before they are closed (0: at once).")
+	fs.DurationVar(&o.DialTimeout, "dial-timeout", o.DialTimeout, "Bound on connecting to a managed cluster (TCP, forward proxy or konnectivity tunnel, and TLS); beyond it the request fails with 503.")
+}
+
+// Validate refuses values the pool cannot work with.
+func (o *Options) Validate() []error {
+	var errs []error
+	if o.Capacity < 1 {
+		errs = append(errs, fmt.Errorf("--pool-capacity must be at least 1, not %d", o.Capacity))
 	}
-	if o.RetireGrace < 0 {
-		o.RetireGrace = 0
+	for _, d := range []struct {
+		flag   string
+		v      time.Duration
+		zeroOK bool // 0 has a meaning (never, at once)
+	}{
+		{"--pool-idle-ttl", o.IdleTTL, true},
+		{"--retire-grace-period", o.RetireGrace, true},
+		{"--dial-timeout", o.DialTimeout, false},
+		{"the TCP keep-alive period", o.KeepAlive, false},
+		{"the HTTP/2 read-idle timeout", o.HTTP2ReadIdleTimeout, false},
+		{"the HTTP/2 ping timeout", o.HTTP2PingTimeout, false},
+	} {
+		switch {
+		case d.v < 0:
+			errs = append(errs, fmt.Errorf("%s must not be negative, not %v", d.flag, d.v))
+		case d.v == 0 && !d.zeroOK:
+			errs = append(errs, fmt.Errorf("%s must be positive", d.flag))
+		}
 	}
-	if o.DialTimeout <= 0 {
-		o.DialTimeout = DefaultDialTimeout
-	}
-	if o.KeepAlive <= 0 {
-		o.KeepAlive = DefaultKeepAlive
-	}
-	if o.HTTP2ReadIdleTimeout <= 0 {
-		o.HTTP2ReadIdleTimeout = DefaultHTTP2ReadIdleTimeout
-	}
-	if o.HTTP2PingTimeout <= 0 {
-		o.HTTP2PingTimeout = DefaultHTTP2PingTimeout
-	}
-	return o
+	return errs
 }

@@ -42,15 +42,16 @@ type Pool struct {
 	counters
 }
 
-// New returns a running pool; call Close to release it. It registers the
-// package metrics (once per process).
-func New(opts Options) *Pool {
-	Register()
-	opts = opts.withDefaults()
+// New returns a running pool; call Close to release it. Options that
+// Validate refuses are refused here too.
+func New(opts Options) (*Pool, error) {
+	if err := errors.Join(opts.Validate()...); err != nil {
+		return nil, fmt.Errorf("pool: %w", err)
+	}
 	// Eviction is done by hand before Add so the reason can be recorded.
 	l, err := simplelru.NewLRU[string, *entry](opts.Capacity, nil)
 	if err != nil {
-		panic(fmt.Sprintf("pool: %v", err)) // unreachable: Capacity > 0
+		return nil, fmt.Errorf("pool: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool{
@@ -65,7 +66,7 @@ func New(opts Options) *Pool {
 		p.wg.Add(1)
 		go p.janitor(ctx)
 	}
-	return p
+	return p, nil
 }
 
 // now is a monotonic clock reading, immune to wall-clock jumps.
@@ -129,14 +130,15 @@ func (p *Pool) Acquire(t *Target) (*Lease, error) {
 	return ne.lease(p.now()), nil
 }
 
-// Remove retires cluster's entry (the gateway was deleted). Live streams get
-// the grace period like any retirement.
-func (p *Pool) Remove(cluster string) {
+// Remove retires cluster's entry, for reason (ReasonDeleted: the gateway is
+// gone; ReasonRotated: it reaches its cluster differently now). Live streams
+// get the grace period like any retirement.
+func (p *Pool) Remove(cluster, reason string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if e, ok := p.lru.Peek(cluster); ok {
 		p.lru.Remove(cluster)
-		p.retireLocked(e, ReasonDeleted)
+		p.retireLocked(e, reason)
 	}
 }
 

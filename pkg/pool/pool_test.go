@@ -12,8 +12,35 @@ import (
 
 func newTestPool(t testing.TB, opts Options) *Pool {
 	t.Helper()
-	p := New(opts)
+	p := mustNew(t, opts)
 	t.Cleanup(p.Close)
+	return p
+}
+
+// mustNew is New with opts's zero bounds and timeouts taken from NewOptions.
+// A zero IdleTTL (never) and RetireGrace (at once) mean what they say.
+func mustNew(t testing.TB, opts Options) *Pool {
+	t.Helper()
+	d := NewOptions()
+	if opts.Capacity == 0 {
+		opts.Capacity = d.Capacity
+	}
+	if opts.DialTimeout == 0 {
+		opts.DialTimeout = d.DialTimeout
+	}
+	if opts.KeepAlive == 0 {
+		opts.KeepAlive = d.KeepAlive
+	}
+	if opts.HTTP2ReadIdleTimeout == 0 {
+		opts.HTTP2ReadIdleTimeout = d.HTTP2ReadIdleTimeout
+	}
+	if opts.HTTP2PingTimeout == 0 {
+		opts.HTTP2PingTimeout = d.HTTP2PingTimeout
+	}
+	p, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return p
 }
 
@@ -150,8 +177,8 @@ func TestRemoveClosesWhenLeasesDrain(t *testing.T) {
 	l := acquire(t, p, u.target(t, "c1", "client-1"))
 	w := startStream(t, l.Transport(), u)
 
-	p.Remove("c1")
-	p.Remove("c1") // nothing left to remove
+	p.Remove("c1", ReasonDeleted)
+	p.Remove("c1", ReasonDeleted) // nothing left to remove
 	st := p.Stats()
 	if p.Len() != 0 || st.Retiring != 1 || st.Retired[ReasonDeleted] != 1 {
 		t.Fatalf("after Remove: len %d %+v, want 0 live, 1 retiring, 1 deleted", p.Len(), st)
@@ -328,10 +355,10 @@ func TestInvalidTargets(t *testing.T) {
 // by then, and what is still live (upgraded streams) must not hold shutdown.
 func TestCloseCutsRetiringStreams(t *testing.T) {
 	u := newUpstream(t)
-	p := New(Options{Capacity: 8, RetireGrace: time.Hour})
+	p := mustNew(t, Options{Capacity: 8, RetireGrace: time.Hour})
 	l := acquire(t, p, u.target(t, "c1", "client-1"))
 	w := startStream(t, l.Transport(), u)
-	p.Remove("c1") // retiring, with a live stream and an hour of grace
+	p.Remove("c1", ReasonDeleted) // retiring, with a live stream and an hour of grace
 
 	closed := make(chan struct{})
 	go func() { p.Close(); close(closed) }()

@@ -7,7 +7,7 @@ import "time"
 // with Close's Wait).
 func (p *Pool) retireLocked(e *entry, reason string) {
 	p.retiredBy[reason]++
-	p.noteRetired(reason)
+	p.noteRetired()
 	drained := e.markRetiring()
 	p.wg.Add(1)
 	go p.finishRetire(e, drained)

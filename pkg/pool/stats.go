@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 )
 
-// Stats is a snapshot of one pool (the metrics sum over all pools).
+// Stats is a snapshot of the pool's counters (its metrics, see Collector).
 type Stats struct {
 	Live          int              // entries that can be handed out
 	Retiring      int              // retired entries whose connections are not all closed yet
@@ -45,54 +45,17 @@ func (p *Pool) Stats() Stats {
 	}
 }
 
-// The note* helpers keep the per-pool counters and the process-wide metrics
-// in step.
+// The note* helpers keep the pool's counters; Collector reads them.
 
-func (p *Pool) noteCreated() {
-	p.created.Add(1)
-	entryCreations.Inc()
-	liveEntries.Inc()
-}
+func (p *Pool) noteCreated() { p.created.Add(1) }
 
 // noteRetired: the entry left the LRU and is now retiring.
-func (p *Pool) noteRetired(reason string) {
-	p.retiring.Add(1)
-	entryRetirements.WithLabelValues(reason).Inc()
-	liveEntries.Dec()
-	retiringEntries.Inc()
-}
+func (p *Pool) noteRetired() { p.retiring.Add(1) }
 
-func (p *Pool) noteRetireDone() {
-	p.retiring.Add(-1)
-	retiringEntries.Dec()
-}
-
-func (p *Pool) noteStreamStarted() {
-	p.activeStreams.Add(1)
-	activeStreams.Inc()
-}
-
-func (p *Pool) noteStreamEnded() {
-	p.activeStreams.Add(-1)
-	activeStreams.Dec()
-}
-
-func (p *Pool) noteConnOpened() {
-	p.openConns.Add(1)
-	openConnections.Inc()
-}
-
-func (p *Pool) noteConnClosed() {
-	p.openConns.Add(-1)
-	openConnections.Dec()
-}
-
-func (p *Pool) noteDial() {
-	p.dials.Add(1)
-	connectionDials.Inc()
-}
-
-func (p *Pool) noteDialFailure() {
-	p.dialFailures.Add(1)
-	dialFailures.Inc()
-}
+func (p *Pool) noteRetireDone()    { p.retiring.Add(-1) }
+func (p *Pool) noteStreamStarted() { p.activeStreams.Add(1) }
+func (p *Pool) noteStreamEnded()   { p.activeStreams.Add(-1) }
+func (p *Pool) noteConnOpened()    { p.openConns.Add(1) }
+func (p *Pool) noteConnClosed()    { p.openConns.Add(-1) }
+func (p *Pool) noteDial()          { p.dials.Add(1) }
+func (p *Pool) noteDialFailure()   { p.dialFailures.Add(1) }

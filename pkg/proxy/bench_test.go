@@ -34,10 +34,9 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
-	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
-	"github.com/clustergateway/cluster-gateway/pkg/registry/clustergateway"
 )
 
 const (
@@ -203,36 +202,32 @@ func BenchmarkProxyGateway(b *testing.B) {
 // what is measured here (requests never read it, only the informer's store).
 func newBenchProxy(b *testing.B, up *benchUpstream) (*Proxy, *pool.Pool) {
 	b.Helper()
-	client := fake.NewClientset(benchSecret(benchCluster, up.srv.URL, up.pki))
-	cache := clustergateway.NewCache(client, benchNamespace)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); cache.Run(ctx) }()
-	b.Cleanup(func() { cancel(); <-done })
-	deadline := time.Now().Add(30 * time.Second)
-	for !cache.HasSynced() {
-		if time.Now().After(deadline) {
-			b.Fatal("cache did not sync")
-		}
-		time.Sleep(10 * time.Millisecond)
+	o := pool.NewOptions()
+	pl, err := pool.New(*o)
+	if err != nil {
+		b.Fatal(err)
 	}
-	pl := pool.New(pool.Options{})
 	b.Cleanup(pl.Close)
-	return New(Options{Cache: cache, Pool: pl, Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()}), pl
+	px, err := New(Options{Store: startStore(b, benchNamespace, benchSecret(benchCluster, up.srv.URL, up.pki)), Pool: pl,
+		Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return px, pl
 }
 
 // benchSecret is a ClusterGateway as stored on the hub: Direct, X509.
 func benchSecret(name, endpoint string, pki *benchPKI) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: benchNamespace, ResourceVersion: "1", UID: "bench-uid",
-			Labels: map[string]string{clustergateway.LabelGateway: "true"}},
+			Labels: map[string]string{gateways.LabelGateway: "true"}},
 		Data: map[string][]byte{
-			clustergateway.KeyEndpointType:   []byte("Direct"),
-			clustergateway.KeyEndpoint:       []byte(endpoint),
-			clustergateway.KeyCABundle:       pki.caPEM,
-			clustergateway.KeyCredentialType: []byte("X509Certificate"),
-			clustergateway.KeyCertificate:    pki.clientCert,
-			clustergateway.KeyPrivateKey:     pki.clientKey,
+			gateways.KeyEndpointType:   []byte("Direct"),
+			gateways.KeyEndpoint:       []byte(endpoint),
+			gateways.KeyCABundle:       pki.caPEM,
+			gateways.KeyCredentialType: []byte("X509Certificate"),
+			gateways.KeyCertificate:    pki.clientCert,
+			gateways.KeyPrivateKey:     pki.clientKey,
 		},
 	}
 }
@@ -264,7 +259,7 @@ func gatewayFrontend(px *Proxy) http.Handler {
 func BenchmarkServePieces(b *testing.B) {
 	up := newBenchUpstream(b)
 	px, pl := newBenchProxy(b, up)
-	gw, err := px.opts.Cache.Get(benchCluster)
+	gw, err := px.opts.Store.Get(benchCluster)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -272,10 +267,10 @@ func BenchmarkServePieces(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Run("cache-get", func(b *testing.B) {
+	b.Run("store-get", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := px.opts.Cache.Get(benchCluster); err != nil {
+			if _, err := px.opts.Store.Get(benchCluster); err != nil {
 				b.Fatal(err)
 			}
 		}

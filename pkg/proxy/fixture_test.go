@@ -25,8 +25,9 @@ import (
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
+	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
-	"github.com/clustergateway/cluster-gateway/pkg/registry/clustergateway"
 )
 
 const fixtureNamespace = "cluster-gateway-system"
@@ -42,42 +43,68 @@ func newFixtureProxy(t *testing.T, secrets ...*corev1.Secret) *Proxy {
 // newFixtureProxyWith is newFixtureProxy with options changed by mutate.
 func newFixtureProxyWith(t testing.TB, mutate func(*Options), secrets ...*corev1.Secret) *Proxy {
 	t.Helper()
+	opts := Options{
+		Store:      startStore(t, fixtureNamespace, secrets...),
+		Pool:       newTestPool(t, 4, 2*time.Second, nil),
+		Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer(),
+	}
+	if mutate != nil {
+		mutate(&opts)
+	}
+	px, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return px
+}
+
+// startStore runs a gateway store over the Secrets, held by a fake
+// clientset, until the test ends.
+func startStore(t testing.TB, namespace string, secrets ...*corev1.Secret) *gateways.Store {
+	t.Helper()
 	objs := make([]runtime.Object, 0, len(secrets))
 	for _, s := range secrets {
 		objs = append(objs, s)
 	}
-	cache := clustergateway.NewCache(fake.NewClientset(objs...), fixtureNamespace)
+	store := gateways.NewStore(fake.NewClientset(objs...), namespace)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); cache.Run(ctx) }()
+	go func() { defer close(done); store.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	deadline := time.Now().Add(30 * time.Second)
-	for !cache.HasSynced() {
+	for !store.HasSynced() {
 		if time.Now().After(deadline) {
-			t.Fatal("the cache did not sync")
+			t.Fatal("the store did not sync")
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	pl := pool.New(pool.Options{Capacity: 4, DialTimeout: 2 * time.Second})
-	t.Cleanup(pl.Close)
-	opts := Options{Cache: cache, Pool: pl, Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()}
-	if mutate != nil {
-		mutate(&opts)
+	return store
+}
+
+// newTestPool is a pool with the default options but these, closed at the end.
+func newTestPool(t testing.TB, capacity int, dialTimeout time.Duration, endpoints *endpointpolicy.Policy) *pool.Pool {
+	t.Helper()
+	o := pool.NewOptions()
+	o.Capacity, o.DialTimeout, o.Endpoints = capacity, dialTimeout, endpoints
+	p, err := pool.New(*o)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return New(opts)
+	t.Cleanup(p.Close)
+	return p
 }
 
 // tokenSecret is a BearerToken gateway Secret for endpoint, trusting caPEM.
 func tokenSecret(name, endpoint string, caPEM []byte, token, impersonation string) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: fixtureNamespace, ResourceVersion: "1", UID: types.UID("uid-" + name),
-			Labels: map[string]string{clustergateway.LabelGateway: "true"}},
+			Labels: map[string]string{gateways.LabelGateway: "true"}},
 		Data: map[string][]byte{
-			clustergateway.KeyEndpoint:       []byte(endpoint),
-			clustergateway.KeyCABundle:       caPEM,
-			clustergateway.KeyCredentialType: []byte("BearerToken"),
-			clustergateway.KeyToken:          []byte(token),
-			clustergateway.KeyImpersonation:  []byte(impersonation),
+			gateways.KeyEndpoint:       []byte(endpoint),
+			gateways.KeyCABundle:       caPEM,
+			gateways.KeyCredentialType: []byte("BearerToken"),
+			gateways.KeyToken:          []byte(token),
+			gateways.KeyImpersonation:  []byte(impersonation),
 		},
 	}
 }

@@ -1,11 +1,11 @@
 package proxy
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,8 +22,8 @@ import (
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
+	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
-	"github.com/clustergateway/cluster-gateway/pkg/registry/clustergateway"
 )
 
 // codecs encode the Status objects of errors; metav1 types are enough.
@@ -42,7 +42,9 @@ type Tunnel interface {
 
 // Options configure the proxy.
 type Options struct {
-	Cache *clustergateway.Cache
+	// Store holds the gateways; the proxy follows it to retire the pooled
+	// transport of a gateway that is deleted or whose transport changes.
+	Store *gateways.Store
 	Pool  *pool.Pool
 	// Tunnel dials Konnectivity endpoints; nil when no proxy-server is configured.
 	Tunnel Tunnel
@@ -64,32 +66,44 @@ func (p *Proxy) dialTimeout() time.Duration {
 	return 30 * time.Second
 }
 
-// Proxy serves the proxy subresource.
+// Proxy serves the proxy subresource. It keeps no state of its own about
+// gateways: it reads them from the store and leases transports from the pool.
 type Proxy struct {
 	opts    Options
-	targets sync.Map // name -> *cachedTarget
+	metrics *Metrics
 }
 
-// cachedTarget is the transport shape of a gateway at one resourceVersion.
-type cachedTarget struct {
-	rv     string
-	target pool.Target
-}
-
-// New returns the proxy. opts.Authorizer is required.
-func New(opts Options) *Proxy {
-	if opts.Authorizer == nil {
-		panic("proxy.New: Options.Authorizer is required (upgrades are authorized as create)")
+// New returns the proxy. Store, Pool and Authorizer are required. The proxy
+// follows the store from here on: deleting a gateway, or changing how its
+// cluster is reached, retires its pooled transport at once.
+func New(opts Options) (*Proxy, error) {
+	switch {
+	case opts.Store == nil, opts.Pool == nil:
+		return nil, fmt.Errorf("proxy: Options.Store and Options.Pool are required")
+	case opts.Authorizer == nil:
+		return nil, fmt.Errorf("proxy: Options.Authorizer is required (exec, attach and port-forward are authorized as create)")
 	}
-	RegisterMetrics()
-	return &Proxy{opts: opts}
+	p := &Proxy{opts: opts, metrics: NewMetrics()}
+	if err := opts.Store.OnChange(p.gatewayChanged); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
-// Forget drops what is cached for a deleted gateway and retires its transport.
-func (p *Proxy) Forget(name string) {
-	p.targets.Delete(name)
-	p.opts.Pool.Remove(name)
+// gatewayChanged retires the pooled transport of a gateway that is gone or
+// reaches its cluster differently now; a new token alone reuses it.
+func (p *Proxy) gatewayChanged(old, new *gateways.Gateway) {
+	switch {
+	case old == nil:
+	case new == nil:
+		p.opts.Pool.Remove(old.Name(), pool.ReasonDeleted)
+	case !sameTransport(old, new):
+		p.opts.Pool.Remove(new.Name(), pool.ReasonRotated)
+	}
 }
+
+// Metrics are the proxy's request metrics, to register with the server's registry.
+func (p *Proxy) Metrics() *Metrics { return p.metrics }
 
 // Handler serves one proxied request for the named gateway. subpath is the
 // path on the managed cluster; the query is taken from the request as sent.
@@ -107,7 +121,7 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 		in = nil
 	}
 	upgrade := httpstream.IsUpgradeRequest(req)
-	w, done := instrument(w, kindOf(req, in))
+	w, done := p.metrics.instrument(w, kindOf(req, in))
 	defer done()
 	if err := checkSubpath(subpath); err != nil {
 		writeStatus(w, req, err)
@@ -124,7 +138,7 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 			return
 		}
 	}
-	gw, err := p.opts.Cache.Get(name)
+	gw, err := p.opts.Store.Get(name)
 	if err != nil {
 		writeStatus(w, req, err)
 		return
@@ -187,42 +201,53 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 	h.ServeHTTP(w, out)
 }
 
-// target returns the pool key of a gateway, built once per resourceVersion.
-func (p *Proxy) target(gw *clustergateway.Gateway) (*pool.Target, error) {
-	obj := gw.Object
-	var t pool.Target
-	if c, ok := p.targets.Load(obj.Name); ok && c.(*cachedTarget).rv == obj.ResourceVersion {
-		t = c.(*cachedTarget).target
-	} else {
-		ep := obj.Spec.Endpoint
-		t = pool.Target{
-			Cluster:    obj.Name,
-			Address:    gw.Address,
-			CAData:     ep.CABundle,
-			ServerName: ep.ServerName,
-			Insecure:   ep.InsecureSkipTLSVerify,
-			ProxyURL:   gw.ProxyURL,
-		}
-		if c := obj.Spec.Credential; c.Type == v1alpha1.CredentialX509Certificate && c.X509 != nil {
-			t.CertData, t.KeyData = c.X509.Certificate, c.X509.PrivateKey
-		}
-		p.targets.Store(obj.Name, &cachedTarget{rv: obj.ResourceVersion, target: t})
+// target is the pool key of a gateway: what shapes its transport. It is
+// cheap to build; the pool recognises an unchanged shape without hashing.
+func (p *Proxy) target(gw *gateways.Gateway) (*pool.Target, error) {
+	ep := gw.Object.Spec.Endpoint
+	t := &pool.Target{
+		Cluster:    gw.Name(),
+		Address:    gw.Address,
+		CAData:     ep.CABundle,
+		ServerName: ep.ServerName,
+		Insecure:   ep.InsecureSkipTLSVerify,
+		ProxyURL:   gw.ProxyURL,
 	}
-	if obj.Spec.Endpoint.Type == v1alpha1.EndpointKonnectivity {
+	if c := gw.Object.Spec.Credential; c.Type == v1alpha1.CredentialX509Certificate && c.X509 != nil {
+		t.CertData, t.KeyData = c.X509.Certificate, c.X509.PrivateKey
+	}
+	if ep.Type == v1alpha1.EndpointKonnectivity {
 		if p.opts.Tunnel == nil {
 			return nil, statusError(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, fmt.Sprintf(
-				"ClusterGateway %q is reached through konnectivity, but this gateway has no proxy-server configured: start it with --konnectivity-server-address", obj.Name))
+				"ClusterGateway %q is reached through konnectivity, but this gateway has no proxy-server configured: start it with --konnectivity-server-address", gw.Name()))
 		}
 		t.Tunnel = p.opts.Tunnel
 		t.TunnelID = p.opts.Tunnel.ID()
 	}
-	return &t, nil
+	return t, nil
+}
+
+// sameTransport tells whether two versions of a gateway shape the same
+// transport (the token is not part of it: it is sent per request).
+func sameTransport(a, b *gateways.Gateway) bool {
+	ea, eb := a.Object.Spec.Endpoint, b.Object.Spec.Endpoint
+	ca, cb := a.Object.Spec.Credential, b.Object.Spec.Credential
+	var certA, keyA, certB, keyB []byte
+	if ca.X509 != nil {
+		certA, keyA = ca.X509.Certificate, ca.X509.PrivateKey
+	}
+	if cb.X509 != nil {
+		certB, keyB = cb.X509.Certificate, cb.X509.PrivateKey
+	}
+	return ea.Type == eb.Type && ea.Address == eb.Address && bytes.Equal(ea.CABundle, eb.CABundle) &&
+		ea.ServerName == eb.ServerName && ea.InsecureSkipTLSVerify == eb.InsecureSkipTLSVerify &&
+		ea.ProxyURL == eb.ProxyURL && ca.Type == cb.Type && bytes.Equal(certA, certB) && bytes.Equal(keyA, keyB)
 }
 
 // identityFor is who the managed cluster is told the request comes from:
 // the stored token (X.509 credentials are in the pooled TLS config), and in
 // Caller mode the hub caller.
-func (p *Proxy) identityFor(gw *clustergateway.Gateway, caller user.Info) identity {
+func (p *Proxy) identityFor(gw *gateways.Gateway, caller user.Info) identity {
 	spec := gw.Object.Spec
 	var id identity
 	if spec.Credential.Type == v1alpha1.CredentialBearerToken {

@@ -21,7 +21,7 @@ const probeTimeout = 5 * time.Second
 // Probe asks the named cluster's /readyz through the pooled transport, with the
 // gateway's credential: the same path a proxied request takes.
 func (p *Proxy) Probe(ctx context.Context, name string) (*v1alpha1.ClusterGatewayHealth, error) {
-	gw, err := p.opts.Cache.Get(name)
+	gw, err := p.opts.Store.Get(name)
 	if err != nil {
 		return nil, err
 	}

@@ -3,42 +3,44 @@ package proxy
 import (
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"k8s.io/apiserver/pkg/endpoints/responsewriter"
 	"k8s.io/component-base/metrics"
-	"k8s.io/component-base/metrics/legacyregistry"
 )
 
-// Request metrics of the proxy. Labels are bounded: no path, no cluster
-// (there may be thousands), only the status code and the kind of request.
-var (
-	requestsTotal = metrics.NewCounterVec(&metrics.CounterOpts{
-		Namespace:      "cluster_gateway",
-		Subsystem:      "proxy",
-		Name:           "requests_total",
-		Help:           "Proxied requests by HTTP status code and kind (request: ordinary; stream: watch, logs -f and other long-running; upgrade: exec, attach, port-forward).",
-		StabilityLevel: metrics.ALPHA,
-	}, []string{"code", "kind"})
-	requestDuration = metrics.NewHistogramVec(&metrics.HistogramOpts{
-		Namespace:      "cluster_gateway",
-		Subsystem:      "proxy",
-		Name:           "request_duration_seconds",
-		Help:           "Time from receiving a proxied request to its end, by kind; for streams this is the session length.",
-		Buckets:        []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800},
-		StabilityLevel: metrics.ALPHA,
-	}, []string{"kind"})
-)
+// Metrics are the proxy's request metrics. Labels are bounded: no path, no
+// cluster (there may be thousands), only the status code and the kind of
+// request.
+type Metrics struct {
+	requestsTotal   *metrics.CounterVec
+	requestDuration *metrics.HistogramVec
+}
 
-var registerOnce sync.Once
+// NewMetrics creates the metrics; they record once registered.
+func NewMetrics() *Metrics {
+	return &Metrics{
+		requestsTotal: metrics.NewCounterVec(&metrics.CounterOpts{
+			Namespace:      "cluster_gateway",
+			Subsystem:      "proxy",
+			Name:           "requests_total",
+			Help:           "Proxied requests by HTTP status code and kind (request: ordinary; stream: watch, logs -f and other long-running; upgrade: exec, attach, port-forward).",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"code", "kind"}),
+		requestDuration: metrics.NewHistogramVec(&metrics.HistogramOpts{
+			Namespace:      "cluster_gateway",
+			Subsystem:      "proxy",
+			Name:           "request_duration_seconds",
+			Help:           "Time from receiving a proxied request to its end, by kind; for streams this is the session length.",
+			Buckets:        []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800},
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"kind"}),
+	}
+}
 
-// RegisterMetrics registers the proxy's metrics with the legacy registry,
-// which the generic API server serves on /metrics.
-func RegisterMetrics() {
-	registerOnce.Do(func() {
-		legacyregistry.MustRegister(requestsTotal, requestDuration)
-	})
+// Register adds the metrics to r (the server's registry).
+func (m *Metrics) Register(r metrics.KubeRegistry) {
+	r.MustRegister(m.requestsTotal, m.requestDuration)
 }
 
 // statusRecorder remembers the status code, keeping the writer's
@@ -65,7 +67,7 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 }
 
 // instrument wraps w and returns a func that records the request's outcome.
-func instrument(w http.ResponseWriter, kind string) (http.ResponseWriter, func()) {
+func (m *Metrics) instrument(w http.ResponseWriter, kind string) (http.ResponseWriter, func()) {
 	rec := &statusRecorder{ResponseWriter: w}
 	start := time.Now()
 	return responsewriter.WrapForHTTP1Or2(rec), func() {
@@ -77,7 +79,7 @@ func instrument(w http.ResponseWriter, kind string) (http.ResponseWriter, func()
 				code = 499
 			}
 		}
-		requestsTotal.WithLabelValues(strconv.Itoa(code), kind).Inc()
-		requestDuration.WithLabelValues(kind).Observe(time.Since(start).Seconds())
+		m.requestsTotal.WithLabelValues(strconv.Itoa(code), kind).Inc()
+		m.requestDuration.WithLabelValues(kind).Observe(time.Since(start).Seconds())
 	}
 }

@@ -21,7 +21,6 @@ import (
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
-	"github.com/clustergateway/cluster-gateway/pkg/pool"
 )
 
 // capture is an upstream "cluster" that records every request it receives,
@@ -341,11 +340,7 @@ func TestEndpointPolicyAfterResolution(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	px := newFixtureProxyWith(t, func(o *Options) {
-		o.Pool.Close()
-		o.Pool = pool.New(pool.Options{Capacity: 4, DialTimeout: 2 * time.Second, Endpoints: policy})
-		t.Cleanup(o.Pool.Close)
-	},
+	px := newFixtureProxyWith(t, func(o *Options) { o.Pool = newTestPool(t, 4, 2*time.Second, policy) },
 		tokenSecret("named", "https://localhost:"+port, upstreamCA(up.srv), "t", "None"),
 		tokenSecret("literal", "https://[::ffff:127.0.0.1]:"+port, upstreamCA(up.srv), "t", "None"))
 	for _, gw := range []string{"named", "literal"} {

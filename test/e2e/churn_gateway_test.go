@@ -23,10 +23,10 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
+	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 	"github.com/clustergateway/cluster-gateway/pkg/pool/konnectivity"
 	"github.com/clustergateway/cluster-gateway/pkg/proxy"
-	"github.com/clustergateway/cluster-gateway/pkg/registry/clustergateway"
 )
 
 // The in-test gateway is small and quick to retire, so that a few gateways
@@ -53,7 +53,7 @@ var churnUser = &user.DefaultInfo{Name: "churn-tester", Groups: []string{"system
 // the generic API server does before the proxy handler (authentication,
 // authorization, the aggregator) is not part of it: churnFrontend stands in.
 type inTestGateway struct {
-	cache  *clustergateway.Cache
+	store  *gateways.Store
 	pool   *pool.Pool
 	tunnel *konnectivity.Manager // nil without konnectivity
 	// The tunnel's own copy of the gateway's konnectivity client material,
@@ -78,28 +78,33 @@ func startInTestGateway(t *testing.T) *inTestGateway {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &inTestGateway{kubeconfigDir: t.TempDir()}
-	g.cache = clustergateway.NewCache(hub, localenv.GatewayNamespace)
-	g.pool = pool.New(pool.Options{
-		Capacity: churnCapacity, RetireGrace: churnGrace, DialTimeout: 5 * time.Second,
-		// golang.org/x/net/http2 leaves a closed ClientConn reachable from
-		// its health-check timer until that fires (ReadIdleTimeout after
-		// the last frame): with the 30 s default the last 30 s of churn
-		// would still be on the heap when it is measured.
-		HTTP2ReadIdleTimeout: churnReadIdle, HTTP2PingTimeout: 2 * time.Second,
-	})
+	g.store = gateways.NewStore(hub, localenv.GatewayNamespace)
+	po := pool.NewOptions()
+	po.Capacity, po.RetireGrace, po.DialTimeout = churnCapacity, churnGrace, 5*time.Second
+	// No idle retirement: it would reclaim what a broken deletion leaves.
+	po.IdleTTL = 0
+	// golang.org/x/net/http2 leaves a closed ClientConn reachable from its
+	// health-check timer until that fires (ReadIdleTimeout after the last
+	// frame): with the 30 s default the last 30 s of churn would still be on
+	// the heap when it is measured.
+	po.HTTP2ReadIdleTimeout, po.HTTP2PingTimeout = churnReadIdle, 2*time.Second
+	if g.pool, err = pool.New(*po); err != nil {
+		t.Fatal(err)
+	}
 	// The churn is about lifecycles, not RBAC: the real gateway's
 	// authorization is tested through the hub elsewhere.
-	opts := proxy.Options{Cache: g.cache, Pool: g.pool, Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()}
+	opts := proxy.Options{Store: g.store, Pool: g.pool, Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()}
 	if k := env.Konnectivity; k != nil {
 		g.tunnel = g.startTunnel(t, ctx, k)
 		opts.Tunnel = g.tunnel
 	}
-	g.proxy = proxy.New(opts)
-	if err := g.cache.OnDelete(g.proxy.Forget); err != nil {
+	// As in the gateway, the proxy follows the store: a deleted gateway's
+	// pooled transport is retired by construction, not by wiring here.
+	if g.proxy, err = proxy.New(opts); err != nil {
 		t.Fatal(err)
 	}
 	cacheDone := make(chan struct{})
-	go func() { defer close(cacheDone); g.cache.Run(ctx) }()
+	go func() { defer close(cacheDone); g.store.Run(ctx) }()
 
 	g.srv = httptest.NewUnstartedServer(churnFrontend(g.proxy))
 	g.srv.EnableHTTP2 = true // as the generic server: HTTP/2, and HTTP/1.1 for upgrades
@@ -121,8 +126,8 @@ func startInTestGateway(t *testing.T) *inTestGateway {
 		<-cacheDone
 	}
 	t.Cleanup(g.stop)
-	eventually(t, "the in-test gateway's cache syncs with the hub", func() error {
-		if !g.cache.HasSynced() {
+	eventually(t, "the in-test gateway's store syncs with the hub", func() error {
+		if !g.store.HasSynced() {
 			return fmt.Errorf("not synced")
 		}
 		return nil
@@ -222,11 +227,11 @@ current-context: c
 	return p
 }
 
-// waitSeen waits until the in-test cache holds gateway name at resourceVersion rv.
+// waitSeen waits until the in-test store holds gateway name at resourceVersion rv.
 func (g *inTestGateway) waitSeen(t *testing.T, name, rv string) {
 	t.Helper()
-	eventually(t, "the in-test cache sees "+name+" at resourceVersion "+rv, func() error {
-		gw, err := g.cache.Get(name)
+	eventually(t, "the in-test store sees "+name+" at resourceVersion "+rv, func() error {
+		gw, err := g.store.Get(name)
 		if err != nil {
 			return err
 		}

@@ -18,10 +18,9 @@ func (m *Manager) DialContext(ctx context.Context, network, addr string) (net.Co
 	start := time.Now()
 	m.dials.Add(1)
 	c, err := m.dial(ctx, network, addr)
-	dialDurationSeconds.Observe(time.Since(start).Seconds())
+	m.metrics.dialDuration.Observe(time.Since(start).Seconds())
 	if err != nil {
 		m.dialFailures.Add(1)
-		dialFailuresTotal.Inc()
 		return nil, err
 	}
 	return c, nil

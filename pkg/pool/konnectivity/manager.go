@@ -16,7 +16,8 @@ var (
 // Manager owns the tunnel to one proxy-server. Readers (DialContext, ID)
 // take mu only briefly; builds happen outside it.
 type Manager struct {
-	opts Options
+	opts    Options
+	metrics *Metrics
 
 	mu         sync.Mutex
 	material   *material // last good material; new tunnels are built from it
@@ -41,7 +42,7 @@ type Manager struct {
 	openProxyConns                                          atomic.Int64
 }
 
-// Stats are this Manager's counters (the Prometheus metrics add up all Managers).
+// Stats are this Manager's counters (its metrics, see Metrics).
 type Stats struct {
 	OpenTunnels         int64 // current plus retiring tunnels
 	TunnelBuilds        int64 // build attempts, failed ones included
@@ -54,26 +55,33 @@ type Stats struct {
 	OpenProxyConns      int64 // of those, not closed yet
 }
 
-// New loads and validates the material; it fails if it is unusable now.
+// New loads and validates the material; it fails if it is unusable now, or
+// if the options are refused by Validate.
 func New(opts Options) (*Manager, error) {
-	opts, err := opts.withDefaults()
-	if err != nil {
-		return nil, err
+	if !opts.Enabled() {
+		return nil, errors.New("konnectivity: no proxy-server address; set --konnectivity-server-address")
+	}
+	if err := errors.Join(append(opts.Validate(), opts.validateShared()...)...); err != nil {
+		return nil, fmt.Errorf("konnectivity: %w", err)
 	}
 	mat, err := loadMaterial(opts)
 	if err != nil {
 		return nil, fmt.Errorf("konnectivity: %w", err)
 	}
-	registerMetrics()
-	return &Manager{
+	m := &Manager{
 		opts:      opts,
 		material:  mat,
 		downCause: errors.New("no tunnel built yet"),
 		retiring:  map[*tunnel]struct{}{},
 		tried:     make(chan struct{}),
 		kick:      make(chan struct{}, 1),
-	}, nil
+	}
+	m.metrics = newMetrics(m)
+	return m, nil
 }
+
+// Metrics are the Manager's metrics, to register with the server's registry.
+func (m *Manager) Metrics() *Metrics { return m.metrics }
 
 // Start builds the tunnel in the background and follows the files. Its
 // goroutines end when ctx is cancelled or Stop is called; either closes all

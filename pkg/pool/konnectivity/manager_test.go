@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"k8s.io/component-base/metrics"
 	"os"
 	"strings"
 	"sync"
@@ -18,6 +19,9 @@ func TestManyDialsShareOneTunnel(t *testing.T) {
 	s := newStack(t)
 	clean := leakCheck(t)
 	m := startManager(t, s.options())
+	// Registered as the server does, before any dial: metrics record from then on.
+	reg := metrics.NewKubeRegistry()
+	m.Metrics().Register(reg)
 	c := httpClient(m, s)
 
 	const workers, perWorker = 8, 25
@@ -52,7 +56,7 @@ func TestManyDialsShareOneTunnel(t *testing.T) {
 		}
 		return err
 	})
-	expectMetrics(t, map[string]float64{
+	expectMetrics(t, reg, map[string]float64{
 		"cluster_gateway_konnectivity_open_tunnels":          1,
 		"cluster_gateway_konnectivity_tunnel_builds_total":   1,
 		"cluster_gateway_konnectivity_proxy_connections":     1,

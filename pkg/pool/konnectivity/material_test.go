@@ -18,28 +18,32 @@ func TestNewRejectsUnusableMaterial(t *testing.T) {
 		writeFile(t, filepath.Join(dir, name), data)
 	}
 	p := func(name string) string { return filepath.Join(dir, name) }
-	good := Options{Address: "127.0.0.1:1", CAFile: p("ca"), CertFile: p("cert"), KeyFile: p("key")}
+	good := *NewOptions()
+	good.Address, good.CAFile, good.CertFile, good.KeyFile = "127.0.0.1:1", p("ca"), p("cert"), p("key")
 	if m, err := New(good); err != nil || m.ID() == "" {
 		t.Fatalf("good material: %v", err)
 	}
 	// One strict reading of CA bundles for the whole gateway (pkg/cabundle):
 	// a key in a CA file is a mistake worth refusing, not skipping.
-	if _, err := New(Options{Address: "127.0.0.1:1", CAFile: p("ca+key"), CertFile: p("cert"), KeyFile: p("key")}); err == nil || !strings.Contains(err.Error(), "not a CERTIFICATE") {
+	bad := good
+	bad.CAFile = p("ca+key")
+	if _, err := New(bad); err == nil || !strings.Contains(err.Error(), "not a CERTIFICATE") {
 		t.Fatalf("a CA bundle with a stray key block: %v, want it refused", err)
 	}
 	for name, tc := range map[string]struct {
 		mutate func(*Options)
 		want   string
 	}{
-		"empty CA":       {func(o *Options) { o.CAFile = p("empty") }, "no PEM certificate"},
-		"garbage CA":     {func(o *Options) { o.CAFile = p("garbage") }, "no PEM certificate"},
-		"key as CA":      {func(o *Options) { o.CAFile = p("key") }, "not a CERTIFICATE"},
-		"garbage cert":   {func(o *Options) { o.CertFile = p("garbage") }, "unusable"},
-		"mismatched key": {func(o *Options) { o.KeyFile = p("other") }, "belong together"},
-		"missing key":    {func(o *Options) { o.KeyFile = p("absent") }, "no such file"},
-		"no address":     {func(o *Options) { o.Address = "" }, "Address is empty"},
-		"no CA":          {func(o *Options) { o.CAFile = "" }, "mTLS only"},
-		"negative grace": {func(o *Options) { o.RetireGrace = -1 }, "RetireGrace is negative"},
+		"empty CA":        {func(o *Options) { o.CAFile = p("empty") }, "no PEM certificate"},
+		"garbage CA":      {func(o *Options) { o.CAFile = p("garbage") }, "no PEM certificate"},
+		"key as CA":       {func(o *Options) { o.CAFile = p("key") }, "not a CERTIFICATE"},
+		"garbage cert":    {func(o *Options) { o.CertFile = p("garbage") }, "unusable"},
+		"mismatched key":  {func(o *Options) { o.KeyFile = p("other") }, "belong together"},
+		"missing key":     {func(o *Options) { o.KeyFile = p("absent") }, "no such file"},
+		"no address":      {func(o *Options) { o.Address = "" }, "no proxy-server address"},
+		"no CA":           {func(o *Options) { o.CAFile = "" }, "mTLS only"},
+		"negative grace":  {func(o *Options) { o.RetireGrace = -1 }, "--retire-grace-period must not be negative"},
+		"no dial timeout": {func(o *Options) { o.DialTimeout = 0 }, "--dial-timeout must be positive"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			o := good

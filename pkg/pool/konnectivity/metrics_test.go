@@ -3,15 +3,14 @@ package konnectivity
 import (
 	"testing"
 
-	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/component-base/metrics"
 )
 
-// expectMetrics checks that each metric is exported with at least the given
-// value (a histogram's sample count). Metrics add up over the whole test
-// binary, hence "at least".
-func expectMetrics(t *testing.T, atLeast map[string]float64) {
+// expectMetrics checks that each metric in reg is exported with at least
+// the given value (a histogram's sample count).
+func expectMetrics(t *testing.T, reg metrics.KubeRegistry, atLeast map[string]float64) {
 	t.Helper()
-	families, err := legacyregistry.DefaultGatherer.Gather()
+	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -87,11 +87,7 @@ func (m *Manager) wanted() *material {
 // held, so dials on the current tunnel go on meanwhile.
 func (m *Manager) build(ctx context.Context, mat *material) (*tunnel, error) {
 	m.builds.Add(1)
-	tunnelBuildsTotal.Inc()
-	t := newTunnel(mat.id, m.opts.Address, m.wake, func() {
-		m.openTunnels.Add(-1)
-		openTunnelsGauge.Dec()
-	})
+	t := newTunnel(mat.id, m.opts.Address, m.wake, func() { m.openTunnels.Add(-1) })
 	bctx, cancel := context.WithTimeout(ctx, m.opts.DialTimeout)
 	defer cancel()
 	// One TCP connection per tunnel: a second call of the dialer means the
@@ -110,11 +106,7 @@ func (m *Manager) build(ctx context.Context, mat *material) (*tunnel, error) {
 			return nil, err
 		}
 		m.openProxyConns.Add(1)
-		proxyConnectionsGauge.Inc()
-		wc := &watchedConn{Conn: c, t: t, onClose: func() {
-			m.openProxyConns.Add(-1)
-			proxyConnectionsGauge.Dec()
-		}}
+		wc := &watchedConn{Conn: c, t: t, onClose: func() { m.openProxyConns.Add(-1) }}
 		t.setProxyConn(wc)
 		return wc, nil
 	}
@@ -134,12 +126,10 @@ func (m *Manager) build(ctx context.Context, mat *material) (*tunnel, error) {
 	)
 	if err != nil {
 		m.buildFailures.Add(1)
-		tunnelBuildFailuresTotal.Inc()
 		return nil, fmt.Errorf("connecting to proxy-server %s: %w", m.opts.Address, err)
 	}
 	t.rt = rt
 	m.openTunnels.Add(1)
-	openTunnelsGauge.Inc()
 	t.arm()
 	return t, nil
 }
@@ -168,7 +158,6 @@ func (m *Manager) install(ctx context.Context, t *tunnel) {
 	}
 	if m.lastBuilt != "" && m.lastBuilt != t.id {
 		m.rotations.Add(1)
-		rotationsTotal.Inc()
 		klog.InfoS("Konnectivity tunnel rotated to new material", "proxyServer", m.opts.Address, "id", t.id, "previous", m.lastBuilt)
 	} else {
 		klog.V(2).InfoS("Konnectivity tunnel built", "proxyServer", m.opts.Address, "id", t.id)

@@ -45,7 +45,6 @@ func (m *Manager) reload() {
 	if err != nil {
 		m.rejectedID = digest
 		m.rejectedReloads.Add(1)
-		rejectedReloadsTotal.Inc()
 		klog.ErrorS(err, "Ignoring unusable konnectivity client material; keeping the last good one until the files are fixed",
 			"caFile", m.opts.CAFile, "certFile", m.opts.CertFile, "keyFile", m.opts.KeyFile, "keptID", m.material.id)
 		return

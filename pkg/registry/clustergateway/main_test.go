@@ -6,7 +6,7 @@ import (
 	"go.uber.org/goleak"
 )
 
-// The Cache runs an informer: every test must stop every goroutine it starts.
+// The REST runs over a store with an informer: every test must stop every goroutine it starts.
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
@@ -18,27 +17,27 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
+	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 )
 
-// REST stores ClusterGateways as Secrets: reads come from the Cache, writes
-// go to the hub, and watches follow the hub's watch of the Secrets so
-// resourceVersions mean what clients expect.
+// REST is the clustergateways resource: the API's semantics (validation,
+// write-only material, paging, tables) over the gateway store, which reads
+// from its informer and writes the gateways' Secrets to the hub.
 type REST struct {
-	cache  *Cache
+	store  *gateways.Store
 	policy *endpointpolicy.Policy
 	rest.TableConvertor
 }
 
 // NewREST returns the storage of the clustergateways resource; writes that
 // point at an IP literal the endpoint policy denies are refused.
-func NewREST(c *Cache, policy *endpointpolicy.Policy) *REST {
-	return &REST{cache: c, policy: policy, TableConvertor: tableConvertor{}}
+func NewREST(store *gateways.Store, policy *endpointpolicy.Policy) *REST {
+	return &REST{store: store, policy: policy, TableConvertor: tableConvertor{}}
 }
 
 var (
@@ -56,7 +55,7 @@ var (
 	_ rest.Storage              = &REST{}
 )
 
-var resource = v1alpha1.Resource("clustergateways")
+var resource = gateways.Resource
 
 func (r *REST) New() runtime.Object     { return &v1alpha1.ClusterGateway{} }
 func (r *REST) NewList() runtime.Object { return &v1alpha1.ClusterGatewayList{} }
@@ -68,11 +67,11 @@ func (r *REST) GetSingularName() string { return "clustergateway" }
 
 // Get reads the gateway from the cache.
 func (r *REST) Get(_ context.Context, name string, _ *metav1.GetOptions) (runtime.Object, error) {
-	g, err := r.cache.Get(name)
+	g, err := r.store.Get(name)
 	if err != nil {
 		return nil, err
 	}
-	return redact(g.Object), nil
+	return g.Public().DeepCopy(), nil
 }
 
 // List reads the cache; labels and metadata.name select.
@@ -81,13 +80,13 @@ func (r *REST) List(_ context.Context, options *metainternalversion.ListOptions)
 	if err := checkSelector(labelSel); err != nil {
 		return nil, err
 	}
-	gws, rv, err := r.cache.List(labelSel)
+	gws, rv, err := r.store.List(labelSel)
 	if err != nil {
 		return nil, apierrors.NewInternalError(err)
 	}
 	matched := gws[:0]
 	for _, g := range gws {
-		if fieldSel.Matches(fields.Set{"metadata.name": g.Object.Name}) {
+		if fieldSel.Matches(fields.Set{"metadata.name": g.Name()}) {
 			matched = append(matched, g)
 		}
 	}
@@ -96,14 +95,14 @@ func (r *REST) List(_ context.Context, options *metainternalversion.ListOptions)
 	if options != nil {
 		limit, cont = options.Limit, options.Continue
 	}
-	pageItems, next, remaining, err := page(matched, func(g *Gateway) string { return g.Object.Name }, limit, cont)
+	pageItems, next, remaining, err := page(matched, (*gateways.Gateway).Name, limit, cont)
 	if err != nil {
 		return nil, err
 	}
 	list := &v1alpha1.ClusterGatewayList{ListMeta: metav1.ListMeta{ResourceVersion: rv, Continue: next, RemainingItemCount: remaining}}
 	list.Items = make([]v1alpha1.ClusterGateway, 0, len(pageItems))
 	for _, g := range pageItems {
-		list.Items = append(list.Items, *redact(g.Object))
+		list.Items = append(list.Items, *g.Public().DeepCopy())
 	}
 	return list, nil
 }
@@ -126,8 +125,8 @@ func selectors(options *metainternalversion.ListOptions) (labels.Selector, field
 func checkSelector(sel labels.Selector) error {
 	reqs, _ := sel.Requirements()
 	for _, r := range reqs {
-		if r.Key() == LabelGateway {
-			return apierrors.NewBadRequest(fmt.Sprintf("the label %s is internal to the gateway's Secrets and cannot be selected on", LabelGateway))
+		if r.Key() == gateways.LabelGateway {
+			return apierrors.NewBadRequest(fmt.Sprintf("the label %s is internal to the gateway's Secrets and cannot be selected on", gateways.LabelGateway))
 		}
 	}
 	return nil
@@ -140,98 +139,18 @@ func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptio
 	if err := checkSelector(labelSel); err != nil {
 		return nil, err
 	}
-	// The hub selects the gateway Secrets; the gateway's own labels are in
-	// their data, so a label selector is applied here.
-	opts := metav1.ListOptions{
-		LabelSelector:        LabelGateway + "=true",
-		FieldSelector:        fieldSel.String(),
+	// The options were validated (and, for a watch from "now", defaulted to
+	// sendInitialEvents=true with resourceVersionMatch=NotOlderThan) by this
+	// server's handler exactly as the hub will: they are passed on unchanged.
+	return r.store.Watch(ctx, gateways.WatchOptions{
+		Labels:               labelSel,
+		Fields:               fieldSel,
 		ResourceVersion:      options.ResourceVersion,
 		ResourceVersionMatch: options.ResourceVersionMatch,
 		AllowWatchBookmarks:  options.AllowWatchBookmarks,
 		SendInitialEvents:    options.SendInitialEvents,
-	}
-	// The options were validated (and, for a watch from "now", defaulted to
-	// sendInitialEvents=true with resourceVersionMatch=NotOlderThan) by this
-	// server's handler exactly as the hub will: pass them on unchanged.
-	if options.TimeoutSeconds != nil {
-		opts.TimeoutSeconds = options.TimeoutSeconds
-	}
-	w, err := r.cache.client.CoreV1().Secrets(r.cache.namespace).Watch(ctx, opts)
-	if err != nil {
-		return nil, translateError(err, "")
-	}
-	sel := newSelectorFilter(labelSel, r.cache)
-	return watch.Filter(w, func(in watch.Event) (watch.Event, bool) {
-		switch s := in.Object.(type) {
-		case *corev1.Secret:
-			if in.Type == watch.Bookmark {
-				// A bookmark carries a resourceVersion and, at the end of the
-				// initial events, one annotation; nothing else of the Secret.
-				bm := &v1alpha1.ClusterGateway{ObjectMeta: metav1.ObjectMeta{ResourceVersion: s.ResourceVersion}}
-				if v, ok := s.Annotations[metav1.InitialEventsAnnotationKey]; ok {
-					bm.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: v}
-				}
-				return watch.Event{Type: in.Type, Object: bm}, true
-			}
-			gw := redact(fromSecret(s))
-			typ, ok := sel.event(in.Type, gw)
-			return watch.Event{Type: typ, Object: gw}, ok
-		case *metav1.Status:
-			return in, true
-		default:
-			return in, false
-		}
-	}), nil
-}
-
-// selectorFilter turns the hub's events for all gateways into the events a
-// watch with a label selector expects: an update that makes a gateway match
-// is ADDED, one that makes it stop matching is DELETED. It remembers which
-// gateways this watch last saw matching; it starts from the cache, so a
-// gateway it cannot be sure about gets an event rather than none (clients
-// take a MODIFIED of an unknown object as an add, a DELETED of one as a no-op).
-type selectorFilter struct {
-	sel      labels.Selector
-	matching map[string]bool // by name; nil when the selector selects everything
-}
-
-func newSelectorFilter(sel labels.Selector, c *Cache) *selectorFilter {
-	f := &selectorFilter{sel: sel}
-	if sel.Empty() {
-		return f
-	}
-	f.matching = map[string]bool{}
-	if gws, _, err := c.List(sel); err == nil {
-		for _, g := range gws {
-			f.matching[g.Object.Name] = true
-		}
-	}
-	return f
-}
-
-func (f *selectorFilter) event(t watch.EventType, gw *v1alpha1.ClusterGateway) (watch.EventType, bool) {
-	if f.matching == nil {
-		return t, true
-	}
-	was, now := f.matching[gw.Name], f.sel.Matches(labels.Set(gw.Labels))
-	if t == watch.Deleted {
-		delete(f.matching, gw.Name)
-		return t, was || now
-	}
-	if now {
-		f.matching[gw.Name] = true
-	} else {
-		delete(f.matching, gw.Name)
-	}
-	switch {
-	case now && t == watch.Added, now && !was:
-		return watch.Added, true
-	case now:
-		return watch.Modified, true
-	case was:
-		return watch.Deleted, true
-	}
-	return t, false
+		TimeoutSeconds:       options.TimeoutSeconds,
+	})
 }
 
 // Create validates the gateway and writes its Secret.
@@ -250,18 +169,11 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 			return nil, err
 		}
 	}
-	s, err := toSecret(gw, nil, r.cache.namespace)
+	created, err := r.store.Create(ctx, gw, options.DryRun)
 	if err != nil {
-		return nil, apierrors.NewInternalError(err)
+		return nil, err
 	}
-	created, err := r.cache.client.CoreV1().Secrets(r.cache.namespace).Create(ctx, s, metav1.CreateOptions{DryRun: options.DryRun})
-	if err != nil {
-		return nil, translateError(err, gw.Name)
-	}
-	if len(options.DryRun) == 0 {
-		r.waitForCache(ctx, created.Name, func(s *corev1.Secret) bool { return s != nil && s.UID == created.UID })
-	}
-	return redact(fromSecret(created)), nil
+	return created.Public(), nil
 }
 
 func prepareForCreate(gw *v1alpha1.ClusterGateway) {
@@ -279,7 +191,7 @@ func prepareForCreate(gw *v1alpha1.ClusterGateway) {
 // kept when the credential type is unchanged.
 func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc,
 	updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
-	existing, err := r.cache.secret(name)
+	existing, err := r.store.Get(name)
 	if err != nil {
 		if !apierrors.IsNotFound(err) {
 			return nil, false, apierrors.NewInternalError(err)
@@ -294,8 +206,8 @@ func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObje
 		created, err := r.Create(ctx, obj, createValidation, &metav1.CreateOptions{DryRun: options.DryRun, FieldManager: options.FieldManager})
 		return created, err == nil, err
 	}
-	full := fromSecret(existing)
-	oldObj := redact(full)
+	full := existing.Object // holds the material: read, never changed
+	oldObj := existing.Public().DeepCopy()
 	obj, err := objInfo.UpdatedObject(ctx, oldObj)
 	if err != nil {
 		return nil, false, err
@@ -307,17 +219,17 @@ func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObje
 	gw = gw.DeepCopy()
 	v1alpha1.SetDefaults_ClusterGateway(gw)
 	if gw.ResourceVersion == "" {
-		gw.ResourceVersion = existing.ResourceVersion
-	} else if gw.ResourceVersion != existing.ResourceVersion {
+		gw.ResourceVersion = full.ResourceVersion
+	} else if gw.ResourceVersion != full.ResourceVersion {
 		return nil, false, apierrors.NewConflict(resource, name, fmt.Errorf("the object has been modified; please apply your changes to the latest version and try again"))
 	}
-	if gw.UID != "" && gw.UID != existing.UID {
-		return nil, false, apierrors.NewConflict(resource, name, fmt.Errorf("the UID in the object (%s) does not match the stored one (%s)", gw.UID, existing.UID))
+	if gw.UID != "" && gw.UID != full.UID {
+		return nil, false, apierrors.NewConflict(resource, name, fmt.Errorf("the UID in the object (%s) does not match the stored one (%s)", gw.UID, full.UID))
 	}
 	trimToken(gw)
 	sent := *gw.Spec.Credential.DeepCopy() // the material this write carries, before any is kept
 	kept := keepMaterial(gw, full)
-	gw.UID, gw.CreationTimestamp, gw.Status = existing.UID, existing.CreationTimestamp, v1alpha1.ClusterGatewayStatus{}
+	gw.UID, gw.CreationTimestamp, gw.Status = full.UID, full.CreationTimestamp, v1alpha1.ClusterGatewayStatus{}
 	errs := apivalidation.ValidateObjectMetaUpdate(&gw.ObjectMeta, &full.ObjectMeta, field.NewPath("metadata"))
 	errs = append(errs, r.validateWrite(gw, sent)...)
 	if len(kept) > 0 {
@@ -338,20 +250,11 @@ func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObje
 			return nil, false, err
 		}
 	}
-	s, err := toSecret(gw, existing, r.cache.namespace)
+	updated, err := r.store.Update(ctx, gw, existing, options.DryRun)
 	if err != nil {
-		return nil, false, apierrors.NewInternalError(err)
+		return nil, false, err
 	}
-	updated, err := r.cache.client.CoreV1().Secrets(r.cache.namespace).Update(ctx, s, metav1.UpdateOptions{DryRun: options.DryRun})
-	if err != nil {
-		return nil, false, translateError(err, name)
-	}
-	if len(options.DryRun) == 0 {
-		r.waitForCache(ctx, name, func(s *corev1.Secret) bool {
-			return s == nil || s.ResourceVersion == updated.ResourceVersion || s.UID != updated.UID || newer(s.ResourceVersion, updated.ResourceVersion)
-		})
-	}
-	return redact(fromSecret(updated)), false, nil
+	return updated.Public(), false, nil
 }
 
 var kind = v1alpha1.SchemeGroupVersion.WithKind("ClusterGateway").GroupKind()
@@ -453,14 +356,14 @@ func keepMaterial(gw, old *v1alpha1.ClusterGateway) field.ErrorList {
 
 // Delete removes the gateway's Secret.
 func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions) (runtime.Object, bool, error) {
-	existing, err := r.cache.secret(name)
+	existing, err := r.store.Get(name)
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, false, apierrors.NewNotFound(resource, name)
 		}
 		return nil, false, apierrors.NewInternalError(err)
 	}
-	obj := redact(fromSecret(existing))
+	obj := existing.Public().DeepCopy()
 	if deleteValidation != nil {
 		if err := deleteValidation(ctx, obj); err != nil {
 			return nil, false, err
@@ -470,61 +373,8 @@ func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.Va
 	if p := options.Preconditions; p != nil {
 		opts.Preconditions = &metav1.Preconditions{UID: p.UID, ResourceVersion: p.ResourceVersion}
 	}
-	if err := r.cache.client.CoreV1().Secrets(r.cache.namespace).Delete(ctx, name, opts); err != nil {
-		return nil, false, translateError(err, name)
-	}
-	if len(options.DryRun) == 0 {
-		r.waitForCache(ctx, name, func(s *corev1.Secret) bool { return s == nil || s.UID != existing.UID })
+	if err := r.store.Delete(ctx, existing, opts); err != nil {
+		return nil, false, err
 	}
 	return obj, true, nil
-}
-
-// waitForCache waits briefly until the cache has seen a write, so a client that
-// reads right after writing sees its own write. It gives up quietly: the
-// write has happened; the cache will catch up.
-func (r *REST) waitForCache(ctx context.Context, name string, done func(*corev1.Secret) bool) {
-	_ = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		s, err := r.cache.secret(name)
-		if apierrors.IsNotFound(err) {
-			s = nil
-		} else if err != nil {
-			return false, nil
-		}
-		return done(s), nil
-	})
-}
-
-// newer compares resourceVersions as the hub's etcd revisions they are; an
-// unparsable one is never newer.
-func newer(a, b string) bool {
-	var x, y uint64
-	if _, err := fmt.Sscan(a, &x); err != nil {
-		return false
-	}
-	if _, err := fmt.Sscan(b, &y); err != nil {
-		return false
-	}
-	return x > y
-}
-
-// translateError names the gateway, not its Secret, in the hub's errors.
-func translateError(err error, name string) error {
-	status, ok := err.(apierrors.APIStatus)
-	if !ok {
-		return apierrors.NewInternalError(err)
-	}
-	s := status.Status()
-	switch {
-	case apierrors.IsNotFound(err):
-		return apierrors.NewNotFound(resource, name)
-	case apierrors.IsAlreadyExists(err):
-		return apierrors.NewAlreadyExists(resource, name)
-	case apierrors.IsConflict(err):
-		return apierrors.NewConflict(resource, name, fmt.Errorf("the object has been modified; please apply your changes to the latest version and try again"))
-	case apierrors.IsForbidden(err):
-		return apierrors.NewInternalError(fmt.Errorf("the gateway may not write its Secrets in its namespace; check its RBAC (config/rbac.yaml): %s", s.Message))
-	case apierrors.IsResourceExpired(err), apierrors.IsGone(err), apierrors.IsInvalid(err), apierrors.IsBadRequest(err), apierrors.IsTooManyRequests(err):
-		return err
-	}
-	return err
 }

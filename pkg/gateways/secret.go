@@ -1,4 +1,4 @@
-package clustergateway
+package gateways
 
 import (
 	"encoding/json"
@@ -48,10 +48,11 @@ var legacyAnnotations = []string{"gateway.clustergateway.io/managed-fields", "ga
 
 var materialKeys = []string{KeyCertificate, KeyPrivateKey, KeyToken}
 
-// fromSecret reads a gateway from its Secret. It never fails: a Secret that
-// cannot be used still becomes a gateway, with Ready=False saying why. The
-// result holds the credential material; redact it before returning it to a client.
-func fromSecret(s *corev1.Secret) *v1alpha1.ClusterGateway {
+// fromSecret reads a gateway from its Secret, with its status as of now. It
+// never fails: a Secret that cannot be used still becomes a gateway, with
+// Ready=False saying why. The result holds the credential material; redact
+// it before returning it to a client.
+func fromSecret(s *corev1.Secret, now time.Time) (*v1alpha1.ClusterGateway, validity) {
 	d := s.Data
 	gw := &v1alpha1.ClusterGateway{
 		TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "ClusterGateway"},
@@ -104,8 +105,9 @@ func fromSecret(s *corev1.Secret) *v1alpha1.ClusterGateway {
 		gw.Spec.Endpoint.InsecureSkipTLSVerify = b
 	}
 	v1alpha1.SetDefaults_ClusterGateway(gw)
-	gw.Status = computeStatus(gw, problems, lastWrite(s), time.Now())
-	return gw
+	var v validity
+	gw.Status, v = computeStatus(gw, problems, lastWrite(s), now)
+	return gw, v
 }
 
 // decodeJSONKey reads a JSON object of strings from data[key] (absent: nil).
@@ -138,8 +140,9 @@ func lastWrite(s *corev1.Secret) metav1.Time {
 }
 
 // computeStatus says whether the stored data can be used to reach the cluster.
-func computeStatus(gw *v1alpha1.ClusterGateway, problems []string, changed metav1.Time, now time.Time) v1alpha1.ClusterGatewayStatus {
+func computeStatus(gw *v1alpha1.ClusterGateway, problems []string, changed metav1.Time, now time.Time) (v1alpha1.ClusterGatewayStatus, validity) {
 	var st v1alpha1.ClusterGatewayStatus
+	var v validity
 	for _, e := range v1alpha1.ValidateClusterGateway(gw) {
 		problems = append(problems, e.Error())
 	}
@@ -148,6 +151,7 @@ func computeStatus(gw *v1alpha1.ClusterGateway, problems []string, changed metav
 		if pair, err := v1alpha1.ParseKeyPair(c.X509.Certificate, c.X509.PrivateKey); err == nil {
 			notAfter := metav1.NewTime(pair.Leaf.NotAfter)
 			st.Credential = &v1alpha1.CredentialStatus{Subject: pair.Leaf.Subject.String(), NotAfter: &notAfter}
+			v = validity{notBefore: pair.Leaf.NotBefore, notAfter: pair.Leaf.NotAfter}
 			switch {
 			case len(problems) > 0:
 			case now.After(pair.Leaf.NotAfter):
@@ -175,7 +179,7 @@ func computeStatus(gw *v1alpha1.ClusterGateway, problems []string, changed metav
 		Message:            message,
 		LastTransitionTime: changed,
 	}}
-	return st
+	return st, v
 }
 
 // redact removes credential material, the proxy's user info included: it is

@@ -1,4 +1,4 @@
-package clustergateway
+package gateways
 
 import (
 	"crypto/x509"
@@ -86,7 +86,7 @@ func TestSecretRoundTrip(t *testing.T) {
 			if len(s.Labels) != 1 || len(s.Annotations) != 0 {
 				t.Fatalf("the Secret carries the gateway's metadata: labels %v annotations %v", s.Labels, s.Annotations)
 			}
-			got := fromSecret(s)
+			got := Parse(s).Object
 			if !equality.Semantic.DeepEqual(got.Spec, gw.Spec) {
 				t.Errorf("spec after the round trip:\n got %+v\nwant %+v", got.Spec, gw.Spec)
 			}
@@ -153,7 +153,7 @@ func TestRedaction(t *testing.T) {
 		t.Fatalf("stored last-applied %q: want the redacted JSON", stored)
 	}
 
-	out := redact(fromSecret(s))
+	out := redact(Parse(s).Object)
 	if out.Spec.Credential.X509 != nil || out.Spec.Credential.BearerToken != "" {
 		t.Errorf("redact left material: %+v", out.Spec.Credential)
 	}
@@ -283,7 +283,7 @@ func TestMalformedSecrets(t *testing.T) {
 				ObjectMeta: metav1.ObjectMeta{Name: "bad", Namespace: testNamespace, ResourceVersion: "7", Annotations: tc.ann, Labels: map[string]string{LabelGateway: "true"}},
 				Data:       tc.data,
 			}
-			g := parseGateway(s)
+			g := Parse(s)
 			r := ready(t, g.Object)
 			if tc.reason == v1alpha1.ReasonValid {
 				if !g.Ready || r.Status != metav1.ConditionTrue || g.Address == nil {
@@ -306,7 +306,7 @@ func TestMalformedSecrets(t *testing.T) {
 
 // A usable gateway has its address and proxy URL parsed once, here.
 func TestParseGatewayParsesAddresses(t *testing.T) {
-	g := parseGateway(mustToSecret(t, x509Gateway(validCredential(t)), nil))
+	g := Parse(mustToSecret(t, x509Gateway(validCredential(t)), nil))
 	if !g.Ready || g.Address == nil || g.Address.Host != "127.0.0.2:6443" || g.ProxyURL == nil || g.ProxyURL.Scheme != "socks5" {
 		t.Fatalf("Ready=%v problem %q address %v proxy %v", g.Ready, g.Problem, g.Address, g.ProxyURL)
 	}

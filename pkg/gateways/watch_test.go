@@ -1,4 +1,4 @@
-package clustergateway
+package gateways
 
 import (
 	"testing"

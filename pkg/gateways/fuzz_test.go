@@ -1,4 +1,4 @@
-package clustergateway
+package gateways
 
 import (
 	"encoding/json"
@@ -55,7 +55,7 @@ func FuzzFromSecret(f *testing.F) {
 			Data: data,
 		}
 
-		g := parseGateway(s)
+		g := Parse(s)
 		if g.Ready {
 			if g.Address == nil {
 				t.Fatalf("Ready without a parsed address")
@@ -89,7 +89,7 @@ func FuzzFromSecret(f *testing.F) {
 		if err != nil {
 			t.Fatalf("toSecret of a gateway read from a Secret: %v", err)
 		}
-		again := fromSecret(s2)
+		again := Parse(s2).Object
 		if !equality.Semantic.DeepEqual(again.Spec, g.Object.Spec) {
 			t.Fatalf("spec changed on a write-back:\nfirst  %+v\nsecond %+v", g.Object.Spec, again.Spec)
 		}
@@ -102,8 +102,8 @@ func FuzzFromSecret(f *testing.F) {
 		// A write-back may heal a malformed value that the spec cannot
 		// express (e.g. insecure-skip-tls-verify: "maybe" reads as false),
 		// but must never break a usable gateway.
-		if g.Ready && !parseGateway(s2).Ready {
-			t.Fatalf("a usable gateway became unusable on a write-back: %s", parseGateway(s2).Problem)
+		if g.Ready && !Parse(s2).Ready {
+			t.Fatalf("a usable gateway became unusable on a write-back: %s", Parse(s2).Problem)
 		}
 	})
 }

@@ -1,4 +1,4 @@
-package clustergateway
+package gateways
 
 import (
 	"context"
@@ -21,7 +21,7 @@ func TestCachedGatewayExpires(t *testing.T) {
 	s.ResourceVersion = "1"
 	written := metav1.NewTime(time.Now().Add(-time.Minute).Truncate(time.Second))
 	s.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "a", Time: &metav1.Time{Time: written.Add(-time.Hour)}}, {Manager: "b", Time: &written}}
-	cache := NewCache(fake.NewClientset(s), testNamespace)
+	cache := NewStore(fake.NewClientset(s), testNamespace)
 	done := make(chan struct{})
 	go func() { cache.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()

@@ -1,4 +1,4 @@
-package clustergateway
+package gateways
 
 import (
 	"context"
@@ -26,9 +26,13 @@ func TestCache(t *testing.T) {
 	elsewhere.Namespace = "other"
 	client := fake.NewClientset(s, unlabelled, elsewhere)
 
-	cache := NewCache(client, testNamespace)
+	cache := NewStore(client, testNamespace)
 	deleted := make(chan string, 10)
-	if err := cache.OnDelete(func(name string) { deleted <- name }); err != nil {
+	if err := cache.OnChange(func(old, new *Gateway) {
+		if new == nil {
+			deleted <- old.Name()
+		}
+	}); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
@@ -69,10 +73,10 @@ func TestCache(t *testing.T) {
 	select {
 	case name := <-deleted:
 		if name != s.Name {
-			t.Errorf("OnDelete got %q, want %q", name, s.Name)
+			t.Errorf("OnChange reported the deletion of %q, want %q", name, s.Name)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatal("OnDelete was not called for the deleted Secret")
+		t.Fatal("OnChange did not report the deleted Secret")
 	}
 	if _, err := cache.Get(s.Name); !apierrors.IsNotFound(err) {
 		t.Errorf("Get after delete: %v, want NotFound", err)

@@ -1,0 +1,56 @@
+package options
+
+import (
+	"strings"
+	"testing"
+)
+
+// Every component's flags are validated in one pass, the same way: each
+// invalid value is named by its flag, and the shared flags (--retire-grace-
+// period, --dial-timeout) mean one thing for the pool and the tunnel.
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string // in the error; none: valid
+	}{
+		{args: nil},
+		{args: []string{"--retire-grace-period=0", "--pool-idle-ttl=0"}}, // 0: at once, never
+		{args: []string{"--pool-capacity=0"}, want: []string{"--pool-capacity must be at least 1"}},
+		{args: []string{"--retire-grace-period=-1s", "--dial-timeout=0s"}, want: []string{"--retire-grace-period must not be negative", "--dial-timeout must be positive"}},
+		{args: []string{"--konnectivity-server-address=127.0.0.1:8090", "--retire-grace-period=-1s"},
+			want: []string{"--konnectivity-ca-file, --konnectivity-cert-file and --konnectivity-key-file are all required", "--retire-grace-period must not be negative"}},
+		{args: []string{"--konnectivity-server-address=nohostport", "--konnectivity-ca-file=a", "--konnectivity-cert-file=b", "--konnectivity-key-file=c"},
+			want: []string{"--konnectivity-server-address must be host:port"}},
+		{args: []string{"--endpoint-deny-cidrs=169.254.0.0"}, want: []string{"--endpoint-deny-cidrs"}},
+		{args: []string{"--secret-namespace="}, want: []string{"--secret-namespace must not be empty"}},
+	} {
+		o := NewOptions()
+		fs := o.Flags()
+		for _, f := range fs.FlagSets {
+			for _, a := range tc.args {
+				name, value, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+				if fl := f.Lookup(name); fl != nil {
+					if err := f.Set(name, value); err != nil {
+						t.Fatalf("%s: %v", a, err)
+					}
+				}
+			}
+		}
+		err := o.Validate()
+		if len(tc.want) == 0 {
+			if err != nil {
+				t.Errorf("%v: %v, want valid", tc.args, err)
+			}
+			continue
+		}
+		for _, w := range tc.want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("%v: %v, want it to say %q", tc.args, err, w)
+			}
+		}
+		// A shared flag's problem is reported once.
+		if err != nil && strings.Count(err.Error(), "--retire-grace-period must not be negative") > 1 {
+			t.Errorf("%v: reported twice: %v", tc.args, err)
+		}
+	}
+}

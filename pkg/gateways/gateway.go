@@ -1,0 +1,118 @@
+// Package gateways is the store of ClusterGateways: their Secret format, the
+// informer that reads them, the parsed gateway (one immutable value per
+// resourceVersion) and the writes that change them. The API (pkg/registry)
+// and the proxy (pkg/proxy) both sit on it, side by side.
+package gateways
+
+import (
+	"fmt"
+	"net/url"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+)
+
+// Gateway is a ClusterGateway as read from its Secret at one resourceVersion,
+// parsed once. It is immutable: a new resourceVersion is a new Gateway.
+type Gateway struct {
+	// Object holds the gateway including its credential material: never
+	// return it to a client (Public is the redacted form).
+	Object *v1alpha1.ClusterGateway
+	// Ready is false when the stored data cannot be used; Problem says why.
+	Ready   bool
+	Problem string
+	// Address and ProxyURL are parsed when Ready.
+	Address  *url.URL
+	ProxyURL *url.URL
+
+	secret *corev1.Secret // what it was read from; writes start from it
+
+	// The certificate's validity: Ready can change when the clock crosses
+	// one of these, without a write (see at).
+	validity validity
+	phase    int      // of the validity, when parsed
+	later    sync.Map // phase -> *Gateway as of that phase
+
+	publicOnce sync.Once
+	public     *v1alpha1.ClusterGateway
+}
+
+// Name is the gateway's name.
+func (g *Gateway) Name() string { return g.Object.Name }
+
+// Public is the gateway as clients may see it: without material. It is
+// shared: callers must not modify it.
+func (g *Gateway) Public() *v1alpha1.ClusterGateway {
+	g.publicOnce.Do(func() { g.public = redact(g.Object) })
+	return g.public
+}
+
+// Parse reads a gateway from its Secret. It never fails: a Secret that cannot
+// be used is a gateway with Ready=False saying why.
+func Parse(s *corev1.Secret) *Gateway {
+	return parseAt(s, time.Now())
+}
+
+func parseAt(s *corev1.Secret, now time.Time) *Gateway {
+	obj, v := fromSecret(s, now)
+	g := &Gateway{Object: obj, secret: s, validity: v, phase: v.phase(now)}
+	for _, cond := range obj.Status.Conditions {
+		if cond.Type == v1alpha1.ConditionReady {
+			g.Ready = cond.Status == metav1.ConditionTrue
+			if !g.Ready {
+				g.Problem = cond.Message
+			}
+		}
+	}
+	if g.Ready {
+		var err error
+		if g.Address, err = v1alpha1.ParseAddress(obj.Spec.Endpoint.Address); err != nil {
+			g.Ready, g.Problem = false, fmt.Sprintf("spec.endpoint.address %v", err)
+		}
+		if obj.Spec.Endpoint.ProxyURL != "" {
+			if g.ProxyURL, err = v1alpha1.ParseProxyURL(obj.Spec.Endpoint.ProxyURL); err != nil {
+				g.Ready, g.Problem = false, fmt.Sprintf("spec.endpoint.proxyURL %v", err)
+			}
+		}
+	}
+	return g
+}
+
+// validity is when a client certificate is valid (zero: no certificate).
+type validity struct{ notBefore, notAfter time.Time }
+
+// phase is where now lies in it: 0 before, 1 within, 2 after.
+func (v validity) phase(now time.Time) int {
+	switch {
+	case v.notAfter.IsZero():
+		return 1
+	case now.Before(v.notBefore):
+		return 0
+	case now.After(v.notAfter):
+		return 2
+	}
+	return 1
+}
+
+// at is the gateway as of now: itself, unless the clock has since crossed
+// its certificate's notBefore or notAfter, which changes Ready without a
+// write. Each phase is computed once.
+func (g *Gateway) at(now time.Time) *Gateway {
+	p := g.validity.phase(now)
+	if p == g.phase {
+		return g
+	}
+	if v, ok := g.later.Load(p); ok {
+		return v.(*Gateway)
+	}
+	v, _ := g.later.LoadOrStore(p, parseAt(g.secret, now))
+	return v.(*Gateway)
+}
+
+// GetObjectMeta is the metadata of the gateway's Secret: the informer keys
+// its cache of gateways by it (namespace/name).
+func (g *Gateway) GetObjectMeta() metav1.Object { return &g.secret.ObjectMeta }

@@ -1,0 +1,215 @@
+package gateways
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+)
+
+// Resource is the API resource the gateways are, for errors.
+var Resource = v1alpha1.Resource("clustergateways")
+
+// Store holds the ClusterGateways of one hub namespace: an informer over
+// their labelled Secrets whose cache holds each gateway parsed once per
+// resourceVersion. It is the one owner of gateway state in the process: the
+// API (pkg/registry) reads and writes through it, the proxy reads it, and
+// whoever keeps state derived from a gateway follows it with OnChange.
+type Store struct {
+	namespace string
+	client    kubernetes.Interface
+	informer  cache.SharedIndexInformer
+}
+
+// NewStore builds the informer; Run starts it.
+func NewStore(client kubernetes.Interface, namespace string) *Store {
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithNamespace(namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = LabelGateway + "=true" }))
+	s := &Store{namespace: namespace, client: client, informer: factory.Core().V1().Secrets().Informer()}
+	// The cache keeps parsed gateways, not Secrets: parsing happens once per
+	// event, never on a request.
+	_ = s.informer.SetTransform(func(obj interface{}) (interface{}, error) {
+		if sec, ok := obj.(*corev1.Secret); ok {
+			// Of the hub's field ownership only the time of the last write
+			// is used (Ready's lastTransitionTime): keep just that.
+			if len(sec.ManagedFields) > 0 {
+				t := lastWrite(sec)
+				sec.ManagedFields = []metav1.ManagedFieldsEntry{{Time: &t}}
+			}
+			return Parse(sec), nil
+		}
+		return obj, nil // already a *Gateway, or a tombstone
+	})
+	return s
+}
+
+// Run runs the informer until ctx is done.
+func (s *Store) Run(ctx context.Context) { s.informer.RunWithContext(ctx) }
+
+// HasSynced reports whether the first list has been read.
+func (s *Store) HasSynced() bool { return s.informer.HasSynced() }
+
+// Namespace is where the Secrets live.
+func (s *Store) Namespace() string { return s.namespace }
+
+// OnChange calls fn for every gateway added (old nil), changed, or deleted
+// (new nil), in the order the hub reported them. fn must not block.
+func (s *Store) OnChange(fn func(old, new *Gateway)) error {
+	_, err := s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj interface{}) {
+			if g, ok := obj.(*Gateway); ok {
+				fn(nil, g)
+			}
+		},
+		UpdateFunc: func(oldObj, newObj interface{}) {
+			o, ok1 := oldObj.(*Gateway)
+			n, ok2 := newObj.(*Gateway)
+			if ok1 && ok2 && o != n {
+				fn(o, n)
+			}
+		},
+		DeleteFunc: func(obj interface{}) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if g, ok := obj.(*Gateway); ok {
+				fn(g, nil)
+			}
+		},
+	})
+	return err
+}
+
+// Get returns the named gateway as it is now, or a NotFound error.
+func (s *Store) Get(name string) (*Gateway, error) {
+	obj, ok, err := s.informer.GetIndexer().GetByKey(s.namespace + "/" + name)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, apierrors.NewNotFound(Resource, name)
+	}
+	return obj.(*Gateway).at(time.Now()), nil
+}
+
+// List returns the gateways whose labels (the gateway's own, from its
+// Secret's data) match, and the resourceVersion the cache had reached before
+// it was read: a watch from it may repeat events, never miss one.
+func (s *Store) List(selector labels.Selector) ([]*Gateway, string, error) {
+	rv := s.informer.LastSyncResourceVersion()
+	now := time.Now()
+	objs := s.informer.GetIndexer().List()
+	out := make([]*Gateway, 0, len(objs))
+	for _, obj := range objs {
+		g := obj.(*Gateway)
+		if selector != nil && !selector.Matches(labels.Set(g.Object.Labels)) {
+			continue
+		}
+		out = append(out, g.at(now))
+	}
+	return out, rv, nil
+}
+
+// Create writes a new gateway's Secret. With dryRun nothing is stored.
+func (s *Store) Create(ctx context.Context, gw *v1alpha1.ClusterGateway, dryRun []string) (*Gateway, error) {
+	sec, err := toSecret(gw, nil, s.namespace)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	created, err := s.client.CoreV1().Secrets(s.namespace).Create(ctx, sec, metav1.CreateOptions{DryRun: dryRun})
+	if err != nil {
+		return nil, translateError(err, gw.Name)
+	}
+	if len(dryRun) == 0 {
+		s.waitForCache(ctx, created.Name, func(g *Gateway) bool { return g != nil && g.Object.UID == created.UID })
+	}
+	return Parse(created), nil
+}
+
+// Update rewrites existing's Secret with gw. Keys and metadata of the Secret
+// that the gateway does not model are kept.
+func (s *Store) Update(ctx context.Context, gw *v1alpha1.ClusterGateway, existing *Gateway, dryRun []string) (*Gateway, error) {
+	sec, err := toSecret(gw, existing.secret, s.namespace)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	updated, err := s.client.CoreV1().Secrets(s.namespace).Update(ctx, sec, metav1.UpdateOptions{DryRun: dryRun})
+	if err != nil {
+		return nil, translateError(err, gw.Name)
+	}
+	if len(dryRun) == 0 {
+		s.waitForCache(ctx, gw.Name, func(g *Gateway) bool {
+			return g == nil || g.Object.UID != updated.UID || g.Object.ResourceVersion == updated.ResourceVersion || newer(g.Object.ResourceVersion, updated.ResourceVersion)
+		})
+	}
+	return Parse(updated), nil
+}
+
+// Delete removes existing's Secret.
+func (s *Store) Delete(ctx context.Context, existing *Gateway, opts metav1.DeleteOptions) error {
+	name := existing.Object.Name
+	if err := s.client.CoreV1().Secrets(s.namespace).Delete(ctx, name, opts); err != nil {
+		return translateError(err, name)
+	}
+	if len(opts.DryRun) == 0 {
+		s.waitForCache(ctx, name, func(g *Gateway) bool { return g == nil || g.Object.UID != existing.Object.UID })
+	}
+	return nil
+}
+
+// waitForCache waits briefly until the cache has seen a write, so a client
+// that reads right after writing sees its own write (on this replica). It
+// gives up quietly: the write has happened; the cache will catch up.
+func (s *Store) waitForCache(ctx context.Context, name string, done func(*Gateway) bool) {
+	_ = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		g, err := s.Get(name)
+		if apierrors.IsNotFound(err) {
+			g = nil
+		} else if err != nil {
+			return false, nil
+		}
+		return done(g), nil
+	})
+}
+
+// newer compares resourceVersions as the hub's etcd revisions they are; an
+// unparsable one is never newer.
+func newer(a, b string) bool {
+	var x, y uint64
+	if _, err := fmt.Sscan(a, &x); err != nil {
+		return false
+	}
+	if _, err := fmt.Sscan(b, &y); err != nil {
+		return false
+	}
+	return x > y
+}
+
+// translateError names the gateway, not its Secret, in the hub's errors.
+func translateError(err error, name string) error {
+	if _, ok := err.(apierrors.APIStatus); !ok {
+		return apierrors.NewInternalError(err)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return apierrors.NewNotFound(Resource, name)
+	case apierrors.IsAlreadyExists(err):
+		return apierrors.NewAlreadyExists(Resource, name)
+	case apierrors.IsConflict(err):
+		return apierrors.NewConflict(Resource, name, fmt.Errorf("the object has been modified; please apply your changes to the latest version and try again"))
+	case apierrors.IsForbidden(err):
+		return apierrors.NewInternalError(fmt.Errorf("the gateway may not write its Secrets in its namespace; check its RBAC (config/rbac.yaml): %s", err.(apierrors.APIStatus).Status().Message))
+	}
+	return err
+}
