@@ -90,14 +90,22 @@ verify-generated: generate ## Fail if the generated code is not what `make gener
 .PHONY: test
 test: test-unit test-fuzz test-e2e ## All tests: unit (with -race), a short fuzz run, and end-to-end against real components.
 
+# Three Go modules: the product (.), the local environment and benchmarks
+# (hack/), the end-to-end and chart tests (test/); test-only dependencies
+# stay out of the product's module graph. hack/tools, hack/konnectivity and
+# hack/helm pin the upstream tools.
+MODULES := . hack test
+
 .PHONY: test-unit
 test-unit: tools ## Unit tests, with the race detector.
-	KUBE_BIN=$(BIN) KONNECTIVITY_BIN=$(BIN) $(GO) test -race -count=1 $$($(GO) list ./... | grep -v /test/e2e)
+	KUBE_BIN=$(BIN) KONNECTIVITY_BIN=$(BIN) $(GO) test -race -count=1 ./...
+	cd hack && KUBE_BIN=$(BIN) $(GO) test -race -count=1 ./...
+	cd test && KUBE_BIN=$(BIN) $(GO) test -race -count=1 ./chart/...
 
 # Each fuzz target runs for FUZZTIME on top of its committed seeds
 # (testdata/fuzz); a longer run is `make test-fuzz FUZZTIME=10m`.
 FUZZTIME ?= 10s
-FUZZ_TARGETS := ./pkg/proxy:FuzzHeaderHygiene ./pkg/registry/clustergateway:FuzzFromSecret
+FUZZ_TARGETS := ./pkg/proxy:FuzzHeaderHygiene ./pkg/gateways:FuzzFromSecret
 
 .PHONY: test-fuzz
 test-fuzz: ## Run every fuzz target for FUZZTIME.
@@ -105,18 +113,19 @@ test-fuzz: ## Run every fuzz target for FUZZTIME.
 		echo "fuzz $$fn in $$pkg for $(FUZZTIME)"; \
 		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg; done
 
-# The end-to-end tests run a gateway built with the race detector; a race
-# report in its log fails the suite.
+# The end-to-end tests run a gateway built with the race detector (a race
+# report in its log fails the suite), and their in-process parts (the churn
+# test's request path, forward proxies, fake kubelets) run under it too.
 .PHONY: test-e2e
 test-e2e: tools build ## End-to-end tests: a real hub, managed clusters, konnectivity and the gateway.
 	$(GO) build -race -o $(BIN)/cluster-gateway-race ./cmd/apiserver
-	KUBE_BIN=$(BIN) GATEWAY_BIN=$(BIN)/cluster-gateway-race $(GO) test -count=1 -timeout 30m ./test/e2e/...
+	cd test && KUBE_BIN=$(BIN) GATEWAY_BIN=$(BIN)/cluster-gateway-race $(GO) test -race -count=1 -timeout 45m ./e2e/...
 
 .PHONY: verify
 verify: ## gofmt, go vet, and tidy go.mod files.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "run gofmt -w on the files above"; exit 1; }
-	$(GO) vet ./...
-	@for m in . hack/tools hack/konnectivity; do (cd $$m && $(GO) mod tidy -diff >/dev/null) || { echo "go.mod in $$m is not tidy: run go mod tidy there"; exit 1; }; done
+	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
+	@for m in $(MODULES) hack/tools hack/konnectivity hack/helm; do (cd $$m && $(GO) mod tidy -diff >/dev/null) || { echo "go.mod in $$m is not tidy: run go mod tidy there"; exit 1; }; done
 
 # The Helm chart lints and renders in each serving-certificate mode (test/chart
 # checks what it renders); hack/helm's go.mod is tidy.
@@ -129,7 +138,6 @@ verify-chart: $(BIN)/helm ## helm lint and helm template of charts/cluster-gatew
 	$(BIN)/helm template cluster-gateway $(CHART) --namespace cluster-gateway-system >/dev/null
 	$(BIN)/helm template cluster-gateway $(CHART) --namespace cluster-gateway-system --set tls.mode=certManager >/dev/null
 	$(BIN)/helm template cluster-gateway $(CHART) --namespace cluster-gateway-system --set tls.mode=existingSecret --set tls.caBundle=Q0E= >/dev/null
-	@(cd hack/helm && $(GO) mod tidy -diff >/dev/null) || { echo "go.mod in hack/helm is not tidy: run go mod tidy there"; exit 1; }
 
 verify: verify-chart
 
@@ -140,14 +148,14 @@ LOCAL_PID   := $(LOCAL_STATE)/local-env.pid
 
 .PHONY: demo
 demo: tools build ## Bring the local environment up in the foreground; Ctrl-C stops it.
-	$(GO) build -o $(BIN)/local-env ./hack/local-env
+	cd hack && $(GO) build -o $(BIN)/local-env ./local-env
 	$(BIN)/local-env -state-dir $(LOCAL_STATE) -bin $(BIN) $(ARGS)
 
 .PHONY: local-up
 local-up: tools build ## Bring the local environment up in the background (`make local-down` stops it).
 	@if [ -f $(LOCAL_PID) ] && kill -0 $$(cat $(LOCAL_PID)) 2>/dev/null; then \
 		echo "local environment already running (pid $$(cat $(LOCAL_PID))); run 'make local-down' first"; exit 1; fi
-	$(GO) build -o $(BIN)/local-env ./hack/local-env
+	cd hack && $(GO) build -o $(BIN)/local-env ./local-env
 	@mkdir -p $(LOCAL_STATE) && rm -f $(LOCAL_STATE)/ready
 	@nohup $(BIN)/local-env -state-dir $(LOCAL_STATE) -bin $(BIN) $(ARGS) >$(LOCAL_STATE)/local-env.log 2>&1 </dev/null & echo $$! >$(LOCAL_PID)
 	@pid=$$(cat $(LOCAL_PID)); for i in $$(seq 1 300); do \
@@ -168,7 +176,8 @@ local-down: ## Stop the background local environment and wait for it to exit.
 # BENCH_FLAGS passes more flags to hack/bench (e.g. -duration 20s).
 .PHONY: bench
 bench: tools build ## Benchmark the proxy path (about 5 minutes); writes docs/performance.md.
-	$(GO) run ./hack/bench -go $(GO) -bin $(patsubst $(CURDIR)/%,%,$(BIN)) -state-dir $(patsubst $(CURDIR)/%,%,$(OUTPUT))/bench -out docs/performance.md $(BENCH_FLAGS)
+	cd hack && $(GO) build -o $(BIN)/bench ./bench
+	$(BIN)/bench -go $(GO) -bin $(patsubst $(CURDIR)/%,%,$(BIN)) -state-dir $(patsubst $(CURDIR)/%,%,$(OUTPUT))/bench -out docs/performance.md $(BENCH_FLAGS)
 
 # A soak for a person to run before a release (not part of `make test`):
 # TestChurn alone for SOAK_DURATION, logging goroutines, fds, heap, pool
@@ -182,5 +191,5 @@ SOAK_TIMEOUT      ?= 3h
 
 .PHONY: soak
 soak: tools build ## Churn the proxy path for SOAK_DURATION (default 10m) and check that nothing leaked.
-	KUBE_BIN=$(BIN) $(GO) test -count=1 -timeout $(SOAK_TIMEOUT) -run '^TestChurn$$' -v ./test/e2e/ \
+	cd test && KUBE_BIN=$(BIN) $(GO) test -race -count=1 -timeout $(SOAK_TIMEOUT) -run '^TestChurn$$' -v ./e2e/ \
 		-churn.duration=$(SOAK_DURATION) -churn.report-every=$(SOAK_REPORT_EVERY) $(SOAK_FLAGS)

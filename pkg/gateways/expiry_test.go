@@ -7,43 +7,58 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
 
 // A cached gateway whose certificate expires turns Ready=False without any
-// write to its Secret, and says since when.
-func TestCachedGatewayExpires(t *testing.T) {
+// write to its Secret, and says since when; one not valid yet turns Ready
+// when its notBefore passes. The store's clock is a fake one.
+func TestCachedGatewayFollowsValidity(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	notAfter := time.Now().Add(1500 * time.Millisecond)
-	c := newTestCredential(t, time.Now().Add(-time.Hour), notAfter)
-	s := mustToSecret(t, x509Gateway(c), nil)
+	t0 := time.Now().Truncate(time.Second)
+	expiring := newTestCredential(t, t0.Add(-time.Hour), t0.Add(time.Hour))
+	s := mustToSecret(t, x509Gateway(expiring), nil)
 	s.ResourceVersion = "1"
-	written := metav1.NewTime(time.Now().Add(-time.Minute).Truncate(time.Second))
+	written := metav1.NewTime(t0.Add(-time.Minute))
 	s.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "a", Time: &metav1.Time{Time: written.Add(-time.Hour)}}, {Manager: "b", Time: &written}}
-	cache := NewStore(fake.NewClientset(s), testNamespace)
-	done := make(chan struct{})
-	go func() { cache.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
-	waitFor(t, "the cache to sync", cache.HasSynced)
+	early := newTestCredential(t, t0.Add(time.Hour), t0.Add(3*time.Hour))
+	s2 := mustToSecret(t, x509Gateway(early), nil)
+	s2.Name, s2.ResourceVersion = "early", "2"
 
-	g, err := cache.Get(s.Name)
+	clk := testingclock.NewFakePassiveClock(t0)
+	store := NewStore(fake.NewClientset(s, s2), testNamespace)
+	store.clock = clk
+	done := make(chan struct{})
+	go func() { store.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "the store to sync", store.HasSynced)
+
+	g, err := store.Get(s.Name)
 	if err != nil || !g.Ready {
 		t.Fatalf("before expiry: %+v, %v; want ready", g, err)
 	}
 	if cond := g.Object.Status.Conditions[0]; !cond.LastTransitionTime.Equal(&written) {
 		t.Errorf("Ready since %v, want the Secret's last write %v", cond.LastTransitionTime, written)
 	}
-	waitFor(t, "Ready=False after the certificate expired", func() bool {
-		g, err := cache.Get(s.Name)
-		return err == nil && !g.Ready
-	})
-	g, _ = cache.Get(s.Name)
+	if e, _ := store.Get("early"); e.Ready || e.Object.Status.Conditions[0].Reason != v1alpha1.ReasonCertNotYetValid {
+		t.Fatalf("a certificate valid from t0+1h at t0: %+v, want Ready=False %s", e.Object.Status.Conditions, v1alpha1.ReasonCertNotYetValid)
+	}
+
+	clk.SetTime(t0.Add(90 * time.Minute))
+	g, _ = store.Get(s.Name)
 	cond := g.Object.Status.Conditions[0]
-	if cond.Reason != v1alpha1.ReasonCertExpired || cond.Status != metav1.ConditionFalse {
+	if g.Ready || cond.Reason != v1alpha1.ReasonCertExpired || cond.Status != metav1.ConditionFalse {
 		t.Fatalf("after expiry: %+v, want Ready=False %s", cond, v1alpha1.ReasonCertExpired)
 	}
-	if d := cond.LastTransitionTime.Sub(notAfter); d > time.Second || d < -time.Second {
-		t.Errorf("Ready=False since %v, want the certificate's notAfter %v", cond.LastTransitionTime, notAfter)
+	if !cond.LastTransitionTime.Time.Equal(t0.Add(time.Hour)) {
+		t.Errorf("Ready=False since %v, want the certificate's notAfter %v", cond.LastTransitionTime, t0.Add(time.Hour))
+	}
+	if again, _ := store.Get(s.Name); again != g {
+		t.Errorf("the expired form was computed twice")
+	}
+	if e, _ := store.Get("early"); !e.Ready {
+		t.Fatalf("after its notBefore: %+v, want Ready", e.Object.Status.Conditions)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
@@ -29,6 +30,7 @@ type Store struct {
 	namespace string
 	client    kubernetes.Interface
 	informer  cache.SharedIndexInformer
+	clock     clock.PassiveClock // certificate validity is judged by it
 }
 
 // NewStore builds the informer; Run starts it.
@@ -36,7 +38,7 @@ func NewStore(client kubernetes.Interface, namespace string) *Store {
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithNamespace(namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = LabelGateway + "=true" }))
-	s := &Store{namespace: namespace, client: client, informer: factory.Core().V1().Secrets().Informer()}
+	s := &Store{namespace: namespace, client: client, informer: factory.Core().V1().Secrets().Informer(), clock: clock.RealClock{}}
 	// The cache keeps parsed gateways, not Secrets: parsing happens once per
 	// event, never on a request.
 	_ = s.informer.SetTransform(func(obj interface{}) (interface{}, error) {
@@ -47,7 +49,7 @@ func NewStore(client kubernetes.Interface, namespace string) *Store {
 				t := lastWrite(sec)
 				sec.ManagedFields = []metav1.ManagedFieldsEntry{{Time: &t}}
 			}
-			return Parse(sec), nil
+			return parseAt(sec, s.clock.Now()), nil
 		}
 		return obj, nil // already a *Gateway, or a tombstone
 	})
@@ -100,7 +102,7 @@ func (s *Store) Get(name string) (*Gateway, error) {
 	if !ok {
 		return nil, apierrors.NewNotFound(Resource, name)
 	}
-	return obj.(*Gateway).at(time.Now()), nil
+	return obj.(*Gateway).at(s.clock.Now()), nil
 }
 
 // List returns the gateways whose labels (the gateway's own, from its
@@ -108,7 +110,7 @@ func (s *Store) Get(name string) (*Gateway, error) {
 // it was read: a watch from it may repeat events, never miss one.
 func (s *Store) List(selector labels.Selector) ([]*Gateway, string, error) {
 	rv := s.informer.LastSyncResourceVersion()
-	now := time.Now()
+	now := s.clock.Now()
 	objs := s.informer.GetIndexer().List()
 	out := make([]*Gateway, 0, len(objs))
 	for _, obj := range objs {
