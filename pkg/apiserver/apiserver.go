@@ -21,6 +21,7 @@ import (
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
+	"github.com/clustergateway/cluster-gateway/pkg/health"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 	"github.com/clustergateway/cluster-gateway/pkg/pool/konnectivity"
 	"github.com/clustergateway/cluster-gateway/pkg/proxy"
@@ -38,6 +39,8 @@ type ExtraConfig struct {
 	// Konnectivity reaches Konnectivity endpoints through a proxy-server when
 	// its Address is set. Its RetireGrace and DialTimeout are the pool's.
 	Konnectivity konnectivity.Options
+	// Health probes every cluster (the Reachable condition, fail-fast 503s).
+	Health health.Options
 	// Metrics is where the gateway's metrics are registered; nil: the
 	// registry the generic server serves on /metrics.
 	Metrics metrics.KubeRegistry
@@ -60,6 +63,7 @@ type Server struct {
 	Store   *gateways.Store
 	Pool    *pool.Pool
 	Tunnel  *konnectivity.Manager // nil without a proxy-server
+	Prober  *health.Prober
 }
 
 // New builds the server; nothing runs until Run.
@@ -95,11 +99,12 @@ func (c *Config) New() (*Server, error) {
 		return nil, err
 	}
 	popts := proxy.Options{
-		Store:            s.Store,
-		Pool:             s.Pool,
-		DialTimeout:      c.Extra.Pool.DialTimeout,
-		Authorizer:       g.Authorization.Authorizer,
-		AuthorizeSubpath: c.Extra.AuthorizeProxySubpath,
+		Store:                 s.Store,
+		Pool:                  s.Pool,
+		DialTimeout:           c.Extra.Pool.DialTimeout,
+		ResponseHeaderTimeout: c.Extra.Pool.ResponseHeaderTimeout,
+		Authorizer:            g.Authorization.Authorizer,
+		AuthorizeSubpath:      c.Extra.AuthorizeProxySubpath,
 	}
 	if k := c.Extra.Konnectivity; k.Enabled() {
 		k.RetireGrace, k.DialTimeout = c.Extra.Pool.RetireGrace, c.Extra.Pool.DialTimeout
@@ -109,8 +114,17 @@ func (c *Config) New() (*Server, error) {
 		}
 		popts.Tunnel = s.Tunnel
 	}
-	px, err := proxy.New(popts)
-	if err != nil {
+	// The prober probes through the proxy's own path; the proxy asks the
+	// prober what it knows. Neither runs before the post-start hook.
+	var px *proxy.Proxy
+	if s.Prober, err = health.New(c.Extra.Health, s.Store, func(ctx context.Context, name string) health.Outcome {
+		return px.ProbeCluster(ctx, name)
+	}); err != nil {
+		s.stop()
+		return nil, err
+	}
+	popts.Health = s.Prober
+	if px, err = proxy.New(popts); err != nil {
 		s.stop()
 		return nil, err
 	}
@@ -121,7 +135,7 @@ func (c *Config) New() (*Server, error) {
 
 	group := genericapiserver.NewDefaultAPIGroupInfo(v1alpha1.GroupName, Scheme, ParameterCodec, Codecs)
 	group.VersionedResourcesStorageMap[v1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
-		"clustergateways":        clustergateway.NewREST(s.Store, c.Extra.Pool.Endpoints),
+		"clustergateways":        clustergateway.NewREST(s.Store, c.Extra.Pool.Endpoints, s.Prober),
 		"clustergateways/proxy":  clustergateway.NewProxyREST(px),
 		"clustergateways/health": clustergateway.NewHealthREST(px),
 	}
@@ -142,6 +156,7 @@ func (c *Config) New() (*Server, error) {
 	}
 	if err := generic.AddPostStartHook("start-clustergateway-store", func(ctx genericapiserver.PostStartHookContext) error {
 		go s.Store.Run(ctx)
+		go s.Prober.Run(ctx)
 		if s.Tunnel != nil {
 			s.Tunnel.Start(ctx)
 		}
@@ -163,6 +178,7 @@ func (s *Server) registerMetrics(r metrics.KubeRegistry, px *proxy.Proxy) error 
 	}
 	r.CustomMustRegister(s.Pool.Collector())
 	px.Metrics().Register(r)
+	s.Prober.Metrics().Register(r)
 	if s.Tunnel != nil {
 		s.Tunnel.Metrics().Register(r)
 	}

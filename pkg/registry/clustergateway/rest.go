@@ -31,13 +31,15 @@ import (
 type REST struct {
 	store  *gateways.Store
 	policy *endpointpolicy.Policy
+	health Reachability // nil: no Reachable condition
 	rest.TableConvertor
 }
 
 // NewREST returns the storage of the clustergateways resource; writes that
-// point at an IP literal the endpoint policy denies are refused.
-func NewREST(store *gateways.Store, policy *endpointpolicy.Policy) *REST {
-	return &REST{store: store, policy: policy, TableConvertor: tableConvertor{}}
+// point at an IP literal the endpoint policy denies are refused, and reads
+// show what health (if not nil) knows of each cluster.
+func NewREST(store *gateways.Store, policy *endpointpolicy.Policy, health Reachability) *REST {
+	return &REST{store: store, policy: policy, health: health, TableConvertor: tableConvertor{}}
 }
 
 var (
@@ -71,7 +73,7 @@ func (r *REST) Get(_ context.Context, name string, _ *metav1.GetOptions) (runtim
 	if err != nil {
 		return nil, err
 	}
-	return g.Public().DeepCopy(), nil
+	return r.withReachability(g.Public().DeepCopy()), nil
 }
 
 // List reads the cache; labels and metadata.name select.
@@ -102,7 +104,7 @@ func (r *REST) List(_ context.Context, options *metainternalversion.ListOptions)
 	list := &v1alpha1.ClusterGatewayList{ListMeta: metav1.ListMeta{ResourceVersion: rv, Continue: next, RemainingItemCount: remaining}}
 	list.Items = make([]v1alpha1.ClusterGateway, 0, len(pageItems))
 	for _, g := range pageItems {
-		list.Items = append(list.Items, *g.Public().DeepCopy())
+		list.Items = append(list.Items, *r.withReachability(g.Public().DeepCopy()))
 	}
 	return list, nil
 }
@@ -142,7 +144,7 @@ func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptio
 	// The options were validated (and, for a watch from "now", defaulted to
 	// sendInitialEvents=true with resourceVersionMatch=NotOlderThan) by this
 	// server's handler exactly as the hub will: they are passed on unchanged.
-	return r.store.Watch(ctx, gateways.WatchOptions{
+	w, err := r.store.Watch(ctx, gateways.WatchOptions{
 		Labels:               labelSel,
 		Fields:               fieldSel,
 		ResourceVersion:      options.ResourceVersion,
@@ -151,6 +153,22 @@ func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptio
 		SendInitialEvents:    options.SendInitialEvents,
 		TimeoutSeconds:       options.TimeoutSeconds,
 	})
+	if err != nil {
+		return nil, err
+	}
+	// A watch from a resourceVersion gets no initial events: the gateways
+	// the client already has (from its list) are the ones whose
+	// reachability changes it must hear of.
+	var seed []*v1alpha1.ClusterGateway
+	if rv := options.ResourceVersion; rv != "" && rv != "0" && (options.SendInitialEvents == nil || !*options.SendInitialEvents) {
+		gws, _, _ := r.store.List(labelSel)
+		for _, g := range gws {
+			if fieldSel.Matches(fields.Set{"metadata.name": g.Name()}) {
+				seed = append(seed, g.Public())
+			}
+		}
+	}
+	return r.watchReachability(w, seed), nil
 }
 
 // Create validates the gateway and writes its Secret.

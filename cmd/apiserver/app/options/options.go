@@ -15,6 +15,7 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/apiserver"
 	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
+	"github.com/clustergateway/cluster-gateway/pkg/health"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 	"github.com/clustergateway/cluster-gateway/pkg/pool/konnectivity"
 )
@@ -31,6 +32,7 @@ type Options struct {
 	Pool         *pool.Options
 	Konnectivity *konnectivity.Options
 	Endpoints    *endpointpolicy.Options
+	Health       *health.Options
 }
 
 // NewOptions returns the defaults.
@@ -50,6 +52,7 @@ func NewOptions() *Options {
 		Pool:            pool.NewOptions(),
 		Konnectivity:    konnectivity.NewOptions(),
 		Endpoints:       endpointpolicy.NewOptions(),
+		Health:          health.NewOptions(),
 	}
 }
 
@@ -66,6 +69,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	o.Endpoints.AddFlags(fs)
 	o.Pool.AddFlags(fss.FlagSet("pool"))
 	o.Konnectivity.AddFlags(fss.FlagSet("konnectivity"))
+	o.Health.AddFlags(fss.FlagSet("health"))
 	return fss
 }
 
@@ -80,6 +84,7 @@ func (o *Options) Validate() error {
 	errs = append(errs, o.Endpoints.Validate()...)
 	errs = append(errs, o.Pool.Validate()...)
 	errs = append(errs, o.Konnectivity.Validate()...)
+	errs = append(errs, o.Health.Validate()...)
 	return errors.Join(errs...)
 }
 
@@ -104,6 +109,7 @@ func (o *Options) ServerConfig() (*apiserver.Config, error) {
 		AuthorizeProxySubpath: o.AuthorizeProxySubpath,
 		Pool:                  *o.Pool,
 		Konnectivity:          *o.Konnectivity,
+		Health:                *o.Health,
 	}
 	cfg.Extra.Pool.Endpoints = endpoints
 	return cfg, nil

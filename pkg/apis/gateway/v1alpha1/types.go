@@ -123,10 +123,16 @@ type Impersonation struct {
 	Mode ImpersonationMode `json:"mode,omitempty"`
 }
 
-// ClusterGatewayStatus is computed from the stored object on every read.
+// ClusterGatewayStatus is computed on every read, never stored: Ready from the
+// stored object, Reachable from the gateway's own probes of the cluster.
 type ClusterGatewayStatus struct {
-	// Conditions: Ready is False, with a reason and message, when the stored
-	// data cannot be used to reach the cluster.
+	// Conditions of the gateway. Ready is True when the stored endpoint and
+	// credential are usable, False with a reason and message when not.
+	// Reachable is True when the cluster answered the gateway's last probes
+	// of its /readyz, False when it did not (reason DialFailed, TLSFailed,
+	// HTTPError or NoAnswer; proxied requests then fail at once with 503),
+	// Unknown before the first probe or when the gateway is not Ready. Each
+	// gateway replica probes on its own.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -134,6 +140,9 @@ type ClusterGatewayStatus struct {
 	// Credential describes the stored credential without revealing it.
 	// +optional
 	Credential *CredentialStatus `json:"credential,omitempty"`
+	// Reachability has the details of the last probe of the cluster.
+	// +optional
+	Reachability *ReachabilityStatus `json:"reachability,omitempty"`
 }
 
 // CredentialStatus describes a stored credential without revealing it.
@@ -146,6 +155,20 @@ type CredentialStatus struct {
 	NotAfter *metav1.Time `json:"notAfter,omitempty"`
 }
 
+// ReachabilityStatus is the last probe of a cluster by the gateway.
+type ReachabilityStatus struct {
+	// LastProbeTime is when the cluster was last probed.
+	// +optional
+	LastProbeTime *metav1.Time `json:"lastProbeTime,omitempty"`
+	// Latency is how long the last successful probe took, through the
+	// gateway's transport to the cluster's /readyz.
+	// +optional
+	Latency *metav1.Duration `json:"latency,omitempty"`
+	// ServerVersion is the cluster's Kubernetes version, from its /version.
+	// +optional
+	ServerVersion string `json:"serverVersion,omitempty"`
+}
+
 // Condition types and reasons.
 const (
 	ConditionReady = "Ready"
@@ -154,6 +177,16 @@ const (
 	ReasonInvalidSecret   = "InvalidSecret"
 	ReasonCertExpired     = "CredentialExpired"
 	ReasonCertNotYetValid = "CredentialNotYetValid"
+
+	ConditionReachable = "Reachable"
+
+	ReasonReachable       = "Reachable"       // /readyz answered 200
+	ReasonDialFailed      = "DialFailed"      // no connection: refused, unroutable, tunnel down, denied, timed out
+	ReasonTLSFailed       = "TLSFailed"       // connected, but the TLS handshake failed (e.g. untrusted certificate)
+	ReasonHTTPError       = "HTTPError"       // /readyz answered, but not 200 (e.g. 401, 500)
+	ReasonNoAnswer        = "NoAnswer"        // connected, but no answer within the probe timeout
+	ReasonNotProbed       = "NotProbedYet"    // not probed since the gateway was created or changed
+	ReasonGatewayNotReady = "GatewayNotReady" // the stored gateway is not Ready: nothing to probe
 )
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

@@ -41,6 +41,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		CredentialStatus{}.OpenAPIModelName():             schema_pkg_apis_gateway_v1alpha1_CredentialStatus(ref),
 		Endpoint{}.OpenAPIModelName():                     schema_pkg_apis_gateway_v1alpha1_Endpoint(ref),
 		Impersonation{}.OpenAPIModelName():                schema_pkg_apis_gateway_v1alpha1_Impersonation(ref),
+		ReachabilityStatus{}.OpenAPIModelName():           schema_pkg_apis_gateway_v1alpha1_ReachabilityStatus(ref),
 		X509Credential{}.OpenAPIModelName():               schema_pkg_apis_gateway_v1alpha1_X509Credential(ref),
 		v1.APIGroup{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_APIGroup(ref),
 		v1.APIGroupList{}.OpenAPIModelName():              schema_pkg_apis_meta_v1_APIGroupList(ref),
@@ -334,7 +335,7 @@ func schema_pkg_apis_gateway_v1alpha1_ClusterGatewayStatus(ref common.ReferenceC
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "ClusterGatewayStatus is computed from the stored object on every read.",
+				Description: "ClusterGatewayStatus is computed on every read, never stored: Ready from the stored object, Reachable from the gateway's own probes of the cluster.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"conditions": {
@@ -347,7 +348,7 @@ func schema_pkg_apis_gateway_v1alpha1_ClusterGatewayStatus(ref common.ReferenceC
 							},
 						},
 						SchemaProps: spec.SchemaProps{
-							Description: "Conditions: Ready is False, with a reason and message, when the stored data cannot be used to reach the cluster.",
+							Description: "Conditions of the gateway. Ready is True when the stored endpoint and credential are usable, False with a reason and message when not. Reachable is True when the cluster answered the gateway's last probes of its /readyz, False when it did not (reason DialFailed, TLSFailed, HTTPError or NoAnswer; proxied requests then fail at once with 503), Unknown before the first probe or when the gateway is not Ready. Each gateway replica probes on its own.",
 							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
@@ -364,11 +365,17 @@ func schema_pkg_apis_gateway_v1alpha1_ClusterGatewayStatus(ref common.ReferenceC
 							Ref:         ref(CredentialStatus{}.OpenAPIModelName()),
 						},
 					},
+					"reachability": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Reachability has the details of the last probe of the cluster.",
+							Ref:         ref(ReachabilityStatus{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			CredentialStatus{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName()},
+			CredentialStatus{}.OpenAPIModelName(), ReachabilityStatus{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName()},
 	}
 }
 
@@ -514,6 +521,40 @@ func schema_pkg_apis_gateway_v1alpha1_Impersonation(ref common.ReferenceCallback
 				},
 			},
 		},
+	}
+}
+
+func schema_pkg_apis_gateway_v1alpha1_ReachabilityStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ReachabilityStatus is the last probe of a cluster by the gateway.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"lastProbeTime": {
+						SchemaProps: spec.SchemaProps{
+							Description: "LastProbeTime is when the cluster was last probed.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"latency": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Latency is how long the last successful probe took, through the gateway's transport to the cluster's /readyz.",
+							Ref:         ref(v1.Duration{}.OpenAPIModelName()),
+						},
+					},
+					"serverVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ServerVersion is the cluster's Kubernetes version, from its /version.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1.Duration{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
 	}
 }
 
