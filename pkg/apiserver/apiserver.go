@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -41,6 +42,9 @@ type ExtraConfig struct {
 	Konnectivity konnectivity.Options
 	// Health probes every cluster (the Reachable condition, fail-fast 503s).
 	Health health.Options
+	// ShutdownStreamDrain is how long, on shutdown, upgraded streams (exec,
+	// attach, port-forward) may go on after proxied watches were ended.
+	ShutdownStreamDrain time.Duration
 	// Metrics is where the gateway's metrics are registered; nil: the
 	// registry the generic server serves on /metrics.
 	Metrics metrics.KubeRegistry
@@ -151,6 +155,18 @@ func (c *Config) New() (*Server, error) {
 		}
 		return nil
 	})); err != nil {
+		s.stop()
+		return nil, err
+	}
+	// On shutdown, once the shutdown delay has let load balancers stop sending
+	// here (readiness turned false at once), end proxied watches cleanly so
+	// clients re-watch elsewhere, and give exec and port-forward a bounded
+	// drain. The HTTP server stops only after this hook.
+	if err := generic.AddPreShutdownHook("drain-proxied-streams", func() error {
+		time.Sleep(generic.ShutdownDelayDuration)
+		px.Drain(c.Extra.ShutdownStreamDrain)
+		return nil
+	}); err != nil {
 		s.stop()
 		return nil, err
 	}

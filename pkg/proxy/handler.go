@@ -85,6 +85,7 @@ type Health interface {
 type Proxy struct {
 	opts    Options
 	metrics *Metrics
+	streams *streams
 }
 
 // New returns the proxy. Store, Pool and Authorizer are required. The proxy
@@ -97,7 +98,7 @@ func New(opts Options) (*Proxy, error) {
 	case opts.Authorizer == nil:
 		return nil, fmt.Errorf("proxy: Options.Authorizer is required (exec, attach and port-forward are authorized as create)")
 	}
-	p := &Proxy{opts: opts, metrics: NewMetrics()}
+	p := &Proxy{opts: opts, metrics: NewMetrics(), streams: newStreams()}
 	if err := opts.Store.OnChange(p.gatewayChanged); err != nil {
 		return nil, err
 	}
@@ -204,7 +205,7 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 
 	var rt http.RoundTripper = &upstreamTransport{base: lease.Transport(), id: id, cluster: name}
 	if isWatch(in) {
-		rt = cleanEnd{rt}
+		rt = cleanEnd{RoundTripper: rt, streams: p.streams}
 	}
 	h := utilproxy.NewUpgradeAwareHandler(&location, rt, false, false, responder{cluster: name, health: p.opts.Health})
 	h.UseRequestLocation = true
@@ -215,6 +216,8 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 		var stop func()
 		w, out, stop = upgradeWatchdog(w, out, p.upgradeSetupTimeout())
 		defer stop()
+		p.streams.upgradeStarted()
+		defer p.streams.upgradeEnded()
 	}
 	h.ServeHTTP(w, out)
 }

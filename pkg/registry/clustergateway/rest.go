@@ -67,24 +67,42 @@ func (r *REST) ShortNames() []string    { return []string{"cgw"} }
 func (r *REST) Categories() []string    { return []string{"all-clusters"} }
 func (r *REST) GetSingularName() string { return "clustergateway" }
 
-// Get reads the gateway from the cache.
-func (r *REST) Get(_ context.Context, name string, _ *metav1.GetOptions) (runtime.Object, error) {
-	g, err := r.store.Get(name)
+// Get reads the gateway: without a resourceVersion from the hub (the most
+// recent, as on any Kubernetes API: a write through another replica is never
+// missed), with one ("0" included) from this replica's cache.
+func (r *REST) Get(ctx context.Context, name string, options *metav1.GetOptions) (runtime.Object, error) {
+	var g *gateways.Gateway
+	var err error
+	if options == nil || options.ResourceVersion == "" {
+		g, err = r.store.GetFresh(ctx, name)
+	} else {
+		g, err = r.store.Get(name)
+	}
 	if err != nil {
 		return nil, err
 	}
 	return r.withReachability(g.Public().DeepCopy()), nil
 }
 
-// List reads the cache; labels and metadata.name select.
-func (r *REST) List(_ context.Context, options *metainternalversion.ListOptions) (runtime.Object, error) {
+// List lists the gateways; labels and metadata.name select. The first page
+// of a list without a resourceVersion is read from the hub (the most recent,
+// see Get); any other from this replica's cache (continue tokens page the
+// cache in name order: they are not snapshots).
+func (r *REST) List(ctx context.Context, options *metainternalversion.ListOptions) (runtime.Object, error) {
 	labelSel, fieldSel := selectors(options)
 	if err := checkSelector(labelSel); err != nil {
 		return nil, err
 	}
-	gws, rv, err := r.store.List(labelSel)
+	var gws []*gateways.Gateway
+	var rv string
+	var err error
+	if options == nil || (options.ResourceVersion == "" && options.Continue == "") {
+		gws, rv, err = r.store.ListFresh(ctx, labelSel)
+	} else {
+		gws, rv, err = r.store.List(labelSel)
+	}
 	if err != nil {
-		return nil, apierrors.NewInternalError(err)
+		return nil, err
 	}
 	matched := gws[:0]
 	for _, g := range gws {
@@ -209,10 +227,10 @@ func prepareForCreate(gw *v1alpha1.ClusterGateway) {
 // kept when the credential type is unchanged.
 func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc,
 	updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
-	existing, err := r.store.Get(name)
+	existing, err := r.store.GetFresh(ctx, name) // writes start from the most recent version, whichever replica wrote it
 	if err != nil {
 		if !apierrors.IsNotFound(err) {
-			return nil, false, apierrors.NewInternalError(err)
+			return nil, false, err // a Status already (the hub's, or why it could not be asked)
 		}
 		if !forceAllowCreate {
 			return nil, false, apierrors.NewNotFound(resource, name)
@@ -374,12 +392,12 @@ func keepMaterial(gw, old *v1alpha1.ClusterGateway) field.ErrorList {
 
 // Delete removes the gateway's Secret.
 func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions) (runtime.Object, bool, error) {
-	existing, err := r.store.Get(name)
+	existing, err := r.store.GetFresh(ctx, name) // writes start from the most recent version, whichever replica wrote it
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, false, apierrors.NewNotFound(resource, name)
 		}
-		return nil, false, apierrors.NewInternalError(err)
+		return nil, false, err
 	}
 	obj := existing.Public().DeepCopy()
 	if deleteValidation != nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	cliflag "k8s.io/component-base/cli/flag"
@@ -28,6 +29,7 @@ type Options struct {
 
 	SecretNamespace       string
 	AuthorizeProxySubpath bool
+	ShutdownStreamDrain   time.Duration
 
 	Pool         *pool.Options
 	Konnectivity *konnectivity.Options
@@ -45,14 +47,15 @@ func NewOptions() *Options {
 	rec.Features.EnablePriorityAndFairness = false
 	rec.SecureServing.BindPort = 8443
 	return &Options{
-		Recommended:     rec,
-		ServerRun:       genericoptions.NewServerRunOptions(),
-		Logs:            logsapi.NewLoggingConfiguration(),
-		SecretNamespace: "cluster-gateway-system",
-		Pool:            pool.NewOptions(),
-		Konnectivity:    konnectivity.NewOptions(),
-		Endpoints:       endpointpolicy.NewOptions(),
-		Health:          health.NewOptions(),
+		Recommended:         rec,
+		ServerRun:           genericoptions.NewServerRunOptions(),
+		Logs:                logsapi.NewLoggingConfiguration(),
+		SecretNamespace:     "cluster-gateway-system",
+		ShutdownStreamDrain: 20 * time.Second,
+		Pool:                pool.NewOptions(),
+		Konnectivity:        konnectivity.NewOptions(),
+		Endpoints:           endpointpolicy.NewOptions(),
+		Health:              health.NewOptions(),
 	}
 }
 
@@ -66,6 +69,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs := fss.FlagSet("gateway")
 	fs.StringVar(&o.SecretNamespace, "secret-namespace", o.SecretNamespace, "Hub namespace whose Secrets labelled gateway.clustergateway.io/cluster-gateway=true are the ClusterGateways.")
 	fs.BoolVar(&o.AuthorizeProxySubpath, "authorize-proxy-subpath", o.AuthorizeProxySubpath, "Also authorize each proxied request's inner verb, resource, namespace and name (or non-resource path) against the hub for the caller.")
+	fs.DurationVar(&o.ShutdownStreamDrain, "shutdown-stream-drain", o.ShutdownStreamDrain, "On shutdown, after --shutdown-delay-duration, proxied watches end cleanly (clients re-watch elsewhere) and exec, attach and port-forward streams get this long to end before they are cut. terminationGracePeriodSeconds must cover the delay, this drain and --request-timeout.")
 	o.Endpoints.AddFlags(fs)
 	o.Pool.AddFlags(fss.FlagSet("pool"))
 	o.Konnectivity.AddFlags(fss.FlagSet("konnectivity"))
@@ -80,6 +84,9 @@ func (o *Options) Validate() error {
 	errs = append(errs, o.ServerRun.Validate()...)
 	if o.SecretNamespace == "" {
 		errs = append(errs, errors.New("--secret-namespace must not be empty"))
+	}
+	if o.ShutdownStreamDrain < 0 {
+		errs = append(errs, fmt.Errorf("--shutdown-stream-drain must not be negative, not %v", o.ShutdownStreamDrain))
 	}
 	errs = append(errs, o.Endpoints.Validate()...)
 	errs = append(errs, o.Pool.Validate()...)
@@ -110,6 +117,7 @@ func (o *Options) ServerConfig() (*apiserver.Config, error) {
 		Pool:                  *o.Pool,
 		Konnectivity:          *o.Konnectivity,
 		Health:                *o.Health,
+		ShutdownStreamDrain:   o.ShutdownStreamDrain,
 	}
 	cfg.Extra.Pool.Endpoints = endpoints
 	return cfg, nil
