@@ -126,6 +126,30 @@ func TestAPIExplainAndDiscovery(t *testing.T) {
 	if !strings.Contains(out, "notAfter") || !strings.Contains(out, "subject") {
 		t.Errorf("kubectl explain cgw.status.credential:\n%s", out)
 	}
+	// Every level of spec and status is described, and no sentence says the
+	// same twice (a field's description followed by its type's).
+	for _, path := range []string{"", ".metadata", ".spec", ".spec.endpoint", ".spec.credential", ".spec.credential.x509", ".spec.impersonation",
+		".status", ".status.conditions", ".status.credential", ".status.reachability"} {
+		out := mustKubectl(t, hub, "explain", "clustergateway"+path)
+		if strings.Contains(out, "<no description>") {
+			t.Errorf("kubectl explain clustergateway%s has a field without a description:\n%s", path, out)
+		}
+		desc := out
+		if i := strings.Index(desc, "DESCRIPTION:"); i >= 0 {
+			desc = desc[i:]
+		}
+		if i := strings.Index(desc, "FIELDS:"); i >= 0 {
+			desc = desc[:i]
+		}
+		seen := map[string]bool{}
+		for _, sentence := range strings.Split(strings.Join(strings.Fields(desc), " "), ". ") {
+			key := strings.ToLower(strings.TrimSuffix(sentence, "."))
+			if len(key) > 20 && seen[key] {
+				t.Errorf("kubectl explain clustergateway%s repeats %q:\n%s", path, sentence, out)
+			}
+			seen[key] = true
+		}
+	}
 
 	// Discovery: the verbs and subresources docs/api.md lists.
 	var resources metav1.APIResourceList

@@ -123,20 +123,23 @@ func schema_pkg_apis_gateway_v1alpha1_ClusterGateway(ref common.ReferenceCallbac
 					},
 					"metadata": {
 						SchemaProps: spec.SchemaProps{
-							Default: map[string]interface{}{},
-							Ref:     ref(v1.ObjectMeta{}.OpenAPIModelName()),
+							Description: "Standard object metadata. The name is the managed cluster's name on the hub; labels and annotations are kept in the gateway's own Secret data.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1.ObjectMeta{}.OpenAPIModelName()),
 						},
 					},
 					"spec": {
 						SchemaProps: spec.SchemaProps{
-							Default: map[string]interface{}{},
-							Ref:     ref(ClusterGatewaySpec{}.OpenAPIModelName()),
+							Description: "Spec says where the managed cluster's API server is, how the gateway authenticates to it, and whose identity the cluster sees.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(ClusterGatewaySpec{}.OpenAPIModelName()),
 						},
 					},
 					"status": {
 						SchemaProps: spec.SchemaProps{
-							Default: map[string]interface{}{},
-							Ref:     ref(ClusterGatewayStatus{}.OpenAPIModelName()),
+							Description: "Status is computed on every read and cannot be written: whether the stored gateway is usable (Ready) and whether the cluster answers (Reachable).",
+							Default:     map[string]interface{}{},
+							Ref:         ref(ClusterGatewayStatus{}.OpenAPIModelName()),
 						},
 					},
 				},
@@ -171,8 +174,9 @@ func schema_pkg_apis_gateway_v1alpha1_ClusterGatewayHealth(ref common.ReferenceC
 					},
 					"metadata": {
 						SchemaProps: spec.SchemaProps{
-							Default: map[string]interface{}{},
-							Ref:     ref(v1.ObjectMeta{}.OpenAPIModelName()),
+							Description: "The gateway's name, uid and resourceVersion at the time of the probe.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1.ObjectMeta{}.OpenAPIModelName()),
 						},
 					},
 					"healthy": {
@@ -235,13 +239,15 @@ func schema_pkg_apis_gateway_v1alpha1_ClusterGatewayList(ref common.ReferenceCal
 					},
 					"metadata": {
 						SchemaProps: spec.SchemaProps{
-							Default: map[string]interface{}{},
-							Ref:     ref(v1.ListMeta{}.OpenAPIModelName()),
+							Description: "Standard list metadata.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1.ListMeta{}.OpenAPIModelName()),
 						},
 					},
 					"items": {
 						SchemaProps: spec.SchemaProps{
-							Type: []string{"array"},
+							Description: "Items are the ClusterGateways, without their credential material.",
+							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
 									SchemaProps: spec.SchemaProps{
@@ -298,7 +304,7 @@ func schema_pkg_apis_gateway_v1alpha1_ClusterGatewaySpec(ref common.ReferenceCal
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "ClusterGatewaySpec says where a managed cluster is and how to authenticate to it.",
+				Description: "ClusterGatewaySpec is validated as a whole on every write (docs/api.md has the rules).",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"endpoint": {
@@ -335,7 +341,7 @@ func schema_pkg_apis_gateway_v1alpha1_ClusterGatewayStatus(ref common.ReferenceC
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "ClusterGatewayStatus is computed on every read, never stored: Ready from the stored object, Reachable from the gateway's own probes of the cluster.",
+				Description: "Each gateway replica computes ClusterGatewayStatus itself: Ready from the stored object, Reachable from its own probes, so replicas may briefly disagree on Reachable.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"conditions": {
@@ -383,7 +389,7 @@ func schema_pkg_apis_gateway_v1alpha1_Credential(ref common.ReferenceCallback) c
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "Credential is how the gateway authenticates to a managed cluster. The material (certificate, key, token) is write-only: accepted on create and update, never returned by the API; an update that omits it keeps the stored material.",
+				Description: "The material of a Credential (certificate, key, token) is write-only: accepted on create and update, never returned by the API. An update that omits it keeps the stored material, as long as the endpoint and the impersonation mode stay the same.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"type": {
@@ -421,7 +427,7 @@ func schema_pkg_apis_gateway_v1alpha1_CredentialStatus(ref common.ReferenceCallb
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "CredentialStatus describes a stored credential without revealing it.",
+				Description: "CredentialStatus shows only a client certificate's subject and expiry; of a bearer token it shows nothing.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"subject": {
@@ -449,7 +455,7 @@ func schema_pkg_apis_gateway_v1alpha1_Endpoint(ref common.ReferenceCallback) com
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "Endpoint is where a managed cluster's API server is.",
+				Description: "Endpoint decides where the stored credential is sent: an update that changes any of its fields must send the credential again.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"type": {
@@ -507,7 +513,7 @@ func schema_pkg_apis_gateway_v1alpha1_Impersonation(ref common.ReferenceCallback
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "Impersonation says whose identity the managed cluster sees.",
+				Description: "Impersonation of the caller needs the stored credential to hold the impersonate permission on the managed cluster.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"mode": {
@@ -528,7 +534,7 @@ func schema_pkg_apis_gateway_v1alpha1_ReachabilityStatus(ref common.ReferenceCal
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "ReachabilityStatus is the last probe of a cluster by the gateway.",
+				Description: "ReachabilityStatus: probes ask /readyz and /version every --probe-interval, through the gateway's own transport and with the stored credential.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"lastProbeTime": {
@@ -562,7 +568,7 @@ func schema_pkg_apis_gateway_v1alpha1_X509Credential(ref common.ReferenceCallbac
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "X509Credential is a PEM client certificate and its private key.",
+				Description: "X509Credential's certificate and private key are PEM, must belong together, and the certificate must allow client authentication and be valid when written.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"certificate": {
