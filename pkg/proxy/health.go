@@ -23,10 +23,16 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/health"
+	"github.com/clustergateway/cluster-gateway/pkg/version"
 )
 
 // probeTimeout bounds the health subresource's probe.
 const probeTimeout = 5 * time.Second
+
+// proberUserAgent names the background prober's requests in managed
+// clusters' audit logs (and lets tests tell them from users' traffic). The
+// health subresource's probe is a user's request and keeps the Go default.
+var proberUserAgent = "cluster-gateway-prober/" + version.String()
 
 // Probe asks the named cluster's /readyz through the pooled transport, with the
 // gateway's credential (impersonating the caller in Caller mode): the same
@@ -50,7 +56,7 @@ func (p *Proxy) Probe(ctx context.Context, name string) (*v1alpha1.ClusterGatewa
 	}
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	r := p.get(ctx, gw, caller, "/readyz")
+	r := p.get(ctx, gw, caller, "", "/readyz")[0]
 	h.Code = int32(r.code)
 	h.Healthy = r.reason == v1alpha1.ReasonReachable
 	if !h.Healthy {
@@ -67,10 +73,11 @@ func (p *Proxy) ProbeCluster(ctx context.Context, name string) health.Outcome {
 	if err != nil {
 		return health.Outcome{Reason: v1alpha1.ReasonGatewayNotReady, Message: err.Error()}
 	}
-	r := p.get(ctx, gw, nil, "/readyz")
+	rs := p.get(ctx, gw, nil, proberUserAgent, "/readyz", "/version")
+	r := rs[0]
 	out := health.Outcome{Reason: r.reason, Message: r.message, Latency: r.latency}
-	if r.reason == v1alpha1.ReasonReachable {
-		if v := p.get(ctx, gw, nil, "/version"); v.reason == v1alpha1.ReasonReachable {
+	if len(rs) == 2 {
+		if v := rs[1]; v.reason == v1alpha1.ReasonReachable {
 			var info struct {
 				GitVersion string `json:"gitVersion"`
 			}
@@ -90,39 +97,59 @@ type probeResult struct {
 	latency         time.Duration
 }
 
-// get sends GET path to gw's cluster the way a proxied request goes, and
-// says whether it answered 200 and, if not, why.
-func (p *Proxy) get(ctx context.Context, gw *gateways.Gateway, caller user.Info, path string) probeResult {
+// get sends GET (as userAgent, if set) for each path in turn to gw's cluster the way a proxied
+// request goes (the same transport, identity and endpoint policy), over one
+// connection, and says whether each answered 200 and, if not, why. It stops
+// at the first that did not: the result has at least one element.
+func (p *Proxy) get(ctx context.Context, gw *gateways.Gateway, caller user.Info, userAgent string, paths ...string) []probeResult {
 	name := gw.Name()
 	if !gw.Ready {
-		return probeResult{reason: v1alpha1.ReasonGatewayNotReady, message: gw.Problem}
+		return []probeResult{{reason: v1alpha1.ReasonGatewayNotReady, message: gw.Problem}}
 	}
 	target, err := p.target(gw)
 	if err != nil {
-		return probeResult{reason: v1alpha1.ReasonDialFailed, message: err.Error()}
+		return []probeResult{{reason: v1alpha1.ReasonDialFailed, message: err.Error()}}
 	}
-	lease, err := p.opts.Pool.Acquire(target)
+	var rs []probeResult
+	// Pool.Probe: a probe neither evicts, keeps alive nor counts as the
+	// entries users' requests work with.
+	err = p.opts.Pool.Probe(target, func(base http.RoundTripper) error {
+		rt := &upstreamTransport{base: base, id: p.identityFor(gw, caller), cluster: name}
+		for _, path := range paths {
+			u := *gw.Address
+			u.Path = joinPath(gw.Address.Path, path)
+			r := p.send(ctx, rt, u.String(), path, userAgent)
+			rs = append(rs, r)
+			if r.reason != v1alpha1.ReasonReachable {
+				break
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		if errors.Is(err, endpointpolicy.ErrDenied) {
-			return probeResult{reason: v1alpha1.ReasonDialFailed, message: endpointDenied(name, err).ErrStatus.Message}
+			return []probeResult{{reason: v1alpha1.ReasonDialFailed, message: endpointDenied(name, err).ErrStatus.Message}}
 		}
-		return probeResult{reason: v1alpha1.ReasonDialFailed, message: err.Error()}
+		return []probeResult{{reason: v1alpha1.ReasonDialFailed, message: err.Error()}}
 	}
-	defer lease.Release()
+	return rs
+}
 
-	u := *gw.Address
-	u.Path = joinPath(gw.Address.Path, path)
+// send is get's request, through rt.
+func (p *Proxy) send(ctx context.Context, rt *upstreamTransport, url, path, userAgent string) probeResult {
 	var connected atomic.Bool
 	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { connected.Store(true) }}
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodGet, u.String(), nil)
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodGet, url, nil)
 	if err != nil {
 		return probeResult{reason: v1alpha1.ReasonDialFailed, message: err.Error()}
 	}
-	rt := &upstreamTransport{base: lease.Transport(), id: p.identityFor(gw, caller), cluster: name}
+	if userAgent != "" {
+		req.Header.Set("User-Agent", userAgent)
+	}
 	start := time.Now()
 	resp, err := rt.RoundTrip(req)
 	if err != nil {
-		return probeResult{reason: classify(err, connected.Load()), message: upstreamError(name, err, false).ErrStatus.Message}
+		return probeResult{reason: classify(err, connected.Load()), message: upstreamError(rt.cluster, err, false).ErrStatus.Message}
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,7 +23,9 @@ import (
 func TestProbeClusterClassifies(t *testing.T) {
 	block := make(chan struct{})
 	t.Cleanup(func() { close(block) })
+	var agents sync.Map
 	ok := newTLSUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		agents.Store(r.UserAgent(), true)
 		if r.URL.Path == "/version" {
 			_, _ = w.Write([]byte(`{"gitVersion":"v1.37.2"}`))
 			return
@@ -63,6 +66,13 @@ func TestProbeClusterClassifies(t *testing.T) {
 		if name == "failing" && !strings.Contains(out.Message, "500") {
 			t.Errorf("failing: message %q does not give the status", out.Message)
 		}
+	}
+	if _, named := agents.Load(proberUserAgent); !named || !strings.HasPrefix(proberUserAgent, "cluster-gateway-prober/") {
+		t.Errorf("the prober's requests were not sent as %s", proberUserAgent)
+	}
+	// Probes go around the pool: they must not evict users' entries.
+	if st := px.opts.Pool.Stats(); st.Live != 0 || st.Created != 0 {
+		t.Errorf("probes left %d live entries (%d created), want the pool untouched", st.Live, st.Created)
 	}
 }
 
