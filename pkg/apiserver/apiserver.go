@@ -11,9 +11,13 @@ import (
 	"net/http"
 	"time"
 
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/group"
+	unionauth "k8s.io/apiserver/pkg/authentication/request/union"
 	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/component-base/metrics"
@@ -21,6 +25,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+	"github.com/clustergateway/cluster-gateway/pkg/certauth"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/health"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
@@ -45,6 +50,12 @@ type ExtraConfig struct {
 	// ShutdownStreamDrain is how long, on shutdown, upgraded streams (exec,
 	// attach, port-forward) may go on after proxied watches were ended.
 	ShutdownStreamDrain time.Duration
+	// CertCacheSize bounds the cache of verified client-certificate chains
+	// (pkg/certauth); 0 verifies every request's chain. ClientCA verifies
+	// users' client certificates (the hub's client CA); nil: only the hub's
+	// front-proxy certificate is cached.
+	CertCacheSize int
+	ClientCA      dynamiccertificates.CAContentProvider
 	// Metrics is where the gateway's metrics are registered; nil: the
 	// registry the generic server serves on /metrics.
 	Metrics metrics.KubeRegistry
@@ -68,6 +79,8 @@ type Server struct {
 	Pool    *pool.Pool
 	Tunnel  *konnectivity.Manager // nil without a proxy-server
 	Prober  *health.Prober
+	// CertCache verifies client-certificate chains once; nil when off.
+	CertCache *certauth.Cache
 }
 
 // New builds the server; nothing runs until Run.
@@ -90,6 +103,10 @@ func (c *Config) New() (*Server, error) {
 	g.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(v1alpha1.GetOpenAPIDefinitions, namer)
 	g.OpenAPIV3Config.Info.Title = "Cluster Gateway"
 
+	certCache, err := c.cacheCertificateAuthentication()
+	if err != nil {
+		return nil, err
+	}
 	generic, err := g.Complete().New("cluster-gateway", genericapiserver.NewEmptyDelegate())
 	if err != nil {
 		return nil, err
@@ -98,7 +115,7 @@ func (c *Config) New() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the hub client: %w", err)
 	}
-	s := &Server{Generic: generic, Store: gateways.NewStore(client, c.Extra.SecretNamespace)}
+	s := &Server{Generic: generic, Store: gateways.NewStore(client, c.Extra.SecretNamespace), CertCache: certCache}
 	if s.Pool, err = pool.New(c.Extra.Pool); err != nil {
 		return nil, err
 	}
@@ -173,6 +190,10 @@ func (c *Config) New() (*Server, error) {
 	if err := generic.AddPostStartHook("start-clustergateway-store", func(ctx genericapiserver.PostStartHookContext) error {
 		go s.Store.Run(ctx)
 		go s.Prober.Run(ctx)
+		if r, ok := c.Extra.ClientCA.(dynamiccertificates.ControllerRunner); ok {
+			_ = r.RunOnce(ctx) // errors are retried by Run
+			go r.Run(ctx, 1)
+		}
 		if s.Tunnel != nil {
 			s.Tunnel.Start(ctx)
 		}
@@ -193,6 +214,9 @@ func (s *Server) registerMetrics(r metrics.KubeRegistry, px *proxy.Proxy) error 
 		}
 	}
 	r.CustomMustRegister(s.Pool.Collector())
+	if s.CertCache != nil {
+		r.CustomMustRegister(s.CertCache.Collector())
+	}
 	px.Metrics().Register(r)
 	s.Prober.Metrics().Register(r)
 	if s.Tunnel != nil {
@@ -213,4 +237,36 @@ func (s *Server) stop() {
 		s.Tunnel.Stop()
 	}
 	klog.InfoS("Stopped the transport pool and tunnels")
+}
+
+// cacheCertificateAuthentication puts authenticators that verify each client
+// certificate chain once (pkg/certauth) in front of the generic server's
+// delegated authenticator: the hub's front-proxy certificate (every request
+// through the hub) and users' own certificates. Bearer tokens, and whatever
+// the cached ones cannot authenticate, go on to the generic authenticator
+// as before.
+func (c *Config) cacheCertificateAuthentication() (*certauth.Cache, error) {
+	a := &c.Generic.Authentication
+	if c.Extra.CertCacheSize <= 0 || a.Authenticator == nil {
+		return nil, nil
+	}
+	cache, err := certauth.NewCache(c.Extra.CertCacheSize)
+	if err != nil {
+		return nil, err
+	}
+	var cached []authenticator.Request
+	if rh := a.RequestHeaderConfig; rh != nil {
+		cached = append(cached, cache.RequestHeader(certauth.RequestHeaderConfig{
+			CAContentProvider: rh.CAContentProvider, AllowedClientNames: rh.AllowedClientNames,
+			UsernameHeaders: rh.UsernameHeaders, UIDHeaders: rh.UIDHeaders, GroupHeaders: rh.GroupHeaders, ExtraHeaderPrefixes: rh.ExtraHeaderPrefixes,
+		}))
+	}
+	if c.Extra.ClientCA != nil {
+		cached = append(cached, cache.ClientCert(c.Extra.ClientCA))
+	}
+	if len(cached) == 0 {
+		return nil, nil
+	}
+	a.Authenticator = unionauth.New(group.NewAuthenticatedGroupAdder(unionauth.New(cached...)), a.Authenticator)
+	return cache, nil
 }
