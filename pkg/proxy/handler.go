@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httputil"
 	"strconv"
 	"strings"
 	"time"
@@ -86,6 +88,7 @@ type Proxy struct {
 	opts    Options
 	metrics *Metrics
 	streams *streams
+	reverse *httputil.ReverseProxy // every ordinary request's, see forward.go
 }
 
 // New returns the proxy. Store, Pool and Authorizer are required. The proxy
@@ -98,7 +101,7 @@ func New(opts Options) (*Proxy, error) {
 	case opts.Authorizer == nil:
 		return nil, fmt.Errorf("proxy: Options.Authorizer is required (exec, attach and port-forward are authorized as create)")
 	}
-	p := &Proxy{opts: opts, metrics: NewMetrics(), streams: newStreams()}
+	p := &Proxy{opts: opts, metrics: NewMetrics(), streams: newStreams(), reverse: newReverseProxy()}
 	if err := opts.Store.OnChange(p.gatewayChanged); err != nil {
 		return nil, err
 	}
@@ -131,7 +134,11 @@ func (p *Proxy) Handler(name, subpath string) http.Handler {
 func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath string) {
 	// The inner request is parsed once and serves the metrics label, the
 	// subpath authorization and the watch handling.
-	in, inErr := innerInfo(req, "/"+strings.TrimPrefix(subpath, "/"))
+	inner := subpath
+	if !strings.HasPrefix(inner, "/") {
+		inner = "/" + inner
+	}
+	in, inErr := innerInfo(req, inner)
 	if inErr != nil {
 		in = nil
 	}
@@ -188,37 +195,39 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 	}
 	defer lease.Release()
 
-	location := *gw.Address
+	// One allocation carries what the request needs on its way.
+	f := &forwarded{location: *gw.Address, watch: isWatch(in), streams: p.streams, responder: responder{cluster: name, health: p.opts.Health}}
+	location := &f.location
 	location.Path = joinPath(gw.Address.Path, subpath)
 	location.RawPath = ""
 	location.RawQuery = clientQuery(req)
+	id := p.identityFor(gw, u)
+	f.up = upstreamTransport{base: lease.Transport(), id: id, cluster: name}
 
+	if !upgrade {
+		p.reverse.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), forwardedKey{}, f)))
+		return
+	}
+
+	// Upgrades (exec, attach, port-forward) go through UpgradeAwareHandler.
 	// The client's credentials and claimed identities go now, so nothing
 	// below (nor its logs) sees them; the gateway's identity is added by the
-	// upstream round trippers, after hop-by-hop header removal.
+	// upgrade round tripper, on the request written to the cluster.
 	out := req.WithContext(req.Context())
 	out.Header = utilnet.CloneHeader(req.Header)
-	out.URL = &location
+	out.URL = location
 	out.Host = location.Host
 	scrubClientHeaders(out.Header)
-	id := p.identityFor(gw, u)
-
-	var rt http.RoundTripper = &upstreamTransport{base: lease.Transport(), id: id, cluster: name}
-	if isWatch(in) {
-		rt = cleanEnd{RoundTripper: rt, streams: p.streams}
-	}
-	h := utilproxy.NewUpgradeAwareHandler(&location, rt, false, false, responder{cluster: name, health: p.opts.Health})
+	h := utilproxy.NewUpgradeAwareHandler(location, &f.up, false, false, f.responder)
 	h.UseRequestLocation = true
 	h.UseLocationHost = true
-	if upgrade {
-		// Upgrades need HTTP/1.1.
-		h.UpgradeTransport = &upstreamUpgrade{base: lease.UpgradeTransport(), id: id}
-		var stop func()
-		w, out, stop = upgradeWatchdog(w, out, p.upgradeSetupTimeout())
-		defer stop()
-		p.streams.upgradeStarted()
-		defer p.streams.upgradeEnded()
-	}
+	// Upgrades need HTTP/1.1.
+	h.UpgradeTransport = &upstreamUpgrade{base: lease.UpgradeTransport(), id: id}
+	var stop func()
+	w, out, stop = upgradeWatchdog(w, out, p.upgradeSetupTimeout())
+	defer stop()
+	p.streams.upgradeStarted()
+	defer p.streams.upgradeEnded()
 	h.ServeHTTP(w, out)
 }
 
