@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/clustergateway/cluster-gateway/internal/testpki"
 )
 
 func newTestPool(t testing.TB, opts Options) *Pool {
@@ -119,7 +121,7 @@ func TestRotationKeepsStreamUntilGrace(t *testing.T) {
 	w := startStream(t, l1.Transport(), u)
 
 	rotated := u.target(t, "c1", "client-2")
-	rotated.CAData = append(append([]byte{}, u.serverCA.pem...), newTestCA(t, "next-ca").pem...)
+	rotated.CAData = append(append([]byte{}, u.serverCA.CertPEM...), testpki.MustCA(t, "next-ca").CertPEM...)
 	if old.Fingerprint() == rotated.Fingerprint() {
 		t.Fatal("rotation did not change the fingerprint")
 	}
@@ -310,16 +312,17 @@ func TestIdleTTLRetires(t *testing.T) {
 func TestInvalidTargets(t *testing.T) {
 	u := newUpstream(t)
 	p := newTestPool(t, Options{})
-	certPEM, keyPEM := u.clientCA.issue(t, "c", 0)
-	_, otherKeyPEM := u.clientCA.issue(t, "other", 0)
+	cert := u.clientCA.MustIssue(t, testpki.Spec{CommonName: "c"})
+	certPEM, keyPEM := cert.CertPEM, cert.KeyPEM
+	otherKeyPEM := u.clientCA.MustIssue(t, testpki.Spec{CommonName: "other"}).KeyPEM
 	for name, mutate := range map[string]func(*Target){
 		"garbage CA":          func(t *Target) { t.CAData = []byte("garbage") },
 		"whitespace CA":       func(t *Target) { t.CAData = []byte(" \n") },
 		"corrupt certificate": func(t *Target) { t.CAData = []byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n") },
 		"truncated CA": func(t *Target) {
-			t.CAData = append(append([]byte{}, u.serverCA.pem...), "-----BEGIN CERTIFICATE-----\nMIIB"...)
+			t.CAData = append(append([]byte{}, u.serverCA.CertPEM...), "-----BEGIN CERTIFICATE-----\nMIIB"...)
 		},
-		"key in CA bundle":  func(t *Target) { t.CAData = append(append([]byte{}, u.serverCA.pem...), keyPEM...) },
+		"key in CA bundle":  func(t *Target) { t.CAData = append(append([]byte{}, u.serverCA.CertPEM...), keyPEM...) },
 		"insecure with CA":  func(t *Target) { t.Insecure = true },
 		"cert without key":  func(t *Target) { t.CertData, t.KeyData = certPEM, nil },
 		"mismatched key":    func(t *Target) { t.CertData, t.KeyData = certPEM, otherKeyPEM },

@@ -3,7 +3,6 @@ package pool
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
@@ -14,14 +13,16 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/clustergateway/cluster-gateway/internal/testpki"
 )
 
 // upstream is an in-process stand-in for a managed cluster's API server.
 type upstream struct {
 	srv      *httptest.Server
 	url      *url.URL
-	serverCA *testCA // signs the serving certificate
-	clientCA *testCA // signs client certificates it accepts
+	serverCA *testpki.CA // signs the serving certificate
+	clientCA *testpki.CA // signs client certificates it accepts
 	accepted atomic.Int64
 }
 
@@ -29,7 +30,7 @@ type upstream struct {
 // does not require) a client certificate, and counts accepted connections.
 func newUpstream(t testing.TB) *upstream {
 	t.Helper()
-	u := &upstream{serverCA: newTestCA(t, "server-ca"), clientCA: newTestCA(t, "client-ca")}
+	u := &upstream{serverCA: testpki.MustCA(t, "server-ca"), clientCA: testpki.MustCA(t, "client-ca")}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/hello", func(w http.ResponseWriter, r *http.Request) {
 		cn := ""
@@ -42,12 +43,11 @@ func newUpstream(t testing.TB) *upstream {
 	mux.HandleFunc("/upgrade", upgradeEchoHandler)
 	u.srv = httptest.NewUnstartedServer(mux)
 	u.srv.EnableHTTP2 = true
-	clientRoots := x509.NewCertPool()
-	clientRoots.AddCert(u.clientCA.cert)
+	serving := u.serverCA.MustIssue(t, testpki.Spec{CommonName: "upstream", IPs: []string{"127.0.0.1"}, Server: true})
 	u.srv.TLS = &tls.Config{
-		Certificates: []tls.Certificate{u.serverCA.serverCert(t)},
+		Certificates: []tls.Certificate{serving.TLS()},
 		ClientAuth:   tls.VerifyClientCertIfGiven,
-		ClientCAs:    clientRoots,
+		ClientCAs:    u.clientCA.Pool(),
 		NextProtos:   []string{"h2", "http/1.1"},
 	}
 	u.srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
@@ -67,9 +67,9 @@ func newUpstream(t testing.TB) *upstream {
 // target trusts the upstream's CA and presents a client certificate.
 func (u *upstream) target(t testing.TB, cluster, clientCN string) *Target {
 	t.Helper()
-	cert, key := u.clientCA.issue(t, clientCN, x509.ExtKeyUsageClientAuth)
+	client := u.clientCA.MustIssue(t, testpki.Spec{CommonName: clientCN, Client: true})
 	addr := *u.url
-	return &Target{Cluster: cluster, Address: &addr, CAData: u.serverCA.pem, CertData: cert, KeyData: key}
+	return &Target{Cluster: cluster, Address: &addr, CAData: u.serverCA.CertPEM, CertData: client.CertPEM, KeyData: client.KeyPEM}
 }
 
 // watchHandler streams a line every few milliseconds until the client goes

@@ -35,6 +35,7 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 
+	"github.com/clustergateway/cluster-gateway/internal/testpki"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 )
@@ -52,15 +53,20 @@ var benchPaths = []struct{ name, path string }{
 	{"list", "/api/v1/namespaces/default/pods"},
 }
 
-// benchUpstream is a kube-apiserver stand-in that answers from memory.
+// benchUpstream is a kube-apiserver stand-in that answers from memory,
+// with one managed cluster's PKI: a CA, a serving certificate for 127.0.0.1
+// and the gateway's client certificate.
 type benchUpstream struct {
-	pki *benchPKI
-	srv *httptest.Server
+	ca     *testpki.CA
+	client *testpki.Pair
+	srv    *httptest.Server
 }
 
 func newBenchUpstream(b *testing.B) *benchUpstream {
 	b.Helper()
-	pki := newBenchPKI(b)
+	ca := testpki.MustCA(b, "bench-ca")
+	serving := ca.MustIssue(b, testpki.Spec{CommonName: "kube-apiserver", IPs: []string{"127.0.0.1"}, Server: true})
+	client := ca.MustIssue(b, testpki.Spec{CommonName: "gateway", Organization: []string{"system:masters"}, Client: true})
 	ns, _ := json.Marshal(&corev1.Namespace{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
 		ObjectMeta: metav1.ObjectMeta{Name: "default", UID: "6f1d2c1e-4e0b-4a43-9d1b-0c5c2d9b1a10", ResourceVersion: "42", Labels: map[string]string{"kubernetes.io/metadata.name": "default"}},
@@ -89,10 +95,16 @@ func newBenchUpstream(b *testing.B) *benchUpstream {
 		_, _ = w.Write(body)
 	}))
 	srv.EnableHTTP2 = true
-	srv.TLS = pki.serverTLS()
+	// A client certificate is verified when presented, as a kube-apiserver does.
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{serving.TLS()}, ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: ca.Pool()}
 	srv.StartTLS()
 	b.Cleanup(srv.Close)
-	return &benchUpstream{pki: pki, srv: srv}
+	return &benchUpstream{ca: ca, client: client, srv: srv}
+}
+
+// clientTLS trusts the upstream's CA and presents the gateway's client certificate.
+func (u *benchUpstream) clientTLS() *tls.Config {
+	return &tls.Config{RootCAs: u.ca.Pool(), Certificates: []tls.Certificate{u.client.TLS()}}
 }
 
 // newH2Transport is configured like a pool entry's transport: HTTP/2 via
@@ -160,7 +172,7 @@ func runLoad(b *testing.B, c *http.Client, base, path string, warmed func()) {
 
 func BenchmarkDirect(b *testing.B) {
 	up := newBenchUpstream(b)
-	c := &http.Client{Transport: newH2Transport(b, up.pki.clientTLS())}
+	c := &http.Client{Transport: newH2Transport(b, up.clientTLS())}
 	for _, p := range benchPaths {
 		b.Run(p.name, func(b *testing.B) { runLoad(b, c, up.srv.URL, p.path, nil) })
 	}
@@ -171,7 +183,7 @@ func BenchmarkBareReverseProxy(b *testing.B) {
 	target, _ := url.Parse(up.srv.URL)
 	rp := &httputil.ReverseProxy{
 		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(target) },
-		Transport: newH2Transport(b, up.pki.clientTLS()), // one transport for all requests
+		Transport: newH2Transport(b, up.clientTLS()), // one transport for all requests
 	}
 	srv, c := frontend(b, rp)
 	for _, p := range benchPaths {
@@ -208,7 +220,7 @@ func newBenchProxy(b *testing.B, up *benchUpstream) (*Proxy, *pool.Pool) {
 		b.Fatal(err)
 	}
 	b.Cleanup(pl.Close)
-	px, err := New(Options{Store: startStore(b, benchNamespace, benchSecret(benchCluster, up.srv.URL, up.pki)), Pool: pl,
+	px, err := New(Options{Store: startStore(b, benchNamespace, benchSecret(benchCluster, up)), Pool: pl,
 		Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()})
 	if err != nil {
 		b.Fatal(err)
@@ -217,17 +229,17 @@ func newBenchProxy(b *testing.B, up *benchUpstream) (*Proxy, *pool.Pool) {
 }
 
 // benchSecret is a ClusterGateway as stored on the hub: Direct, X509.
-func benchSecret(name, endpoint string, pki *benchPKI) *corev1.Secret {
+func benchSecret(name string, up *benchUpstream) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: benchNamespace, ResourceVersion: "1", UID: "bench-uid",
 			Labels: map[string]string{gateways.LabelGateway: "true"}},
 		Data: map[string][]byte{
 			gateways.KeyEndpointType:   []byte("Direct"),
-			gateways.KeyEndpoint:       []byte(endpoint),
-			gateways.KeyCABundle:       pki.caPEM,
+			gateways.KeyEndpoint:       []byte(up.srv.URL),
+			gateways.KeyCABundle:       up.ca.CertPEM,
 			gateways.KeyCredentialType: []byte("X509Certificate"),
-			gateways.KeyCertificate:    pki.clientCert,
-			gateways.KeyPrivateKey:     pki.clientKey,
+			gateways.KeyCertificate:    up.client.CertPEM,
+			gateways.KeyPrivateKey:     up.client.KeyPEM,
 		},
 	}
 }

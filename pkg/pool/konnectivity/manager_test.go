@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"k8s.io/component-base/metrics"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"k8s.io/component-base/metrics"
+
+	"github.com/clustergateway/cluster-gateway/internal/testpki"
 )
 
 // Many dials share ONE gRPC connection (one TLS handshake) to the
@@ -138,8 +141,8 @@ func TestRotateCA(t *testing.T) {
 		t.Fatalf("proxy-server established connections: %v, %v; want the stream's 1", n, err)
 	}
 
-	other := newTestCA(t, "unrelated-ca")
-	writeFile(t, s.caFile, append(append([]byte{}, s.serverCA.pem...), other.pem...))
+	other := testpki.MustCA(t, "unrelated-ca")
+	writeFile(t, s.caFile, append(append([]byte{}, s.serverCA.CertPEM...), other.CertPEM...))
 	eventually(t, 10*time.Second, "tunnel identity changes", func() error {
 		if m.ID() == first {
 			return errors.New("still the first ID")
@@ -155,7 +158,7 @@ func TestRotateCA(t *testing.T) {
 	expectStats(t, m, "retired tunnel closed once its last conn closed", func(s Stats) bool { return s.OpenTunnels == 1 })
 
 	failures := m.Stats().TunnelBuildFailures
-	writeFile(t, s.caFile, other.pem)
+	writeFile(t, s.caFile, other.CertPEM)
 	expectStats(t, m, "a build with the wrong CA fails", func(s Stats) bool { return s.TunnelBuildFailures > failures })
 	if id := m.ID(); id != bundle {
 		t.Fatalf("ID changed to %s although no tunnel could be built from the wrong CA", id)
@@ -164,7 +167,7 @@ func TestRotateCA(t *testing.T) {
 		t.Fatalf("the last good tunnel must keep serving: %v", err)
 	}
 
-	writeFile(t, s.caFile, s.serverCA.pem)
+	writeFile(t, s.caFile, s.serverCA.CertPEM)
 	eventually(t, 15*time.Second, "back on the first material", func() error {
 		if id := m.ID(); id != first {
 			return fmt.Errorf("ID %s", id)
@@ -189,7 +192,7 @@ func TestUnusableFilesChangeNothing(t *testing.T) {
 	if err := get(c, s); err != nil {
 		t.Fatal(err)
 	}
-	_, otherKey := s.clientCA.issue(t, "other")
+	_, otherKey := issue(t, s.clientCA, "other")
 	goodKey, _ := os.ReadFile(s.keyFile)
 	cases := []struct {
 		name, path string
@@ -317,7 +320,7 @@ func TestUntrustedClientCertKeepsOldTunnel(t *testing.T) {
 	if err := get(c, s); err != nil {
 		t.Fatal(err)
 	}
-	cert, key := newTestCA(t, "untrusted-ca").issue(t, "intruder")
+	cert, key := issue(t, testpki.MustCA(t, "untrusted-ca"), "intruder")
 	writeFile(t, s.keyFile, key)
 	writeFile(t, s.certFile, cert)
 	expectStats(t, m, "builds with the untrusted cert fail", func(s Stats) bool { return s.TunnelBuildFailures >= 2 })

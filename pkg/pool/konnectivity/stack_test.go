@@ -3,7 +3,6 @@ package konnectivity
 import (
 	"bufio"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
@@ -16,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/clustergateway/cluster-gateway/internal/testpki"
 )
 
 // backendIP is where the agent's "managed cluster" lives; the agent
@@ -32,7 +33,7 @@ type stack struct {
 	serverPort, agentPort, adminPort, healthPort int
 	agentAdminPort, agentHealthPort              int
 
-	serverCA, clientCA, clusterCA, backendCA *testCA
+	serverCA, clientCA, clusterCA, backendCA *testpki.CA
 	server, agent                            *exec.Cmd
 
 	backend     *httptest.Server
@@ -78,22 +79,22 @@ func isExec(p string) bool {
 func newStack(t *testing.T) *stack {
 	t.Helper()
 	s := &stack{t: t, dir: t.TempDir(), bin: findBinaries(t)}
-	s.serverCA, s.clientCA = newTestCA(t, "proxy-server-ca"), newTestCA(t, "gateway-client-ca")
-	s.clusterCA, s.backendCA = newTestCA(t, "agent-ca"), newTestCA(t, "managed-cluster-ca")
+	s.serverCA, s.clientCA = testpki.MustCA(t, "proxy-server-ca"), testpki.MustCA(t, "gateway-client-ca")
+	s.clusterCA, s.backendCA = testpki.MustCA(t, "agent-ca"), testpki.MustCA(t, "managed-cluster-ca")
 	ports := freePorts(t, 6)
 	s.serverPort, s.agentPort, s.adminPort, s.healthPort = ports[0], ports[1], ports[2], ports[3]
 	s.agentAdminPort, s.agentHealthPort = ports[4], ports[5]
 
-	certs := map[string][]byte{"server-ca.crt": s.clientCA.pem, "cluster-ca.crt": s.clusterCA.pem}
-	certs["server.crt"], certs["server.key"] = s.serverCA.issue(t, "proxy-server", "127.0.0.1")
-	certs["cluster.crt"], certs["cluster.key"] = s.clusterCA.issue(t, "proxy-server-cluster", "127.0.0.1")
-	certs["agent-ca.crt"] = s.clusterCA.pem
-	certs["agent.crt"], certs["agent.key"] = s.clusterCA.issue(t, "proxy-agent")
+	certs := map[string][]byte{"server-ca.crt": s.clientCA.CertPEM, "cluster-ca.crt": s.clusterCA.CertPEM}
+	certs["server.crt"], certs["server.key"] = issue(t, s.serverCA, "proxy-server", "127.0.0.1")
+	certs["cluster.crt"], certs["cluster.key"] = issue(t, s.clusterCA, "proxy-server-cluster", "127.0.0.1")
+	certs["agent-ca.crt"] = s.clusterCA.CertPEM
+	certs["agent.crt"], certs["agent.key"] = issue(t, s.clusterCA, "proxy-agent")
 	for name, data := range certs {
 		writeFile(t, s.path(name), data)
 	}
 	s.caFile, s.certFile, s.keyFile = s.path("gw-ca.crt"), s.path("gw.crt"), s.path("gw.key")
-	writeFile(t, s.caFile, s.serverCA.pem)
+	writeFile(t, s.caFile, s.serverCA.CertPEM)
 	s.rotateClientCert()
 
 	s.startBackend()
@@ -109,7 +110,7 @@ func (s *stack) path(name string) string { return filepath.Join(s.dir, name) }
 // rotateClientCert writes a fresh gateway client cert and key (key first:
 // the reload must cope with a moment where they do not match).
 func (s *stack) rotateClientCert() {
-	cert, key := s.clientCA.issue(s.t, "cluster-gateway")
+	cert, key := issue(s.t, s.clientCA, "cluster-gateway")
 	writeFile(s.t, s.keyFile, key)
 	writeFile(s.t, s.certFile, cert)
 }
@@ -206,7 +207,7 @@ func (s *stack) waitReady() {
 // startBackend serves "/" (ok) and "/stream" (a line every 20 ms until the
 // client goes, like a watch) over TLS on backendIP.
 func (s *stack) startBackend() {
-	cert, key := s.backendCA.issue(s.t, "managed-apiserver", backendIP)
+	cert, key := issue(s.t, s.backendCA, "managed-apiserver", backendIP)
 	pair, err := tls.X509KeyPair(cert, key)
 	if err != nil {
 		s.t.Fatal(err)
@@ -238,9 +239,7 @@ func (s *stack) startBackend() {
 
 // backendTLS verifies the managed cluster's certificate through the tunnel.
 func (s *stack) backendTLS() *tls.Config {
-	roots := x509.NewCertPool()
-	roots.AddCert(s.backendCA.cert)
-	return &tls.Config{RootCAs: roots, ServerName: backendIP}
+	return &tls.Config{RootCAs: s.backendCA.Pool(), ServerName: backendIP}
 }
 
 // proxyConnections counts ESTABLISHED TCP connections to the proxy-server's
