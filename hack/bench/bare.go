@@ -1,20 +1,16 @@
 package main
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"time"
+
+	"github.com/clustergateway/cluster-gateway/internal/testpki"
 )
 
 // bareProxy is the baseline: httputil.ReverseProxy in this process with ONE
@@ -71,26 +67,16 @@ func (b *bareProxy) Close() {
 	b.upTr.CloseIdleConnections()
 }
 
-// selfSigned is a serving certificate for 127.0.0.1 and its PEM, which the
-// load client trusts.
+// selfSigned is a serving certificate for 127.0.0.1 and its CA's PEM,
+// which the load client trusts.
 func selfSigned() (tls.Certificate, []byte, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := testpki.NewCA("bench-bare-proxy-ca")
 	if err != nil {
 		return tls.Certificate{}, nil, err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "bench-bare-proxy"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IsCA:         true, BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	p, err := ca.Issue(testpki.Spec{CommonName: "bench-bare-proxy", IPs: []string{"127.0.0.1"}, Server: true})
 	if err != nil {
 		return tls.Certificate{}, nil, err
 	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
+	return p.TLS(), ca.CertPEM, nil
 }
