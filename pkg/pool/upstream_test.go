@@ -9,12 +9,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
+	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 )
 
 // upstream is an in-process stand-in for a managed cluster's API server.
@@ -137,24 +137,9 @@ func mustGet(t testing.TB, rt http.RoundTripper, base *url.URL, path string) (*h
 	return resp, body
 }
 
-// eventually polls cond until it holds or the deadline passes. Deadlines are
-// generous: they catch hangs, they do not measure speed.
+// eventually waits until cond holds (internal/testpoll). The deadline is
+// generous: it catches hangs, it does not measure speed.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-func openFDs(t testing.TB) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Skipf("cannot count fds: %v", err)
-	}
-	return len(ents)
+	testpoll.EventuallyTrue(t, 10*time.Second, what, cond)
 }

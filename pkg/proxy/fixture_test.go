@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
+	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
@@ -64,13 +65,7 @@ func startStore(t testing.TB, namespace string, secrets ...*corev1.Secret) *gate
 	done := make(chan struct{})
 	go func() { defer close(done); store.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	deadline := time.Now().Add(30 * time.Second)
-	for !store.HasSynced() {
-		if time.Now().After(deadline) {
-			t.Fatal("the store did not sync")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testpoll.EventuallyTrue(t, 30*time.Second, "the store syncs", store.HasSynced)
 	return store
 }
 

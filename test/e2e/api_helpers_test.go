@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
+	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 	gatewayv1alpha1 "github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/generated/clientset/versioned"
 )
@@ -130,20 +131,11 @@ func keys(m map[string][]byte) []string {
 	return out
 }
 
-// eventually polls cond every 100ms until it returns nil or pollTimeout passes.
+// eventually polls cond until it returns nil, failing the test with cond's
+// last error if it does not within pollTimeout (internal/testpoll).
 func eventually(t *testing.T, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(pollTimeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, pollTimeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testpoll.Eventually(t, pollTimeout, what, cond)
 }
 
 // testCreds is a throw-away CA and a client certificate and key it signed.

@@ -53,7 +53,7 @@ func TestChurn(t *testing.T) {
 	// Warm-up: lazily started parts exist before the baseline, which is
 	// taken once nothing is in use any more.
 	r.cycle(t, 0)
-	base := r.g.awaitBaseline(t, r.g.clean(), nil)
+	base := r.g.awaitBaseline(t, r.g.clean(t), nil)
 	if t.Failed() {
 		t.FailNow()
 	}
@@ -71,7 +71,7 @@ func TestChurn(t *testing.T) {
 			t.FailNow()
 		}
 		if *churnReport > 0 && n%*churnReport == 0 {
-			t.Logf("cycle %d (%s): %s", n, time.Since(start).Round(time.Second), r.g.figures(false))
+			t.Logf("cycle %d (%s): %s", n, time.Since(start).Round(time.Second), r.g.figures(t, false))
 		}
 	}
 	took := time.Since(start)

@@ -179,13 +179,7 @@ func TestKonnectivityProxyServerRestart(t *testing.T) {
 	if m[kProxyConns] != 1 || proxyServerConns(t, k) != 1 {
 		t.Errorf("after recovery: %s = %v, the kernel sees %d; want 1 and 1", kProxyConns, m[kProxyConns], proxyServerConns(t, k))
 	}
-	eventually(t, "gateway goroutines and fds return near their baseline", func() error {
-		m := gatewayMetrics(t)
-		if g, f := m["go_goroutines"], m["process_open_fds"]; g > base["go_goroutines"]+15 || f > base["process_open_fds"]+5 {
-			return fmt.Errorf("goroutines %v (baseline %v), open fds %v (baseline %v)", g, base["go_goroutines"], f, base["process_open_fds"])
-		}
-		return nil
-	})
+	awaitGatewayBaseline(t, base)
 }
 
 // timedGet is hubGet that fails if the answer takes longer than the hub's

@@ -35,8 +35,6 @@ func TestProxyPool(t *testing.T) {
 	restartGateway(t, args)
 	t.Cleanup(func() { restartGateway(t, nil) })
 
-	m := gatewayMetrics(t)
-	baseGoroutines, baseFDs := m["go_goroutines"], m["process_open_fds"]
 	const (
 		created  = "cluster_gateway_pool_entry_creations_total"
 		live     = "cluster_gateway_pool_entries"
@@ -71,7 +69,7 @@ func TestProxyPool(t *testing.T) {
 	for err := range errs {
 		t.Fatalf("request through the gateway: %v", err)
 	}
-	m = gatewayMetrics(t)
+	m := gatewayMetrics(t)
 	if got := m[created] - base[created]; got != 1 {
 		t.Fatalf("1,000 requests to one cluster created %v pool entries, want 1", got)
 	}
@@ -170,13 +168,7 @@ func TestProxyPool(t *testing.T) {
 		}
 		return nil
 	})
-	eventually(t, "goroutines and file descriptors return to their baseline", func() error {
-		m := gatewayMetrics(t)
-		if g, f := m["go_goroutines"], m["process_open_fds"]; g > baseGoroutines+15 || f > baseFDs+5 {
-			return fmt.Errorf("goroutines %v (baseline %v), open fds %v (baseline %v)", g, baseGoroutines, f, baseFDs)
-		}
-		return nil
-	})
+	awaitGatewayBaseline(t, base)
 }
 
 // restartGateway restarts the gateway with args (nil: the environment's).

@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/clustergateway/cluster-gateway/internal/testpoll"
+	"github.com/clustergateway/cluster-gateway/internal/testproc"
 )
 
 func startManager(t *testing.T, opts Options) *Manager {
@@ -114,11 +117,11 @@ func (st *stream) close() {
 func leakCheck(t *testing.T) func() {
 	t.Helper()
 	goroutines := goleak.IgnoreCurrent()
-	fds := openFDs(t)
+	fds := testproc.MustOpenFDs(t)
 	return func() {
 		t.Helper()
-		eventually(t, 15*time.Second, "open fds back to baseline", func() error {
-			if n := openFDs(t); n > fds {
+		testpoll.Eventually(t, 15*time.Second, "open fds back to baseline", func() error {
+			if n := testproc.MustOpenFDs(t); n > fds {
 				return fmt.Errorf("%d open, baseline %d", n, fds)
 			}
 			return nil
@@ -129,7 +132,7 @@ func leakCheck(t *testing.T) func() {
 
 func expectStats(t *testing.T, m *Manager, what string, ok func(Stats) bool) {
 	t.Helper()
-	eventually(t, 20*time.Second, what, func() error {
+	testpoll.Eventually(t, 20*time.Second, what, func() error {
 		if st := m.Stats(); !ok(st) {
 			return fmt.Errorf("stats %+v", st)
 		}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/component-base/metrics"
 
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
+	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 )
 
 // Many dials share ONE gRPC connection (one TLS handshake) to the
@@ -52,7 +53,7 @@ func TestManyDialsShareOneTunnel(t *testing.T) {
 		t.Fatalf("kernel sees %d TCP connections to the proxy-server, the Manager %d open; want 1", n, st.OpenProxyConns)
 	}
 	// The proxy-server saw every stream end: closed conns free their streams.
-	eventually(t, 15*time.Second, "proxy-server has no established connections left", func() error {
+	testpoll.Eventually(t, 15*time.Second, "proxy-server has no established connections left", func() error {
 		n, err := s.serverMetric("konnectivity_network_proxy_server_established_connections")
 		if err == nil && n != 0 {
 			err = fmt.Errorf("%v established", n)
@@ -60,10 +61,10 @@ func TestManyDialsShareOneTunnel(t *testing.T) {
 		return err
 	})
 	expectMetrics(t, reg, map[string]float64{
-		"cluster_gateway_konnectivity_open_tunnels":          1,
-		"cluster_gateway_konnectivity_tunnel_builds_total":   1,
-		"cluster_gateway_konnectivity_proxy_connections":     1,
-		"cluster_gateway_konnectivity_dial_duration_seconds": workers * perWorker,
+		"cluster_gateway_konnectivity_open_tunnels":                1,
+		"cluster_gateway_konnectivity_tunnel_builds_total":         1,
+		"cluster_gateway_konnectivity_proxy_connections":           1,
+		"cluster_gateway_konnectivity_dial_duration_seconds_count": workers * perWorker,
 	})
 
 	m.Stop()
@@ -74,7 +75,7 @@ func TestManyDialsShareOneTunnel(t *testing.T) {
 	if st := m.Stats(); st.OpenTunnels != 0 || st.OpenProxyConns != 0 {
 		t.Fatalf("after Stop: %d open tunnels, %d open proxy connections; want 0", st.OpenTunnels, st.OpenProxyConns)
 	}
-	eventually(t, 10*time.Second, "no TCP connection to the proxy-server", func() error {
+	testpoll.Eventually(t, 10*time.Second, "no TCP connection to the proxy-server", func() error {
 		if n := s.proxyConnections(); n != 0 {
 			return fmt.Errorf("%d left", n)
 		}
@@ -96,7 +97,7 @@ func TestRotateClientCertKeepsLiveStreamsUntilGrace(t *testing.T) {
 	st := openStream(t, m, s)
 
 	s.rotateClientCert()
-	eventually(t, 10*time.Second, "tunnel identity changes", func() error {
+	testpoll.Eventually(t, 10*time.Second, "tunnel identity changes", func() error {
 		if m.ID() == old {
 			return errors.New("still the old ID")
 		}
@@ -143,7 +144,7 @@ func TestRotateCA(t *testing.T) {
 
 	other := testpki.MustCA(t, "unrelated-ca")
 	writeFile(t, s.caFile, append(append([]byte{}, s.serverCA.CertPEM...), other.CertPEM...))
-	eventually(t, 10*time.Second, "tunnel identity changes", func() error {
+	testpoll.Eventually(t, 10*time.Second, "tunnel identity changes", func() error {
 		if m.ID() == first {
 			return errors.New("still the first ID")
 		}
@@ -168,7 +169,7 @@ func TestRotateCA(t *testing.T) {
 	}
 
 	writeFile(t, s.caFile, s.serverCA.CertPEM)
-	eventually(t, 15*time.Second, "back on the first material", func() error {
+	testpoll.Eventually(t, 15*time.Second, "back on the first material", func() error {
 		if id := m.ID(); id != first {
 			return fmt.Errorf("ID %s", id)
 		}
@@ -252,7 +253,7 @@ func TestProxyServerRestart(t *testing.T) {
 	}
 
 	s.killServer()
-	eventually(t, 10*time.Second, "dials fail fast", func() error {
+	testpoll.Eventually(t, 10*time.Second, "dials fail fast", func() error {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		conn, err := m.DialContext(ctx, "tcp", s.backendAddr)
@@ -272,7 +273,7 @@ func TestProxyServerRestart(t *testing.T) {
 
 	s.startServer()
 	s.waitReady()
-	eventually(t, 20*time.Second, "dials succeed again", func() error { return get(c, s) })
+	testpoll.Eventually(t, 20*time.Second, "dials succeed again", func() error { return get(c, s) })
 	if got := m.Stats(); got.OpenTunnels != 1 || got.TunnelBuilds < 2 {
 		t.Fatalf("want one open tunnel after the rebuild; got %+v", got)
 	}

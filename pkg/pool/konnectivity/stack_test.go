@@ -16,7 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/clustergateway/cluster-gateway/internal/testmetrics"
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
+	"github.com/clustergateway/cluster-gateway/internal/testpoll"
+	"github.com/clustergateway/cluster-gateway/internal/testproc"
 )
 
 // backendIP is where the agent's "managed cluster" lives; the agent
@@ -199,7 +202,7 @@ func (s *stack) stop() {
 func (s *stack) waitReady() {
 	s.t.Helper()
 	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", s.healthPort)
-	eventually(s.t, 30*time.Second, "proxy-server ready with an agent", func() error {
+	testpoll.Eventually(s.t, 30*time.Second, "proxy-server ready with an agent", func() error {
 		return httpGetOK(url)
 	})
 }
@@ -242,23 +245,14 @@ func (s *stack) backendTLS() *tls.Config {
 	return &tls.Config{RootCAs: s.backendCA.Pool(), ServerName: backendIP}
 }
 
-// proxyConnections counts ESTABLISHED TCP connections to the proxy-server's
-// server port seen by the kernel; the gateway is the only client of it.
+// proxyConnections counts the ESTABLISHED TCP connections from this
+// process (the Manager under test) to the proxy-server's server port, as the
+// kernel sees them.
 func (s *stack) proxyConnections() int {
 	s.t.Helper()
-	n := 0
-	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		want := fmt.Sprintf(":%04X", s.serverPort)
-		for _, line := range strings.Split(string(data), "\n")[1:] {
-			fields := strings.Fields(line)
-			if len(fields) > 3 && strings.HasSuffix(fields[2], want) && fields[3] == "01" {
-				n++
-			}
-		}
+	n, err := testproc.TCPConns(os.Getpid(), "127.0.0.1", s.serverPort)
+	if err != nil {
+		s.t.Fatal(err)
 	}
 	return n
 }
@@ -294,22 +288,6 @@ func httpGetOK(url string) error {
 	return nil
 }
 
-// eventually polls f until it returns nil or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, within, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func tail(path string, lines int) string {
 	f, err := os.Open(path)
 	if err != nil {
@@ -327,40 +305,15 @@ func tail(path string, lines int) string {
 	return strings.Join(all, "\n")
 }
 
-// openFDs counts this process's open file descriptors.
-func openFDs(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(ents)
-}
-
 // serverMetric sums a metric's samples from the proxy-server's /metrics.
 func (s *stack) serverMetric(name string) (float64, error) {
 	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", s.healthPort))
+	m, err := testmetrics.Scrape(c, fmt.Sprintf("http://127.0.0.1:%d/metrics", s.healthPort))
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
-	sum, found := 0.0, false
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
-			continue
-		}
-		fields := strings.Fields(line)
-		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
-		if err != nil {
-			return 0, fmt.Errorf("%q: %w", line, err)
-		}
-		sum, found = sum+v, true
-	}
-	if !found {
+	if !m.Has(name) {
 		return 0, fmt.Errorf("proxy-server exports no %s", name)
 	}
-	return sum, sc.Err()
+	return m.Sum(name), nil
 }
