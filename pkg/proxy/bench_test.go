@@ -8,9 +8,10 @@ package proxy
 //	BenchmarkProxyGateway       client -> Proxy.Handler (real cache, real pool) -> upstream
 //
 // Every hop is real TLS over loopback with keep-alive HTTP/2 clients. The
-// gateway's frontend sets the user and RequestInfo as the generic server's
-// filters would, but runs no authentication or authorization: hack/bench
-// measures the whole gateway process behind the real hub. `make bench`
+// gateway's front end (internal/testfrontend) sets the user and RequestInfo
+// as the generic server's filters would, but runs no authentication or
+// authorization: hack/bench measures the whole gateway process behind the
+// real hub. `make bench`
 // runs these in one invocation and prints the ratios.
 
 import (
@@ -23,18 +24,16 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/net/http2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
-	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 
+	"github.com/clustergateway/cluster-gateway/internal/testfrontend"
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
@@ -43,7 +42,6 @@ import (
 const (
 	benchNamespace = "cluster-gateway-system"
 	benchCluster   = "bench"
-	benchGWPrefix  = "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/"
 	benchListPods  = 100 // pods in the list body (about 50 KiB of JSON)
 )
 
@@ -119,18 +117,6 @@ func newH2Transport(b *testing.B, cfg *tls.Config) *http.Transport {
 	return t
 }
 
-// frontend serves h over TLS with HTTP/2 and returns a keep-alive client for it.
-func frontend(b *testing.B, h http.Handler) (*httptest.Server, *http.Client) {
-	b.Helper()
-	srv := httptest.NewUnstartedServer(h)
-	srv.EnableHTTP2 = true
-	srv.StartTLS()
-	b.Cleanup(srv.Close)
-	c := srv.Client()
-	b.Cleanup(c.CloseIdleConnections)
-	return srv, c
-}
-
 // runLoad sends GET base+path from parallel goroutines (4 per GOMAXPROCS)
 // over one keep-alive client and checks every answer is a 200. warmed, if
 // set, runs after the first request (connections dialed, pool entry built).
@@ -185,7 +171,9 @@ func BenchmarkBareReverseProxy(b *testing.B) {
 		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(target) },
 		Transport: newH2Transport(b, up.clientTLS()), // one transport for all requests
 	}
-	srv, c := frontend(b, rp)
+	srv := testfrontend.MustStart(b, rp)
+	c := srv.Client()
+	b.Cleanup(c.CloseIdleConnections)
 	for _, p := range benchPaths {
 		b.Run(p.name, func(b *testing.B) { runLoad(b, c, srv.URL, p.path, nil) })
 	}
@@ -194,11 +182,14 @@ func BenchmarkBareReverseProxy(b *testing.B) {
 func BenchmarkProxyGateway(b *testing.B) {
 	up := newBenchUpstream(b)
 	px, pl := newBenchProxy(b, up)
-	srv, c := frontend(b, gatewayFrontend(px))
+	admin := &user.DefaultInfo{Name: "hub-admin", Groups: []string{"system:masters", user.AllAuthenticated}}
+	srv := testfrontend.MustStart(b, testfrontend.Handler(px, admin))
+	c := srv.Client()
+	b.Cleanup(c.CloseIdleConnections)
 	for _, p := range benchPaths {
 		b.Run(p.name, func(b *testing.B) {
 			var before pool.Stats
-			runLoad(b, c, srv.URL, benchGWPrefix+benchCluster+"/proxy"+p.path, func() { before = pl.Stats() })
+			runLoad(b, c, srv.ProxyURL(benchCluster), p.path, func() { before = pl.Stats() })
 			// Steady state builds no transports (a correctness check, not a timing one).
 			after := pl.Stats()
 			if after.Created != before.Created || after.Dials != before.Dials {
@@ -242,28 +233,6 @@ func benchSecret(name string, up *benchUpstream) *corev1.Secret {
 			gateways.KeyPrivateKey:     up.client.KeyPEM,
 		},
 	}
-}
-
-var benchInfoFactory = &apirequest.RequestInfoFactory{
-	APIPrefixes:          sets.NewString("api", "apis"),
-	GrouplessAPIPrefixes: sets.NewString("api"),
-}
-
-// gatewayFrontend does per request what the generic server does before the
-// proxy subresource's handler: RequestInfo, the authenticated user, and the
-// name and path of the subresource (ProxyREST.Connect).
-func gatewayFrontend(px *Proxy) http.Handler {
-	admin := &user.DefaultInfo{Name: "hub-admin", Groups: []string{"system:masters", user.AllAuthenticated}}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ri, err := benchInfoFactory.NewRequestInfo(r)
-		if err != nil || !isProxy(ri) {
-			http.Error(w, "not a proxy request", http.StatusNotFound)
-			return
-		}
-		ctx := apirequest.WithRequestInfo(apirequest.WithUser(r.Context(), admin), ri)
-		subpath := strings.TrimPrefix(r.URL.Path, benchGWPrefix+ri.Name+"/proxy")
-		px.Handler(ri.Name, subpath).ServeHTTP(w, r.WithContext(ctx))
-	})
 }
 
 // BenchmarkServePieces is the per-request work of serve before the upstream
