@@ -2,14 +2,12 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
@@ -85,31 +83,6 @@ func konnectivityNamespace(t *testing.T, k *localenv.Konnectivity) (kubernetes.I
 	}
 	t.Cleanup(func() { _ = direct.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
 	return direct, ns
-}
-
-// waitAdded waits until w reports ConfigMap name as ADDED.
-func waitAdded(w watch.Interface, name string) error {
-	timeout := time.After(pollTimeout)
-	for {
-		select {
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return fmt.Errorf("the watch ended before it reported ConfigMap %s", name)
-			}
-			if cm, isCM := ev.Object.(*corev1.ConfigMap); isCM && ev.Type == watch.Added && cm.Name == name {
-				return nil
-			}
-		case <-timeout:
-			return fmt.Errorf("the watch did not report ConfigMap %s within %s", name, pollTimeout)
-		}
-	}
-}
-
-func createConfigMap(t *testing.T, c kubernetes.Interface, ns, name string) {
-	t.Helper()
-	if _, err := c.CoreV1().ConfigMaps(ns).Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // proxyPath is a path on cluster name through the hub and the gateway.
