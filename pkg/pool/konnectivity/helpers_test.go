@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -55,11 +56,17 @@ func get(c *http.Client, s *stack) error {
 // stream is a long-lived request (like a watch) on one tunnel connection;
 // its reader goroutine reports each line and finally the error that ended it.
 type stream struct {
-	conn  net.Conn
-	lines chan string
-	ended chan error
-	wg    sync.WaitGroup
+	conn   net.Conn
+	lines  chan string
+	ended  chan error
+	lastAt atomic.Int64 // when the last line arrived, in UnixNano
+	endAt  atomic.Int64 // when reading failed, in UnixNano
+	wg     sync.WaitGroup
 }
+
+// lastLine is when the stream last delivered a line; endedAt when it ended.
+func (st *stream) lastLine() time.Time { return time.Unix(0, st.lastAt.Load()) }
+func (st *stream) endedAt() time.Time  { return time.Unix(0, st.endAt.Load()) }
 
 func openStream(t *testing.T, m *Manager, s *stack) *stream {
 	t.Helper()
@@ -79,9 +86,11 @@ func openStream(t *testing.T, m *Manager, s *stack) *stream {
 		for {
 			line, err := r.ReadString('\n')
 			if err != nil {
+				st.endAt.Store(time.Now().UnixNano())
 				st.ended <- err
 				return
 			}
+			st.lastAt.Store(time.Now().UnixNano())
 			select {
 			case st.lines <- line:
 			default: // nobody is counting right now
