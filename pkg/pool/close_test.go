@@ -13,7 +13,7 @@ import (
 
 // After Close, goroutines, tracked connections and file descriptors return
 // to where they were before the pool existed, across rotation, removal,
-// eviction and a stream cut at the grace period.
+// eviction and a live stream that Close cuts.
 func TestCloseReturnsToBaseline(t *testing.T) {
 	u := newUpstream(t)
 	// Settle the upstream's own fds and goroutines before the baseline.
@@ -36,7 +36,7 @@ func TestCloseReturnsToBaseline(t *testing.T) {
 	if _, err := p.Acquire(u.target(t, "late", "client")); !errors.Is(err, ErrClosed) {
 		t.Errorf("Acquire after Close: %v, want ErrClosed", err)
 	}
-	eventually(t, "stream to be cut by Close after the grace period", w.ended)
+	eventually(t, "stream to be cut by Close", w.ended)
 	held.Release()
 
 	st := p.Stats()
