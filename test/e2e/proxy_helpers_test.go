@@ -112,7 +112,7 @@ func hubDo(path string) (int, string, error) {
 
 // gatewayMetrics reads the gateway's own /metrics (as the hub admin, whom the
 // gateway authenticates with the hub's client CA and authorizes through the hub).
-func gatewayMetrics(t *testing.T) map[string]float64 {
+func gatewayMetrics(t *testing.T) testmetrics.Samples {
 	t.Helper()
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(env.Gateway.CA.CertPEM)
