@@ -27,13 +27,13 @@ const (
 	kRejected      = "cluster_gateway_konnectivity_rejected_reloads_total"
 )
 
-// requireKonnectivity skips unless the proxy-server, the agent and the
-// gateway run (the environment starts them unless NoKonnectivity is set).
+// requireKonnectivity returns the proxy-server and agent that the suite's
+// environment always starts (it never sets NoKonnectivity).
 func requireKonnectivity(t *testing.T) *localenv.Konnectivity {
 	t.Helper()
 	requireGateway(t)
 	if env.Konnectivity == nil {
-		t.Skip("konnectivity is off in this environment")
+		t.Fatal("the environment runs no konnectivity proxy-server and agent, which the suite always starts")
 	}
 	return env.Konnectivity
 }
