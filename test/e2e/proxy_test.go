@@ -263,9 +263,45 @@ func TestProxyImpersonation(t *testing.T) {
 		t.Fatalf("mode Caller with --as=eve: the managed cluster saw %q %v, want eve", user, groups)
 	}
 	// Without impersonation no Impersonate-* header the caller sent reaches the cluster.
-	user, _ = whoami(none.Name, "--as=eve", "--as-group=system:masters")
-	if user != "gateway" {
-		t.Fatalf("mode None with --as=eve: the managed cluster saw %q, want the gateway's own user", user)
+	user, groups = whoami(none.Name, "--as=eve", "--as-group=system:masters", "--as-group=developers")
+	if user != "gateway" || !contains(groups, "system:masters") || contains(groups, "developers") {
+		t.Fatalf("mode None with --as=eve: the managed cluster saw %q %v, want the gateway's own user in system:masters", user, groups)
+	}
+
+	// The same, by every identity header that reached a cluster: a capture
+	// cluster behind a Caller and a None gateway with a stored token.
+	capture := startCapture(t)
+	token := randomToken(t)
+	for _, tc := range []struct {
+		mode gatewayv1alpha1.ImpersonationMode
+		want map[string][]string
+	}{
+		{gatewayv1alpha1.ImpersonationCaller, map[string][]string{
+			"Authorization":            {"Bearer " + token},
+			"Impersonate-User":         {"eve"},
+			"Impersonate-Group":        {"system:masters", "developers"}, // not system:authenticated, which the hub adds
+			"Impersonate-Extra-Scopes": {"view", "edit"},
+		}},
+		{gatewayv1alpha1.ImpersonationNone, map[string][]string{
+			"Authorization": {"Bearer " + token},
+		}},
+	} {
+		gw := tokenGateway(uniqueName(t, "capture-"+strings.ToLower(string(tc.mode))), capture.URL, token)
+		gw.Spec.Endpoint.InsecureSkipTLSVerify, gw.Spec.Endpoint.CABundle = false, capture.CAPEM
+		gw.Spec.Impersonation.Mode = tc.mode
+		createGateway(t, gw)
+		kc := writeKubeconfig(t, env.Hub.URL+proxyPath(gw.Name, ""))
+		n := len(capture.requests())
+		// eve may use the proxy on the hub as a member of system:masters.
+		mustKubectl(t, kc, "get", "--raw", "/api/v1/namespaces", "--as=eve", "--as-group=system:masters", "--as-group=developers",
+			"--as-user-extra=scopes=view", "--as-user-extra=scopes=edit")
+		got := capture.since(n)
+		if len(got) != 1 {
+			t.Fatalf("mode %s: the cluster received %d requests, want 1", tc.mode, len(got))
+		}
+		if id := identityAt(got[0]); fmt.Sprint(id) != fmt.Sprint(tc.want) {
+			t.Errorf("mode %s, kubectl --as=eve: identity headers at the cluster\n got %v\nwant %v", tc.mode, id, tc.want)
+		}
 	}
 }
 
