@@ -12,8 +12,10 @@
 package testfrontend
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -114,6 +116,27 @@ func (s *Server) TLSConfig() *tls.Config {
 // as client-go does. Close its idle connections when done with it.
 func (s *Server) Client() *http.Client {
 	return &http.Client{Transport: &http.Transport{TLSClientConfig: s.TLSConfig(), ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 64}}
+}
+
+// Get sends GET url with c, as a client-go read would (JSON), reads the
+// whole answer and returns an error unless it is a 200: the load that the
+// benchmarks send through a front end.
+func Get(ctx context.Context, c *http.Client, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return err
 }
 
 // Close stops the server and closes its connections.

@@ -19,7 +19,6 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -123,20 +122,7 @@ func newH2Transport(b *testing.B, cfg *tls.Config) *http.Transport {
 func runLoad(b *testing.B, c *http.Client, base, path string, warmed func()) {
 	b.Helper()
 	url := base + path
-	get := func() error {
-		req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
-		req.Header.Set("Accept", "application/json")
-		resp, err := c.Do(req)
-		if err != nil {
-			return err
-		}
-		_, err = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("GET %s: %s", url, resp.Status)
-		}
-		return err
-	}
+	get := func() error { return testfrontend.Get(context.Background(), c, url) }
 	if err := get(); err != nil {
 		b.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
 	"net/http"
 	"os"
@@ -15,6 +14,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
 	"github.com/clustergateway/cluster-gateway/internal/testfrontend"
@@ -175,26 +175,8 @@ func (g *inTestGateway) clientset(t *testing.T, name string) kubernetes.Interfac
 // any credential; the front end ignores it and the proxy strips it.
 func (g *inTestGateway) kubeconfig(t *testing.T, name string) string {
 	t.Helper()
-	p := filepath.Join(g.kubeconfigDir, name+".kubeconfig")
-	cfg := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: c
-  cluster:
-    server: %s
-    certificate-authority-data: %s
-users:
-- name: u
-  user: {token: unused-by-the-in-test-gateway}
-contexts:
-- name: c
-  context: {cluster: c, user: u}
-current-context: c
-`, g.srv.ProxyURL(name), base64.StdEncoding.EncodeToString(g.srv.CAPEM))
-	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return kubeconfigFile(t, filepath.Join(g.kubeconfigDir, name+".kubeconfig"), g.srv.ProxyURL(name), g.srv.CAPEM,
+		&clientcmdapi.AuthInfo{Token: "unused-by-the-in-test-gateway"})
 }
 
 // waitSeen waits until the in-test store holds gateway name at resourceVersion rv.

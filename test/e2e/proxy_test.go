@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	gatewayv1alpha1 "github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
@@ -327,28 +328,6 @@ func adminName() string {
 // writeKubeconfig writes a hub-admin kubeconfig whose server is server.
 func writeKubeconfig(t *testing.T, server string) string {
 	t.Helper()
-	dir := t.TempDir()
-	p := filepath.Join(dir, "kubeconfig")
 	a := env.Hub.Admin
-	cfg := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: c
-  cluster:
-    server: %s
-    certificate-authority: %s
-users:
-- name: u
-  user:
-    client-certificate: %s
-    client-key: %s
-contexts:
-- name: c
-  context: {cluster: c, user: u}
-current-context: c
-`, server, env.Hub.CA.CertFile, a.CertFile, a.KeyFile)
-	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return kubeconfigFile(t, "", server, env.Hub.CA.CertPEM, &clientcmdapi.AuthInfo{ClientCertificateData: a.CertPEM, ClientKeyData: a.KeyPEM})
 }
