@@ -13,8 +13,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
 	genericfilters "k8s.io/apiserver/pkg/server/filters"
+	"k8s.io/component-base/metrics"
 
 	"github.com/clustergateway/cluster-gateway/internal/testfrontend"
+	"github.com/clustergateway/cluster-gateway/internal/testmetrics"
+	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 )
 
 // timedConnecter puts the generic server's timeout filter between the front
@@ -50,6 +53,8 @@ func TestRequestTimeoutIsAlways504(t *testing.T) {
 	}))
 	defer close(release)
 	px := newFixtureProxy(t, tokenSecret("slow", up.URL, upstreamCA(up), "t", "None"))
+	reg := metrics.NewKubeRegistry()
+	px.Metrics().Register(reg)
 	const timeout = 50 * time.Millisecond
 	srv := testfrontend.MustStart(t, testfrontend.Handler(timedConnecter{px: px, timeout: timeout}, &user.DefaultInfo{Name: "admin"}))
 	c := srv.Client() // HTTP/2, as the hub's aggregator talks to the gateway
@@ -94,4 +99,15 @@ func TestRequestTimeoutIsAlways504(t *testing.T) {
 	if n > 0 {
 		t.Errorf("%d of %d requests that outlived the timeout did not get the 504 Timeout Status", n, requests)
 	}
+	// The proxy's own metrics count them as the 504s the clients received.
+	testpoll.Eventually(t, 10*time.Second, "the proxy counts every timed-out request as a 504", func() error {
+		m, err := testmetrics.Gather(reg)
+		if err != nil {
+			return err
+		}
+		if got := m[`cluster_gateway_proxy_requests_total{code="504",kind="request"}`]; got != requests {
+			return fmt.Errorf("%v counted as 504 of %d; all: %v", got, requests, m)
+		}
+		return nil
+	})
 }
