@@ -290,7 +290,10 @@ func (r *churnRun) cycle(t *testing.T, i int) {
 	// own (the test neither closes its stdin nor kills it), no earlier than
 	// the grace period after its rotation began. The token rotation kept its
 	// entry, so that exec is still up and ends normally.
-	if d := waitWatchEnd(t, w, settleTimeout).Sub(retiredAfter[watched]); d < churnGrace {
+	if err := watchEnds(w, settleTimeout); err != nil {
+		t.Fatalf("cycle %d: the watch on the rotated entry of %s: %v", i, watched, err)
+	}
+	if d := time.Since(retiredAfter[watched]); d < churnGrace {
 		t.Errorf("cycle %d: the watch on the rotated entry of %s ended %s after the rotation began, before the %s grace period", i, watched, d, churnGrace)
 	}
 	var cut []string

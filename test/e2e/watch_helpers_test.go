@@ -49,27 +49,26 @@ func expectAdded(t *testing.T, w watch.Interface, direct kubernetes.Interface, n
 	}
 }
 
-// waitWatchEnd waits until w ends cleanly, and returns when it did. Cleanly
-// is how a managed cluster ends a watch at its timeout, and how the gateway
-// ends one whose upstream connection it cut: the result channel closes with
-// no error event, and clients re-watch. The test fails if w delivers an
-// error event or has not ended within d.
-func waitWatchEnd(t *testing.T, w watch.Interface, d time.Duration) time.Time {
-	t.Helper()
+// watchEnds waits until w ends cleanly. Cleanly is how a managed cluster
+// ends a watch at its timeout, and how the gateway ends one whose upstream
+// connection it cut: the result channel closes with no error event, and
+// clients re-watch. It returns an error if w delivers an error event or
+// has not ended within d. The watch ended when watchEnds returns nil.
+func watchEnds(w watch.Interface, d time.Duration) error {
 	timeout := time.After(d)
 	for {
 		select {
 		case ev, ok := <-w.ResultChan():
 			if !ok {
-				return time.Now()
+				return nil
 			}
 			if ev.Type == watch.Error {
 				w.Stop()
-				t.Fatalf("the watch ended with an error event instead of cleanly: %v", ev.Object)
+				return fmt.Errorf("the watch ended with an error event instead of cleanly: %v", ev.Object)
 			}
 		case <-timeout:
 			w.Stop()
-			t.Fatalf("the watch did not end within %s", d)
+			return fmt.Errorf("the watch did not end within %s", d)
 		}
 	}
 }
@@ -84,7 +83,10 @@ func checkRunsToGrace(t *testing.T, w watch.Interface, direct kubernetes.Interfa
 	time.Sleep(time.Until(retiredBy.Add(grace / 2)))
 	expectAdded(t, w, direct, ns, marker)
 	delivered := time.Now()
-	ended := waitWatchEnd(t, w, grace+pollTimeout)
+	if err := watchEnds(w, grace+pollTimeout); err != nil {
+		t.Fatalf("the watch on the retired entry: %v", err)
+	}
+	ended := time.Now()
 	if d := ended.Sub(retiredAfter); d < grace {
 		t.Errorf("the watch on the retired entry ended %s after its retirement began at the earliest, before the %s grace period", d.Round(time.Millisecond), grace)
 	}
