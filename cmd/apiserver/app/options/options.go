@@ -7,14 +7,20 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/apiserver"
 	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
+	"github.com/clustergateway/cluster-gateway/pkg/health"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 	"github.com/clustergateway/cluster-gateway/pkg/pool/konnectivity"
 )
@@ -27,10 +33,13 @@ type Options struct {
 
 	SecretNamespace       string
 	AuthorizeProxySubpath bool
+	ShutdownStreamDrain   time.Duration
+	CertCacheSize         int
 
 	Pool         *pool.Options
 	Konnectivity *konnectivity.Options
 	Endpoints    *endpointpolicy.Options
+	Health       *health.Options
 }
 
 // NewOptions returns the defaults.
@@ -43,13 +52,16 @@ func NewOptions() *Options {
 	rec.Features.EnablePriorityAndFairness = false
 	rec.SecureServing.BindPort = 8443
 	return &Options{
-		Recommended:     rec,
-		ServerRun:       genericoptions.NewServerRunOptions(),
-		Logs:            logsapi.NewLoggingConfiguration(),
-		SecretNamespace: "cluster-gateway-system",
-		Pool:            pool.NewOptions(),
-		Konnectivity:    konnectivity.NewOptions(),
-		Endpoints:       endpointpolicy.NewOptions(),
+		Recommended:         rec,
+		ServerRun:           genericoptions.NewServerRunOptions(),
+		Logs:                logsapi.NewLoggingConfiguration(),
+		SecretNamespace:     "cluster-gateway-system",
+		ShutdownStreamDrain: 20 * time.Second,
+		CertCacheSize:       4096,
+		Pool:                pool.NewOptions(),
+		Konnectivity:        konnectivity.NewOptions(),
+		Endpoints:           endpointpolicy.NewOptions(),
+		Health:              health.NewOptions(),
 	}
 }
 
@@ -63,9 +75,12 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs := fss.FlagSet("gateway")
 	fs.StringVar(&o.SecretNamespace, "secret-namespace", o.SecretNamespace, "Hub namespace whose Secrets labelled gateway.clustergateway.io/cluster-gateway=true are the ClusterGateways.")
 	fs.BoolVar(&o.AuthorizeProxySubpath, "authorize-proxy-subpath", o.AuthorizeProxySubpath, "Also authorize each proxied request's inner verb, resource, namespace and name (or non-resource path) against the hub for the caller.")
+	fs.DurationVar(&o.ShutdownStreamDrain, "shutdown-stream-drain", o.ShutdownStreamDrain, "On shutdown, after --shutdown-delay-duration, proxied watches end cleanly (clients re-watch elsewhere) and exec, attach and port-forward streams get this long to end before they are cut. terminationGracePeriodSeconds must cover the delay, this drain and --request-timeout.")
+	fs.IntVar(&o.CertCacheSize, "authentication-certificate-cache-size", o.CertCacheSize, "Verified client-certificate chains (the hub's front-proxy certificate, users' own) kept so a connection's certificate is verified once, not per request; 0 verifies every request. An entry ends at its chain's expiry, and a changed CA bundle is used at once.")
 	o.Endpoints.AddFlags(fs)
 	o.Pool.AddFlags(fss.FlagSet("pool"))
 	o.Konnectivity.AddFlags(fss.FlagSet("konnectivity"))
+	o.Health.AddFlags(fss.FlagSet("health"))
 	return fss
 }
 
@@ -77,9 +92,16 @@ func (o *Options) Validate() error {
 	if o.SecretNamespace == "" {
 		errs = append(errs, errors.New("--secret-namespace must not be empty"))
 	}
+	if o.CertCacheSize < 0 {
+		errs = append(errs, fmt.Errorf("--authentication-certificate-cache-size must not be negative, not %d", o.CertCacheSize))
+	}
+	if o.ShutdownStreamDrain < 0 {
+		errs = append(errs, fmt.Errorf("--shutdown-stream-drain must not be negative, not %v", o.ShutdownStreamDrain))
+	}
 	errs = append(errs, o.Endpoints.Validate()...)
 	errs = append(errs, o.Pool.Validate()...)
 	errs = append(errs, o.Konnectivity.Validate()...)
+	errs = append(errs, o.Health.Validate()...)
 	return errors.Join(errs...)
 }
 
@@ -104,7 +126,36 @@ func (o *Options) ServerConfig() (*apiserver.Config, error) {
 		AuthorizeProxySubpath: o.AuthorizeProxySubpath,
 		Pool:                  *o.Pool,
 		Konnectivity:          *o.Konnectivity,
+		Health:                *o.Health,
+		ShutdownStreamDrain:   o.ShutdownStreamDrain,
 	}
 	cfg.Extra.Pool.Endpoints = endpoints
+	cfg.Extra.CertCacheSize = o.CertCacheSize
+	if o.CertCacheSize > 0 {
+		if cfg.Extra.ClientCA, err = o.clientCA(cfg.Generic.ClientConfig); err != nil {
+			return nil, err
+		}
+	}
 	return cfg, nil
+}
+
+// clientCA is the CA of users' client certificates, as the generic server's
+// delegated authentication finds it: --client-ca-file, else the hub's
+// extension-apiserver-authentication ConfigMap (a controller pkg/apiserver runs).
+func (o *Options) clientCA(hub *rest.Config) (dynamiccertificates.CAContentProvider, error) {
+	a := o.Recommended.Authentication
+	if a == nil {
+		return nil, nil
+	}
+	if a.ClientCert.ClientCA != "" {
+		return a.ClientCert.GetClientCAContentProvider()
+	}
+	if a.SkipInClusterLookup || hub == nil {
+		return nil, nil
+	}
+	client, err := kubernetes.NewForConfig(hub)
+	if err != nil {
+		return nil, err
+	}
+	return dynamiccertificates.NewDynamicCAFromConfigMapController("client-ca-cached", metav1.NamespaceSystem, "extension-apiserver-authentication", "client-ca-file", client)
 }
