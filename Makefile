@@ -96,8 +96,11 @@ test: test-unit test-fuzz test-e2e ## All tests: unit (with -race), a short fuzz
 # hack/helm pin the upstream tools.
 MODULES := . hack test
 
+# hack/localenv's own tests start the environment, gateway included, and
+# pkg/pool/konnectivity's start a proxy-server and agent: they need `tools`
+# and `build`, and fail (never skip) without them.
 .PHONY: test-unit
-test-unit: tools ## Unit tests, with the race detector.
+test-unit: tools build ## Unit tests, with the race detector.
 	KUBE_BIN=$(BIN) KONNECTIVITY_BIN=$(BIN) $(GO) test -race -count=1 ./...
 	cd hack && KUBE_BIN=$(BIN) $(GO) test -race -count=1 ./...
 	cd test && KUBE_BIN=$(BIN) $(GO) test -race -count=1 ./chart/...

@@ -1,30 +1,23 @@
 package main
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"time"
+
+	"github.com/clustergateway/cluster-gateway/internal/testfrontend"
 )
 
 // bareProxy is the baseline: httputil.ReverseProxy in this process with ONE
-// shared transport to the upstream, served over TLS with HTTP/2 like the gateway.
+// shared transport to the upstream, served over TLS with HTTP/2 like the
+// gateway (internal/testfrontend's server, as pkg/proxy's benchmarks use).
 type bareProxy struct {
-	URL    string
-	CAPEM  []byte
-	srv    *http.Server
-	upTr   *http.Transport
-	served chan error
+	*testfrontend.Server
+	upTr *http.Transport
 }
 
 func startBareProxy(upstream string, upCAPEM, certPEM, keyPEM []byte) (*bareProxy, error) {
@@ -44,53 +37,17 @@ func startBareProxy(upstream string, upCAPEM, certPEM, keyPEM []byte) (*bareProx
 		TLSClientConfig:   &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}},
 		ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 25, IdleConnTimeout: 90 * time.Second, DisableCompression: true,
 	}
-	serving, caPEM, err := selfSigned()
+	srv, err := testfrontend.Start(&httputil.ReverseProxy{
+		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(target) },
+		Transport: upTr,
+	})
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	b := &bareProxy{URL: "https://" + ln.Addr().String(), CAPEM: caPEM, upTr: upTr, served: make(chan error, 1)}
-	b.srv = &http.Server{
-		Handler: &httputil.ReverseProxy{
-			Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(target) },
-			Transport: upTr,
-		},
-		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{serving}},
-		ReadHeaderTimeout: 10 * time.Second,
-	}
-	go func() { b.served <- b.srv.ServeTLS(ln, "", "") }()
-	return b, nil
+	return &bareProxy{Server: srv, upTr: upTr}, nil
 }
 
 func (b *bareProxy) Close() {
-	_ = b.srv.Close()
-	<-b.served
+	b.Server.Close()
 	b.upTr.CloseIdleConnections()
-}
-
-// selfSigned is a serving certificate for 127.0.0.1 and its PEM, which the
-// load client trusts.
-func selfSigned() (tls.Certificate, []byte, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return tls.Certificate{}, nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "bench-bare-proxy"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IsCA:         true, BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return tls.Certificate{}, nil, err
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
 }

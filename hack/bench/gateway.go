@@ -8,11 +8,11 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
+	"github.com/clustergateway/cluster-gateway/internal/testmetrics"
 )
 
 // Gateway metrics read before and after every load.
@@ -69,20 +69,7 @@ func (g *gatewayAdmin) metrics(ctx context.Context) (map[string]float64, error) 
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]float64{}
-	for _, line := range strings.Split(body, "\n") {
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
-			out[line[:i]] = v
-		}
-	}
-	return out, nil
+	return testmetrics.Parse(strings.NewReader(body))
 }
 
 // gc makes the gateway run a garbage collection (the generic server's

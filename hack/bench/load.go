@@ -3,11 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/clustergateway/cluster-gateway/internal/testfrontend"
 )
 
 // target is one way to GET the same object from a managed cluster.
@@ -96,23 +97,8 @@ func burst(ctx context.Context, t *target, conc int, d time.Duration) (n, errs i
 	return len(lat), errs, firstErr, lat
 }
 
-func get(ctx context.Context, c *http.Client, url string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := c.Do(req)
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return err
-}
+// get is one request of the load (internal/testfrontend's, as pkg/proxy's benchmarks send).
+func get(ctx context.Context, c *http.Client, url string) error { return testfrontend.Get(ctx, c, url) }
 
 // runLoads warms every target, then runs rounds in which each target gets
 // its share of the duration in turn, so noise from other work on the

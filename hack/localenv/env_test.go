@@ -12,13 +12,16 @@ import (
 	utilexec "k8s.io/utils/exec"
 )
 
+// binDir is $KUBE_BIN or the Makefile's output; the test fails without the
+// binaries (`make test-unit` builds them first).
 func binDir(t *testing.T) string {
+	t.Helper()
 	bin := os.Getenv("KUBE_BIN")
 	if bin == "" {
 		bin = filepath.Join("..", "..", "_output", "bin")
 	}
 	if err := CheckBinaries(bin, true); err != nil {
-		t.Skipf("needs the built binaries: %v", err)
+		t.Fatalf("needs the built binaries (make tools build, or KUBE_BIN):\n%v", err)
 	}
 	return bin
 }

@@ -13,6 +13,8 @@ import (
 
 	"go.uber.org/goleak"
 	"golang.org/x/net/proxy"
+
+	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 )
 
 // Both forward proxies tunnel to a loopback listener and count it, refuse
@@ -54,7 +56,7 @@ func TestForwardProxies(t *testing.T) {
 				held = append(held, c) // Close must cut this one
 			}
 		}
-		eventuallyTrue(t, kind+": closed tunnels are counted as closed", func() bool { return p.Open() == 1 })
+		testpoll.EventuallyTrue(t, 10*time.Second, kind+": closed tunnels are counted as closed", func() bool { return p.Open() == 1 })
 		if p.Carried() != 3 {
 			t.Errorf("%s carried %d tunnels, want 3", kind, p.Carried())
 		}
@@ -129,15 +131,4 @@ func socksVia(proxyAddr, addr string) (net.Conn, error) {
 		return nil, err
 	}
 	return d.Dial("tcp", addr)
-}
-
-func eventuallyTrue(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out: %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

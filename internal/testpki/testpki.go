@@ -145,6 +145,30 @@ func (ca *CA) Issue(s Spec) (*Pair, error) {
 	return &Pair{Cert: cert, Key: key, CertPEM: PEM("CERTIFICATE", der), KeyPEM: keyPEM}, nil
 }
 
+// WriteFiles writes the CA's certificate and key to dir/name.crt and
+// dir/name.key and returns the paths.
+func (ca *CA) WriteFiles(dir, name string) (certFile, keyFile string, err error) {
+	return (&Pair{CertPEM: ca.CertPEM, KeyPEM: ca.KeyPEM}).WriteFiles(dir, name)
+}
+
+// NewSigningKey is a key pair that signs something other than certificates
+// (a kube-apiserver's service-account tokens): the private key and the
+// public key (PKIX), both PEM.
+func NewSigningKey() (keyPEM, publicPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	if keyPEM, err = KeyPEM(key); err != nil {
+		return nil, nil, err
+	}
+	pub, err := x509.MarshalPKIXPublicKey(key.Public())
+	if err != nil {
+		return nil, nil, err
+	}
+	return keyPEM, PEM("PUBLIC KEY", pub), nil
+}
+
 // Pool is a CertPool of the CA alone.
 func (ca *CA) Pool() *x509.CertPool {
 	p := x509.NewCertPool()

@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
 
@@ -33,7 +34,7 @@ func TestCachedGatewayFollowsValidity(t *testing.T) {
 	done := make(chan struct{})
 	go func() { store.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
-	waitFor(t, "the store to sync", store.HasSynced)
+	testpoll.EventuallyTrue(t, 30*time.Second, "the store to sync", store.HasSynced)
 
 	g, err := store.Get(s.Name)
 	if err != nil || !g.Ready {

@@ -1,7 +1,6 @@
 package gateways
 
 import (
-	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/clustergateway/cluster-gateway/internal/testpki"
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
 
@@ -265,7 +265,7 @@ func TestMalformedSecrets(t *testing.T) {
 			return d
 		}(), reason: v1alpha1.ReasonInvalidSecret, want: "control characters"},
 		{name: "server-only certificate", data: func() map[string][]byte {
-			so := newTestCredentialUsage(t, time.Now().Add(-time.Hour), time.Now().Add(time.Hour), x509.ExtKeyUsageServerAuth)
+			so := newCredential(t, testpki.Spec{Server: true})
 			d := with(KeyCertificate, so.certPEM)
 			d[KeyPrivateKey] = so.keyPEM
 			return d

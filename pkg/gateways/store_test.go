@@ -9,6 +9,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 )
 
 // The cache serves only labelled Secrets of its namespace, parses each
@@ -38,7 +40,7 @@ func TestCache(t *testing.T) {
 	done := make(chan struct{})
 	go func() { cache.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
-	waitFor(t, "the cache to sync", cache.HasSynced)
+	testpoll.EventuallyTrue(t, 30*time.Second, "the cache to sync", cache.HasSynced)
 
 	g1, err := cache.Get(s.Name)
 	if err != nil || !g1.Ready {
@@ -62,7 +64,7 @@ func TestCache(t *testing.T) {
 	if _, err := client.CoreV1().Secrets(testNamespace).Update(ctx, upd, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the update to reach the cache", func() bool {
+	testpoll.EventuallyTrue(t, 30*time.Second, "the update to reach the cache", func() bool {
 		g, err := cache.Get(s.Name)
 		return err == nil && !g.Ready
 	})
@@ -80,16 +82,5 @@ func TestCache(t *testing.T) {
 	}
 	if _, err := cache.Get(s.Name); !apierrors.IsNotFound(err) {
 		t.Errorf("Get after delete: %v, want NotFound", err)
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

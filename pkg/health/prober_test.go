@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 )
@@ -54,17 +55,6 @@ func startProber(t *testing.T, opts Options, probe ProbeFunc, names ...string) (
 	return p, client
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 30s: %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 func fastOptions() Options {
 	return Options{Interval: 5 * time.Millisecond, Timeout: time.Second, FailureThreshold: 2, SuccessThreshold: 2, MaxBackoff: 20 * time.Millisecond, Workers: 2}
 }
@@ -84,18 +74,18 @@ func TestTransitions(t *testing.T) {
 	defer sub.Close()
 	status := func() metav1.ConditionStatus { r, _ := p.Get("c"); return r.Status }
 
-	waitFor(t, "True after the first good probe", func() bool { return status() == metav1.ConditionTrue })
+	testpoll.EventuallyTrue(t, 30*time.Second, "True after the first good probe", func() bool { return status() == metav1.ConditionTrue })
 	if r, _ := p.Get("c"); r.ServerVersion != "v1.37.2" || r.Reason != v1alpha1.ReasonReachable || r.LastProbeTime.IsZero() {
 		t.Fatalf("reachable: %+v", r)
 	}
 	up.Store(false)
-	waitFor(t, "False after two failed probes", func() bool { return status() == metav1.ConditionFalse })
+	testpoll.EventuallyTrue(t, 30*time.Second, "False after two failed probes", func() bool { return status() == metav1.ConditionFalse })
 	if r, _ := p.Get("c"); r.Reason != v1alpha1.ReasonDialFailed || r.Message != "connection refused" {
 		t.Fatalf("unreachable: %+v", r)
 	}
 	up.Store(true)
-	waitFor(t, "True again", func() bool { return status() == metav1.ConditionTrue })
-	waitFor(t, "the changes told to the subscriber", func() bool {
+	testpoll.EventuallyTrue(t, 30*time.Second, "True again", func() bool { return status() == metav1.ConditionTrue })
+	testpoll.EventuallyTrue(t, 30*time.Second, "the changes told to the subscriber", func() bool {
 		select {
 		case <-sub.Changed():
 			for _, n := range sub.Take() {
@@ -165,7 +155,7 @@ func TestBoundedWorkersAndDeletion(t *testing.T) {
 		v.(*atomic.Int64).Add(1)
 		return Outcome{Reason: v1alpha1.ReasonReachable}
 	}, names...)
-	waitFor(t, "every cluster probed", func() bool {
+	testpoll.EventuallyTrue(t, 30*time.Second, "every cluster probed", func() bool {
 		for _, n := range names {
 			if r, ok := p.Get(n); !ok || r.Status != metav1.ConditionTrue {
 				return false
@@ -179,12 +169,12 @@ func TestBoundedWorkersAndDeletion(t *testing.T) {
 	if err := client.CoreV1().Secrets(ns).Delete(context.Background(), "c00", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the deleted gateway forgotten", func() bool { _, ok := p.Get("c00"); return !ok })
+	testpoll.EventuallyTrue(t, 30*time.Second, "the deleted gateway forgotten", func() bool { _, ok := p.Get("c00"); return !ok })
 	v, _ := probed.Load("c00")
 	before := v.(*atomic.Int64).Load()
 	v1, _ := probed.Load("c01")
 	other := v1.(*atomic.Int64).Load()
-	waitFor(t, "others probed on", func() bool { return v1.(*atomic.Int64).Load() > other+3 })
+	testpoll.EventuallyTrue(t, 30*time.Second, "others probed on", func() bool { return v1.(*atomic.Int64).Load() > other+3 })
 	if after := v.(*atomic.Int64).Load(); after > before+1 { // one may have been in flight
 		t.Fatalf("the deleted gateway was probed %d more times", after-before)
 	}

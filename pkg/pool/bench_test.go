@@ -3,21 +3,23 @@ package pool
 import (
 	"net/url"
 	"testing"
+
+	"github.com/clustergateway/cluster-gateway/internal/testpki"
 )
 
 // BenchmarkAcquireRelease is the per-request cost of the pool itself (a
 // lookup, a fingerprint, a lease), with a realistic CA and client cert.
 func BenchmarkAcquireRelease(b *testing.B) {
-	ca := newTestCA(b, "ca")
-	cert, key := ca.issue(b, "client", 0)
+	ca := testpki.MustCA(b, "ca")
+	client := ca.MustIssue(b, testpki.Spec{CommonName: "client", Client: true})
 	p := mustNew(b, Options{Capacity: 16})
 	defer p.Close()
 	tg := &Target{
 		Cluster:  "bench",
 		Address:  &url.URL{Scheme: "https", Host: "127.0.0.1:6443"},
-		CAData:   ca.pem,
-		CertData: cert,
-		KeyData:  key,
+		CAData:   ca.CertPEM,
+		CertData: client.CertPEM,
+		KeyData:  client.KeyPEM,
 	}
 	b.ReportAllocs()
 	b.ResetTimer()

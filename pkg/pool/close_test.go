@@ -7,15 +7,17 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/clustergateway/cluster-gateway/internal/testproc"
 )
 
 // After Close, goroutines, tracked connections and file descriptors return
 // to where they were before the pool existed, across rotation, removal,
-// eviction and a stream cut at the grace period.
+// eviction and a live stream that Close cuts.
 func TestCloseReturnsToBaseline(t *testing.T) {
 	u := newUpstream(t)
 	// Settle the upstream's own fds and goroutines before the baseline.
-	baselineFDs := openFDs(t)
+	baselineFDs := testproc.MustOpenFDs(t)
 	ignore := goleak.IgnoreCurrent()
 
 	p := mustNew(t, Options{Capacity: 3, RetireGrace: 200 * time.Millisecond, IdleTTL: time.Hour})
@@ -34,7 +36,7 @@ func TestCloseReturnsToBaseline(t *testing.T) {
 	if _, err := p.Acquire(u.target(t, "late", "client")); !errors.Is(err, ErrClosed) {
 		t.Errorf("Acquire after Close: %v, want ErrClosed", err)
 	}
-	eventually(t, "stream to be cut by Close after the grace period", w.ended)
+	eventually(t, "stream to be cut by Close", w.ended)
 	held.Release()
 
 	st := p.Stats()
@@ -44,7 +46,7 @@ func TestCloseReturnsToBaseline(t *testing.T) {
 	if st.Retired[ReasonShutdown] != 2 || st.Retired[ReasonEvicted] != 3 || st.Retired[ReasonRotated] != 1 || st.Retired[ReasonDeleted] != 1 {
 		t.Errorf("retirements %v", st.Retired)
 	}
-	eventually(t, "fds to return to baseline", func() bool { return openFDs(t) <= baselineFDs })
+	eventually(t, "fds to return to baseline", func() bool { return testproc.MustOpenFDs(t) <= baselineFDs })
 	if err := goleak.Find(ignore); err != nil {
 		t.Error(err)
 	}

@@ -13,6 +13,7 @@ import (
 // that the test owns and waits for.
 type stream struct {
 	lines   atomic.Int64
+	lastAt  atomic.Int64 // when the last line arrived, in UnixNano
 	cancel  context.CancelFunc
 	body    func() error
 	done    chan struct{}
@@ -41,6 +42,7 @@ func startStream(t *testing.T, rt http.RoundTripper, u *upstream) *stream {
 		defer close(s.done)
 		sc := bufio.NewScanner(resp.Body)
 		for sc.Scan() {
+			s.lastAt.Store(time.Now().UnixNano())
 			s.lines.Add(1)
 		}
 		s.endedAt = time.Now()
@@ -57,6 +59,9 @@ func (s *stream) stop() {
 	_ = s.body()
 	<-s.done
 }
+
+// lastLine is when the stream last delivered a line.
+func (s *stream) lastLine() time.Time { return time.Unix(0, s.lastAt.Load()) }
 
 func (s *stream) ended() bool {
 	select {

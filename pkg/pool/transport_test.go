@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	utilproxy "k8s.io/apimachinery/pkg/util/proxy"
+
+	"github.com/clustergateway/cluster-gateway/internal/testpki"
 )
 
 // Ordinary requests use h2; the upgrade transport negotiates HTTP/1.1 over
@@ -159,7 +161,7 @@ func TestUpstreamCertificateVerified(t *testing.T) {
 		ok     bool
 	}{
 		"right CA":          {func(*Target) {}, true},
-		"other CA":          {func(tg *Target) { tg.CAData = newTestCA(t, "other").pem }, false},
+		"other CA":          {func(tg *Target) { tg.CAData = testpki.MustCA(t, "other").CertPEM }, false},
 		"wrong server name": {func(tg *Target) { tg.ServerName = "wrong.example" }, false},
 		"insecure":          {func(tg *Target) { tg.CAData, tg.Insecure = nil, true }, true},
 	} {

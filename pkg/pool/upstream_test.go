@@ -3,25 +3,26 @@ package pool
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/clustergateway/cluster-gateway/internal/testpki"
+	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 )
 
 // upstream is an in-process stand-in for a managed cluster's API server.
 type upstream struct {
 	srv      *httptest.Server
 	url      *url.URL
-	serverCA *testCA // signs the serving certificate
-	clientCA *testCA // signs client certificates it accepts
+	serverCA *testpki.CA // signs the serving certificate
+	clientCA *testpki.CA // signs client certificates it accepts
 	accepted atomic.Int64
 	closed   atomic.Int64
 }
@@ -30,7 +31,7 @@ type upstream struct {
 // does not require) a client certificate, and counts accepted connections.
 func newUpstream(t testing.TB) *upstream {
 	t.Helper()
-	u := &upstream{serverCA: newTestCA(t, "server-ca"), clientCA: newTestCA(t, "client-ca")}
+	u := &upstream{serverCA: testpki.MustCA(t, "server-ca"), clientCA: testpki.MustCA(t, "client-ca")}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/hello", func(w http.ResponseWriter, r *http.Request) {
 		cn := ""
@@ -43,12 +44,11 @@ func newUpstream(t testing.TB) *upstream {
 	mux.HandleFunc("/upgrade", upgradeEchoHandler)
 	u.srv = httptest.NewUnstartedServer(mux)
 	u.srv.EnableHTTP2 = true
-	clientRoots := x509.NewCertPool()
-	clientRoots.AddCert(u.clientCA.cert)
+	serving := u.serverCA.MustIssue(t, testpki.Spec{CommonName: "upstream", IPs: []string{"127.0.0.1"}, Server: true})
 	u.srv.TLS = &tls.Config{
-		Certificates: []tls.Certificate{u.serverCA.serverCert(t)},
+		Certificates: []tls.Certificate{serving.TLS()},
 		ClientAuth:   tls.VerifyClientCertIfGiven,
-		ClientCAs:    clientRoots,
+		ClientCAs:    u.clientCA.Pool(),
 		NextProtos:   []string{"h2", "http/1.1"},
 	}
 	u.srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
@@ -71,9 +71,9 @@ func newUpstream(t testing.TB) *upstream {
 // target trusts the upstream's CA and presents a client certificate.
 func (u *upstream) target(t testing.TB, cluster, clientCN string) *Target {
 	t.Helper()
-	cert, key := u.clientCA.issue(t, clientCN, x509.ExtKeyUsageClientAuth)
+	client := u.clientCA.MustIssue(t, testpki.Spec{CommonName: clientCN, Client: true})
 	addr := *u.url
-	return &Target{Cluster: cluster, Address: &addr, CAData: u.serverCA.pem, CertData: cert, KeyData: key}
+	return &Target{Cluster: cluster, Address: &addr, CAData: u.serverCA.CertPEM, CertData: client.CertPEM, KeyData: client.KeyPEM}
 }
 
 // watchHandler streams a line every few milliseconds until the client goes
@@ -141,24 +141,9 @@ func mustGet(t testing.TB, rt http.RoundTripper, base *url.URL, path string) (*h
 	return resp, body
 }
 
-// eventually polls cond until it holds or the deadline passes. Deadlines are
-// generous: they catch hangs, they do not measure speed.
+// eventually waits until cond holds (internal/testpoll). The deadline is
+// generous: it catches hangs, it does not measure speed.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-func openFDs(t testing.TB) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Skipf("cannot count fds: %v", err)
-	}
-	return len(ents)
+	testpoll.EventuallyTrue(t, 10*time.Second, what, cond)
 }

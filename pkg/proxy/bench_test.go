@@ -8,9 +8,10 @@ package proxy
 //	BenchmarkProxyGateway       client -> Proxy.Handler (real cache, real pool) -> upstream
 //
 // Every hop is real TLS over loopback with keep-alive HTTP/2 clients. The
-// gateway's frontend sets the user and RequestInfo as the generic server's
-// filters would, but runs no authentication or authorization: hack/bench
-// measures the whole gateway process behind the real hub. `make bench`
+// gateway's front end (internal/testfrontend) sets the user and RequestInfo
+// as the generic server's filters would, but runs no authentication or
+// authorization: hack/bench measures the whole gateway process behind the
+// real hub. `make bench`
 // runs these in one invocation and prints the ratios.
 
 import (
@@ -18,23 +19,21 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/net/http2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
-	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 
+	"github.com/clustergateway/cluster-gateway/internal/testfrontend"
+	"github.com/clustergateway/cluster-gateway/internal/testpki"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 )
@@ -42,7 +41,6 @@ import (
 const (
 	benchNamespace = "cluster-gateway-system"
 	benchCluster   = "bench"
-	benchGWPrefix  = "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/"
 	benchListPods  = 100 // pods in the list body (about 50 KiB of JSON)
 )
 
@@ -52,15 +50,20 @@ var benchPaths = []struct{ name, path string }{
 	{"list", "/api/v1/namespaces/default/pods"},
 }
 
-// benchUpstream is a kube-apiserver stand-in that answers from memory.
+// benchUpstream is a kube-apiserver stand-in that answers from memory,
+// with one managed cluster's PKI: a CA, a serving certificate for 127.0.0.1
+// and the gateway's client certificate.
 type benchUpstream struct {
-	pki *benchPKI
-	srv *httptest.Server
+	ca     *testpki.CA
+	client *testpki.Pair
+	srv    *httptest.Server
 }
 
 func newBenchUpstream(b *testing.B) *benchUpstream {
 	b.Helper()
-	pki := newBenchPKI(b)
+	ca := testpki.MustCA(b, "bench-ca")
+	serving := ca.MustIssue(b, testpki.Spec{CommonName: "kube-apiserver", IPs: []string{"127.0.0.1"}, Server: true})
+	client := ca.MustIssue(b, testpki.Spec{CommonName: "gateway", Organization: []string{"system:masters"}, Client: true})
 	ns, _ := json.Marshal(&corev1.Namespace{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
 		ObjectMeta: metav1.ObjectMeta{Name: "default", UID: "6f1d2c1e-4e0b-4a43-9d1b-0c5c2d9b1a10", ResourceVersion: "42", Labels: map[string]string{"kubernetes.io/metadata.name": "default"}},
@@ -89,10 +92,16 @@ func newBenchUpstream(b *testing.B) *benchUpstream {
 		_, _ = w.Write(body)
 	}))
 	srv.EnableHTTP2 = true
-	srv.TLS = pki.serverTLS()
+	// A client certificate is verified when presented, as a kube-apiserver does.
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{serving.TLS()}, ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: ca.Pool()}
 	srv.StartTLS()
 	b.Cleanup(srv.Close)
-	return &benchUpstream{pki: pki, srv: srv}
+	return &benchUpstream{ca: ca, client: client, srv: srv}
+}
+
+// clientTLS trusts the upstream's CA and presents the gateway's client certificate.
+func (u *benchUpstream) clientTLS() *tls.Config {
+	return &tls.Config{RootCAs: u.ca.Pool(), Certificates: []tls.Certificate{u.client.TLS()}}
 }
 
 // newH2Transport is configured like a pool entry's transport: HTTP/2 via
@@ -107,38 +116,13 @@ func newH2Transport(b *testing.B, cfg *tls.Config) *http.Transport {
 	return t
 }
 
-// frontend serves h over TLS with HTTP/2 and returns a keep-alive client for it.
-func frontend(b *testing.B, h http.Handler) (*httptest.Server, *http.Client) {
-	b.Helper()
-	srv := httptest.NewUnstartedServer(h)
-	srv.EnableHTTP2 = true
-	srv.StartTLS()
-	b.Cleanup(srv.Close)
-	c := srv.Client()
-	b.Cleanup(c.CloseIdleConnections)
-	return srv, c
-}
-
 // runLoad sends GET base+path from parallel goroutines (4 per GOMAXPROCS)
 // over one keep-alive client and checks every answer is a 200. warmed, if
 // set, runs after the first request (connections dialed, pool entry built).
 func runLoad(b *testing.B, c *http.Client, base, path string, warmed func()) {
 	b.Helper()
 	url := base + path
-	get := func() error {
-		req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
-		req.Header.Set("Accept", "application/json")
-		resp, err := c.Do(req)
-		if err != nil {
-			return err
-		}
-		_, err = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("GET %s: %s", url, resp.Status)
-		}
-		return err
-	}
+	get := func() error { return testfrontend.Get(context.Background(), c, url) }
 	if err := get(); err != nil {
 		b.Fatal(err)
 	}
@@ -160,7 +144,7 @@ func runLoad(b *testing.B, c *http.Client, base, path string, warmed func()) {
 
 func BenchmarkDirect(b *testing.B) {
 	up := newBenchUpstream(b)
-	c := &http.Client{Transport: newH2Transport(b, up.pki.clientTLS())}
+	c := &http.Client{Transport: newH2Transport(b, up.clientTLS())}
 	for _, p := range benchPaths {
 		b.Run(p.name, func(b *testing.B) { runLoad(b, c, up.srv.URL, p.path, nil) })
 	}
@@ -171,9 +155,11 @@ func BenchmarkBareReverseProxy(b *testing.B) {
 	target, _ := url.Parse(up.srv.URL)
 	rp := &httputil.ReverseProxy{
 		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(target) },
-		Transport: newH2Transport(b, up.pki.clientTLS()), // one transport for all requests
+		Transport: newH2Transport(b, up.clientTLS()), // one transport for all requests
 	}
-	srv, c := frontend(b, rp)
+	srv := testfrontend.MustStart(b, rp)
+	c := srv.Client()
+	b.Cleanup(c.CloseIdleConnections)
 	for _, p := range benchPaths {
 		b.Run(p.name, func(b *testing.B) { runLoad(b, c, srv.URL, p.path, nil) })
 	}
@@ -182,11 +168,14 @@ func BenchmarkBareReverseProxy(b *testing.B) {
 func BenchmarkProxyGateway(b *testing.B) {
 	up := newBenchUpstream(b)
 	px, pl := newBenchProxy(b, up)
-	srv, c := frontend(b, gatewayFrontend(px))
+	admin := &user.DefaultInfo{Name: "hub-admin", Groups: []string{"system:masters", user.AllAuthenticated}}
+	srv := testfrontend.MustStart(b, testfrontend.Handler(px, admin))
+	c := srv.Client()
+	b.Cleanup(c.CloseIdleConnections)
 	for _, p := range benchPaths {
 		b.Run(p.name, func(b *testing.B) {
 			var before pool.Stats
-			runLoad(b, c, srv.URL, benchGWPrefix+benchCluster+"/proxy"+p.path, func() { before = pl.Stats() })
+			runLoad(b, c, srv.ProxyURL(benchCluster), p.path, func() { before = pl.Stats() })
 			// Steady state builds no transports (a correctness check, not a timing one).
 			after := pl.Stats()
 			if after.Created != before.Created || after.Dials != before.Dials {
@@ -208,7 +197,7 @@ func newBenchProxy(b *testing.B, up *benchUpstream) (*Proxy, *pool.Pool) {
 		b.Fatal(err)
 	}
 	b.Cleanup(pl.Close)
-	px, err := New(Options{Store: startStore(b, benchNamespace, benchSecret(benchCluster, up.srv.URL, up.pki)), Pool: pl,
+	px, err := New(Options{Store: startStore(b, benchNamespace, benchSecret(benchCluster, up)), Pool: pl,
 		Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()})
 	if err != nil {
 		b.Fatal(err)
@@ -217,41 +206,19 @@ func newBenchProxy(b *testing.B, up *benchUpstream) (*Proxy, *pool.Pool) {
 }
 
 // benchSecret is a ClusterGateway as stored on the hub: Direct, X509.
-func benchSecret(name, endpoint string, pki *benchPKI) *corev1.Secret {
+func benchSecret(name string, up *benchUpstream) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: benchNamespace, ResourceVersion: "1", UID: "bench-uid",
 			Labels: map[string]string{gateways.LabelGateway: "true"}},
 		Data: map[string][]byte{
 			gateways.KeyEndpointType:   []byte("Direct"),
-			gateways.KeyEndpoint:       []byte(endpoint),
-			gateways.KeyCABundle:       pki.caPEM,
+			gateways.KeyEndpoint:       []byte(up.srv.URL),
+			gateways.KeyCABundle:       up.ca.CertPEM,
 			gateways.KeyCredentialType: []byte("X509Certificate"),
-			gateways.KeyCertificate:    pki.clientCert,
-			gateways.KeyPrivateKey:     pki.clientKey,
+			gateways.KeyCertificate:    up.client.CertPEM,
+			gateways.KeyPrivateKey:     up.client.KeyPEM,
 		},
 	}
-}
-
-var benchInfoFactory = &apirequest.RequestInfoFactory{
-	APIPrefixes:          sets.NewString("api", "apis"),
-	GrouplessAPIPrefixes: sets.NewString("api"),
-}
-
-// gatewayFrontend does per request what the generic server does before the
-// proxy subresource's handler: RequestInfo, the authenticated user, and the
-// name and path of the subresource (ProxyREST.Connect).
-func gatewayFrontend(px *Proxy) http.Handler {
-	admin := &user.DefaultInfo{Name: "hub-admin", Groups: []string{"system:masters", user.AllAuthenticated}}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ri, err := benchInfoFactory.NewRequestInfo(r)
-		if err != nil || !isProxy(ri) {
-			http.Error(w, "not a proxy request", http.StatusNotFound)
-			return
-		}
-		ctx := apirequest.WithRequestInfo(apirequest.WithUser(r.Context(), admin), ri)
-		subpath := strings.TrimPrefix(r.URL.Path, benchGWPrefix+ri.Name+"/proxy")
-		px.Handler(ri.Name, subpath).ServeHTTP(w, r.WithContext(ctx))
-	})
 }
 
 // BenchmarkServePieces is the per-request work of serve before the upstream

@@ -2,15 +2,7 @@ package proxy
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -25,6 +17,8 @@ import (
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/clustergateway/cluster-gateway/internal/testpki"
+	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
@@ -71,13 +65,7 @@ func startStore(t testing.TB, namespace string, secrets ...*corev1.Secret) *gate
 	done := make(chan struct{})
 	go func() { defer close(done); store.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	deadline := time.Now().Add(30 * time.Second)
-	for !store.HasSynced() {
-		if time.Now().After(deadline) {
-			t.Fatal("the store did not sync")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testpoll.EventuallyTrue(t, 30*time.Second, "the store syncs", store.HasSynced)
 	return store
 }
 
@@ -109,35 +97,24 @@ func tokenSecret(name, endpoint string, caPEM []byte, token, impersonation strin
 	}
 }
 
-// upstreamCA is the PEM of an upstream's self-signed certificate: the CA
-// bundle that trusts it and no other upstream.
+// upstreamCA is the PEM of the CA that issued an upstream's certificate
+// (newTLSUpstream sends it last in the chain): the CA bundle that trusts that
+// upstream and no other.
 func upstreamCA(srv *httptest.Server) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	chain := srv.TLS.Certificates[0].Certificate
+	return testpki.PEM("CERTIFICATE", chain[len(chain)-1])
 }
 
-// newTLSUpstream is an HTTPS server on 127.0.0.1 with a certificate of its
-// own (httptest's built-in one is shared by all servers, so a gateway
+// newTLSUpstream is an HTTPS server on 127.0.0.1 with a CA of its own
+// (httptest's built-in certificate is shared by all servers, so a gateway
 // trusting one upstream would trust them all), closed at cleanup.
 func newTLSUpstream(t testing.TB, h http.Handler) *httptest.Server {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "upstream"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, // self-signed: its own CA
-		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := testpki.MustCA(t, "upstream-ca")
+	serving := ca.MustIssue(t, testpki.Spec{CommonName: "upstream", IPs: []string{"127.0.0.1"}, Server: true}).TLS()
+	serving.Certificate = append(serving.Certificate, ca.Cert.Raw)
 	srv := httptest.NewUnstartedServer(h)
-	srv.TLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
+	srv.TLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{serving}}
 	srv.EnableHTTP2 = true
 	srv.StartTLS()
 	t.Cleanup(srv.Close)

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 )
@@ -33,7 +34,7 @@ func TestProxyFollowsTheStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the store to sync", store.HasSynced)
+	testpoll.EventuallyTrue(t, 30*time.Second, "the store to sync", store.HasSynced)
 
 	get := func() {
 		t.Helper()
@@ -50,7 +51,7 @@ func TestProxyFollowsTheStore(t *testing.T) {
 			t.Fatal(err)
 		}
 		sec = s
-		waitUntil(t, "the store to see resourceVersion "+rv, func() bool {
+		testpoll.EventuallyTrue(t, 30*time.Second, "the store to see resourceVersion "+rv, func() bool {
 			g, err := store.Get("c")
 			return err == nil && g.Object.ResourceVersion == rv
 		})
@@ -64,21 +65,10 @@ func TestProxyFollowsTheStore(t *testing.T) {
 		t.Fatalf("a new token: %+v; want the same entry", s)
 	}
 	update("3", func(d map[string][]byte) { d[gateways.KeyCABundle] = append(upstreamCA(up), upstreamCA(other)...) })
-	waitUntil(t, "the rotated entry to be retired without a request", func() bool { return retired(pool.ReasonRotated) == 1 && pl.Stats().Live == 0 })
+	testpoll.EventuallyTrue(t, 30*time.Second, "the rotated entry to be retired without a request", func() bool { return retired(pool.ReasonRotated) == 1 && pl.Stats().Live == 0 })
 	get()
 	if err := client.CoreV1().Secrets(fixtureNamespace).Delete(ctx, "c", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the deleted gateway's entry to be retired", func() bool { return retired(pool.ReasonDeleted) == 1 && pl.Stats().Live == 0 })
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 30s: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testpoll.EventuallyTrue(t, 30*time.Second, "the deleted gateway's entry to be retired", func() bool { return retired(pool.ReasonDeleted) == 1 && pl.Stats().Live == 0 })
 }

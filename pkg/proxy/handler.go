@@ -143,7 +143,7 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 		in = nil
 	}
 	upgrade := httpstream.IsUpgradeRequest(req)
-	w, done := p.metrics.instrument(w, kindOf(req, in))
+	w, done := p.metrics.instrument(w, req, kindOf(req, in))
 	defer done()
 	if err := checkSubpath(subpath); err != nil {
 		writeStatus(w, req, err)

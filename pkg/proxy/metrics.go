@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -67,15 +69,21 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 }
 
 // instrument wraps w and returns a func that records the request's outcome.
-func (m *Metrics) instrument(w http.ResponseWriter, kind string) (http.ResponseWriter, func()) {
+func (m *Metrics) instrument(w http.ResponseWriter, req *http.Request, kind string) (http.ResponseWriter, func()) {
 	rec := &statusRecorder{ResponseWriter: w}
 	start := time.Now()
 	return responsewriter.WrapForHTTP1Or2(rec), func() {
 		code := rec.code
 		if code == 0 {
-			// Hijacked (upgrade) or the client left before any answer.
-			code = http.StatusSwitchingProtocols
-			if kind != "upgrade" {
+			// Hijacked (upgrade), answered by the server's timeout filter
+			// (the request outlived its deadline), or the client left
+			// before any answer.
+			switch {
+			case kind == kindUpgrade:
+				code = http.StatusSwitchingProtocols
+			case errors.Is(req.Context().Err(), context.DeadlineExceeded):
+				code = http.StatusGatewayTimeout
+			default:
 				code = 499
 			}
 		}

@@ -2,16 +2,11 @@ package e2e
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
-	"math/big"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +18,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/clustergateway/cluster-gateway/internal/testpki"
+	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 	gatewayv1alpha1 "github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/generated/clientset/versioned"
 )
@@ -134,20 +131,11 @@ func keys(m map[string][]byte) []string {
 	return out
 }
 
-// eventually polls cond every 100ms until it returns nil or pollTimeout passes.
+// eventually polls cond until it returns nil, failing the test with cond's
+// last error if it does not within pollTimeout (internal/testpoll).
 func eventually(t *testing.T, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(pollTimeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, pollTimeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testpoll.Eventually(t, pollTimeout, what, cond)
 }
 
 // testCreds is a throw-away CA and a client certificate and key it signed.
@@ -157,56 +145,12 @@ type testCreds struct {
 	NotAfter               time.Time
 }
 
-// newTestCreds issues a CA and a client certificate for commonName.
+// newTestCreds issues a CA and a client certificate for commonName (group e2e-tests).
 func newTestCreds(t *testing.T, commonName string) testCreds {
 	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now().Truncate(time.Second)
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: commonName + "-ca"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(48 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	subject := pkix.Name{CommonName: commonName, Organization: []string{"e2e-tests"}}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2),
-		Subject:      subject,
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, key.Public(), caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return testCreds{
-		CAPEM:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
-		CertPEM:  pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		KeyPEM:   pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
-		Subject:  subject.String(),
-		NotAfter: tmpl.NotAfter,
-	}
+	ca := testpki.MustCA(t, commonName+"-ca")
+	c := ca.MustIssue(t, testpki.Spec{CommonName: commonName, Organization: []string{"e2e-tests"}, Client: true})
+	return testCreds{CAPEM: ca.CertPEM, CertPEM: c.CertPEM, KeyPEM: c.KeyPEM, Subject: c.Cert.Subject.String(), NotAfter: c.Cert.NotAfter}
 }
 
 // randomToken returns a bearer token that appears nowhere else.

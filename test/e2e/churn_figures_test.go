@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/clustergateway/cluster-gateway/internal/testpoll"
+	"github.com/clustergateway/cluster-gateway/internal/testproc"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 	"github.com/clustergateway/cluster-gateway/pkg/pool/konnectivity"
 )
@@ -47,7 +50,8 @@ func (f churnFigures) String() string {
 // figures reads the figures now. With settle, the test's own idle client
 // connections are closed first and the heap is collected, so only what the
 // gateway path still holds is counted.
-func (g *inTestGateway) figures(settle bool) churnFigures {
+func (g *inTestGateway) figures(t *testing.T, settle bool) churnFigures {
+	t.Helper()
 	if settle {
 		g.client.CloseIdleConnections()
 		runtime.GC()
@@ -57,7 +61,7 @@ func (g *inTestGateway) figures(settle bool) churnFigures {
 	runtime.ReadMemStats(&ms)
 	f := churnFigures{
 		Goroutines:     runtime.NumGoroutine(),
-		FDs:            openFDs(),
+		FDs:            testproc.MustOpenFDs(t),
 		HeapInUse:      ms.HeapAlloc,
 		Pool:           g.pool.Stats(),
 		HTTPProxyOpen:  env.HTTPProxy.Open(),
@@ -72,23 +76,15 @@ func (g *inTestGateway) figures(settle bool) churnFigures {
 // clean is what the figures must come to once nothing is in use: no pool
 // entries, streams or connections, one tunnel over one proxy-server
 // connection, no forward-proxy tunnel; goroutines, fds and heap as now.
-func (g *inTestGateway) clean() churnFigures {
-	f := g.figures(true)
+func (g *inTestGateway) clean(t *testing.T) churnFigures {
+	t.Helper()
+	f := g.figures(t, true)
 	f.Pool.Live, f.Pool.Retiring, f.Pool.ActiveStreams, f.Pool.OpenConns = 0, 0, 0, 0
 	f.HTTPProxyOpen, f.SOCKSProxyOpen = 0, 0
 	if g.tunnel != nil {
 		f.Tunnel.OpenTunnels, f.Tunnel.OpenProxyConns = 1, 1
 	}
 	return f
-}
-
-// openFDs counts this process's open file descriptors.
-func openFDs() int {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return -1
-	}
-	return len(ents)
 }
 
 // backAt says what is still above the baseline, or "" when nothing is.
@@ -123,27 +119,26 @@ func (f churnFigures) backAt(base churnFigures) string {
 // are not within settleTimeout.
 func (g *inTestGateway) awaitBaseline(t *testing.T, base churnFigures, atBaseline goleak.Option) churnFigures {
 	t.Helper()
-	deadline := time.Now().Add(settleTimeout)
-	for {
-		f := g.figures(true)
-		why := f.backAt(base)
-		if why == "" {
-			return f
+	var f churnFigures
+	err := testpoll.UntilEvery(settleTimeout, 250*time.Millisecond, "back at the baseline", func() error {
+		f = g.figures(t, true)
+		if why := f.backAt(base); why != "" {
+			return errors.New(why)
 		}
-		if time.Now().After(deadline) {
-			leaks := "(none: this is the warm-up, taken as the baseline for goroutines)"
-			if atBaseline != nil {
-				if err := goleak.Find(atBaseline); err != nil {
-					leaks = err.Error()
-				}
+		return nil
+	})
+	if err != nil {
+		leaks := "(none: this is the warm-up, taken as the baseline for goroutines)"
+		if atBaseline != nil {
+			if err := goleak.Find(atBaseline); err != nil {
+				leaks = err.Error()
 			}
-			t.Errorf("not back at the baseline within %s: %s\nnow:      %s\nbaseline: %s\n"+
-				"goroutines that were not there at the baseline (replacements of long-lived ones, such as the current tunnel's, are listed too):\n%s",
-				settleTimeout, why, f, base, leaks)
-			return f
 		}
-		time.Sleep(250 * time.Millisecond)
+		t.Errorf("%v\nnow:      %s\nbaseline: %s\n"+
+			"goroutines that were not there at the baseline (replacements of long-lived ones, such as the current tunnel's, are listed too):\n%s",
+			err, f, base, leaks)
 	}
+	return f
 }
 
 // writeHeapProfile writes the in-use heap to -churn.profiles/name, if set.

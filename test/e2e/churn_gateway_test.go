@@ -2,27 +2,22 @@ package e2e
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"encoding/base64"
-	"encoding/pem"
 	"fmt"
-	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
+
 	"k8s.io/apiserver/pkg/authentication/user"
-	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
+	"github.com/clustergateway/cluster-gateway/internal/testfrontend"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 	"github.com/clustergateway/cluster-gateway/pkg/pool/konnectivity"
@@ -51,7 +46,8 @@ var churnUser = &user.DefaultInfo{Name: "churn-tester", Groups: []string{"system
 // over TLS by httptest. Everything it reaches is real (the hub, the managed
 // kube-apiservers, the forward proxies, the proxy-server and agent). What
 // the generic API server does before the proxy handler (authentication,
-// authorization, the aggregator) is not part of it: churnFrontend stands in.
+// authorization, the aggregator) is not part of it: internal/testfrontend
+// stands in.
 type inTestGateway struct {
 	store  *gateways.Store
 	pool   *pool.Pool
@@ -60,13 +56,11 @@ type inTestGateway struct {
 	// so rotating it touches neither the real gateway nor other tests.
 	tunnelCA, tunnelCert, tunnelKey string
 	proxy                           *proxy.Proxy
-	srv                             *httptest.Server
+	srv                             *testfrontend.Server
 	client                          *http.Client // the test's one client of srv: connections are reused
 	kubeconfigDir                   string
 	stop                            func()
 }
-
-const gatewaysPath = "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/"
 
 // startInTestGateway wires the request path as pkg/apiserver does and stops
 // all of it when the test ends.
@@ -106,15 +100,13 @@ func startInTestGateway(t *testing.T) *inTestGateway {
 	cacheDone := make(chan struct{})
 	go func() { defer close(cacheDone); g.store.Run(ctx) }()
 
-	g.srv = httptest.NewUnstartedServer(churnFrontend(g.proxy))
-	g.srv.EnableHTTP2 = true // as the generic server: HTTP/2, and HTTP/1.1 for upgrades
-	g.srv.StartTLS()
-	roots := x509.NewCertPool()
-	roots.AddCert(g.srv.Certificate())
-	g.client = &http.Client{Transport: &http.Transport{
-		TLSClientConfig:   &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
-		ForceAttemptHTTP2: true,
-	}}
+	// As the generic server: HTTP/2, and HTTP/1.1 for upgrades.
+	if g.srv, err = testfrontend.Start(testfrontend.Handler(g.proxy, churnUser)); err != nil {
+		cancel()
+		<-cacheDone
+		t.Fatal(err)
+	}
+	g.client = g.srv.Client()
 	g.stop = func() {
 		g.client.CloseIdleConnections()
 		g.srv.Close()
@@ -167,31 +159,10 @@ func (g *inTestGateway) startTunnel(t *testing.T, ctx context.Context, k *locale
 	return m
 }
 
-var churnRequestInfo = &apirequest.RequestInfoFactory{
-	APIPrefixes:          sets.NewString("api", "apis"),
-	GrouplessAPIPrefixes: sets.NewString("api"),
-}
-
-// churnFrontend does per request what the generic server does before the
-// proxy subresource's handler: RequestInfo, the authenticated user, and the
-// gateway name and subpath that ProxyREST.Connect hands to Proxy.Handler.
-func churnFrontend(px *proxy.Proxy) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ri, err := churnRequestInfo.NewRequestInfo(r)
-		if err != nil || !ri.IsResourceRequest || ri.Resource != "clustergateways" || ri.Subresource != "proxy" || ri.Name == "" {
-			http.Error(w, "only clustergateways/{name}/proxy/... is served here", http.StatusNotFound)
-			return
-		}
-		ctx := apirequest.WithRequestInfo(apirequest.WithUser(r.Context(), churnUser), ri)
-		sub := strings.TrimPrefix(r.URL.Path, gatewaysPath+ri.Name+"/proxy")
-		px.Handler(ri.Name, sub).ServeHTTP(w, r.WithContext(ctx))
-	})
-}
-
 // clientset is a client of gateway name through the in-test gateway.
 func (g *inTestGateway) clientset(t *testing.T, name string) kubernetes.Interface {
 	t.Helper()
-	cfg := &rest.Config{Host: g.srv.URL + gatewaysPath + name + "/proxy", QPS: -1}
+	cfg := &rest.Config{Host: g.srv.ProxyURL(name), QPS: -1}
 	cs, err := kubernetes.NewForConfigAndClient(cfg, g.client)
 	if err != nil {
 		t.Fatal(err)
@@ -201,30 +172,11 @@ func (g *inTestGateway) clientset(t *testing.T, name string) kubernetes.Interfac
 
 // kubeconfig is for kubectl against gateway name through the in-test gateway.
 // It carries a token only because kubectl prompts for a password without
-// any credential; churnFrontend ignores it and the proxy strips it.
+// any credential; the front end ignores it and the proxy strips it.
 func (g *inTestGateway) kubeconfig(t *testing.T, name string) string {
 	t.Helper()
-	p := filepath.Join(g.kubeconfigDir, name+".kubeconfig")
-	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: g.srv.Certificate().Raw})
-	cfg := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: c
-  cluster:
-    server: %s
-    certificate-authority-data: %s
-users:
-- name: u
-  user: {token: unused-by-the-in-test-gateway}
-contexts:
-- name: c
-  context: {cluster: c, user: u}
-current-context: c
-`, g.srv.URL+gatewaysPath+name+"/proxy", base64.StdEncoding.EncodeToString(ca))
-	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return kubeconfigFile(t, filepath.Join(g.kubeconfigDir, name+".kubeconfig"), g.srv.ProxyURL(name), g.srv.CAPEM,
+		&clientcmdapi.AuthInfo{Token: "unused-by-the-in-test-gateway"})
 }
 
 // waitSeen waits until the in-test store holds gateway name at resourceVersion rv.

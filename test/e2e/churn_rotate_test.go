@@ -3,14 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"testing"
 	"time"
 
@@ -23,6 +16,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
+	"github.com/clustergateway/cluster-gateway/internal/testpki"
 	gatewayv1alpha1 "github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/generated/clientset/versioned"
 )
@@ -57,34 +51,8 @@ func updateGateway(t *testing.T, gc versioned.Interface, name string, change fun
 // gateway user ("gateway" in system:masters), signed by ca.
 func newClientCert(t *testing.T, ca *localenv.CA) *gatewayv1alpha1.X509Credential {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sn, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: sn,
-		Subject:      pkix.Name{CommonName: "gateway", Organization: []string{"system:masters"}},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &gatewayv1alpha1.X509Credential{
-		Certificate: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		PrivateKey:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
-	}
+	c := ca.MustIssue(t, testpki.Spec{CommonName: "gateway", Organization: []string{"system:masters"}, Client: true})
+	return &gatewayv1alpha1.X509Credential{Certificate: c.CertPEM, PrivateKey: c.KeyPEM}
 }
 
 // rotateCABundle adds a new, unrelated CA to the bundle (as when a cluster's

@@ -25,7 +25,14 @@ type execStream struct {
 	stdin  io.WriteCloser
 	lines  chan string
 	stderr *syncBuffer
-	done   chan error // kubectl's exit
+	done   chan execExit // kubectl's exit, put back by each reader
+}
+
+// execExit is how and when kubectl exited.
+type execExit struct {
+	Err    error
+	At     time.Time
+	Killed bool // by the test, not on its own
 }
 
 // startExecStream starts the stream and checks that it carries data.
@@ -33,7 +40,7 @@ func startExecStream(t *testing.T, kubeconfig string, p streamProtocol) *execStr
 	t.Helper()
 	cmd := env.KubectlCmd(context.Background(), kubeconfig, "exec", "-i", "demo", "--", "cat")
 	cmd.Env = append(cmd.Env, p.Env...)
-	s := &execStream{cmd: cmd, lines: make(chan string, 16), stderr: &syncBuffer{}, done: make(chan error, 1)}
+	s := &execStream{cmd: cmd, lines: make(chan string, 16), stderr: &syncBuffer{}, done: make(chan execExit, 1)}
 	cmd.Stderr = s.stderr
 	var err error
 	if s.stdin, err = cmd.StdinPipe(); err != nil {
@@ -52,7 +59,8 @@ func startExecStream(t *testing.T, kubeconfig string, p streamProtocol) *execStr
 			s.lines <- sc.Text()
 		}
 		close(s.lines)
-		s.done <- cmd.Wait() // after the last read, as os/exec requires
+		err := cmd.Wait() // after the last read, as os/exec requires
+		s.done <- execExit{Err: err, At: time.Now()}
 	}()
 	// No t.Cleanup here: hundreds of streams in a soak would pile up in
 	// the test's cleanup list (and on the measured heap). The caller ends
@@ -87,28 +95,37 @@ func (s *execStream) echo(line string) error {
 // still up and ended normally.
 func (s *execStream) finish() error {
 	_ = s.stdin.Close()
-	return s.wait()
+	e := s.waitExit(kubectlTimeout)
+	if e.Killed {
+		return fmt.Errorf("kubectl exec did not exit within %s of its stdin closing; killed", kubectlTimeout)
+	}
+	return e.Err
 }
 
-// wait returns kubectl's exit, killing it (by pid) if it does not exit in time.
-func (s *execStream) wait() error {
+// waitExit waits up to d for kubectl to exit on its own, and kills it (by
+// pid) if it does not: the exit then says Killed.
+func (s *execStream) waitExit(d time.Duration) execExit {
 	select {
-	case err := <-s.done:
-		s.done <- err // for kill and later waits
-		return err
-	case <-time.After(kubectlTimeout):
-		s.kill()
-		return fmt.Errorf("kubectl exec did not exit within %s; killed. stderr:\n%s", kubectlTimeout, s.stderr)
+	case e := <-s.done:
+		s.done <- e // for kill and later waits
+		return e
+	case <-time.After(d):
+		return s.kill()
 	}
 }
 
-func (s *execStream) kill() {
+// kill ends kubectl by pid unless it has exited, and returns its exit.
+func (s *execStream) kill() execExit {
 	select {
-	case err := <-s.done:
-		s.done <- err
+	case e := <-s.done:
+		s.done <- e
+		return e
 	default:
 		_ = syscall.Kill(s.cmd.Process.Pid, syscall.SIGKILL)
-		s.done <- <-s.done
+		e := <-s.done
+		e.Killed = true
+		s.done <- e
+		return e
 	}
 }
 
@@ -129,22 +146,4 @@ func openWatch(t *testing.T, cs, direct kubernetes.Interface, ns, marker string)
 		t.Fatal(err)
 	}
 	return w
-}
-
-// waitEnded waits until a watch's result channel closes, as it must once the
-// entry carrying it is retired and its grace period is over.
-func waitEnded(t *testing.T, w watch.Interface, why string) {
-	t.Helper()
-	deadline := time.After(settleTimeout)
-	for {
-		select {
-		case _, ok := <-w.ResultChan():
-			if !ok {
-				return
-			}
-		case <-deadline:
-			w.Stop()
-			t.Fatalf("a watch was not ended within %s after %s", settleTimeout, why)
-		}
-	}
 }

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,7 +54,7 @@ func TestChurn(t *testing.T) {
 	// Warm-up: lazily started parts exist before the baseline, which is
 	// taken once nothing is in use any more.
 	r.cycle(t, 0)
-	base := r.g.awaitBaseline(t, r.g.clean(), nil)
+	base := r.g.awaitBaseline(t, r.g.clean(t), nil)
 	if t.Failed() {
 		t.FailNow()
 	}
@@ -71,7 +72,7 @@ func TestChurn(t *testing.T) {
 			t.FailNow()
 		}
 		if *churnReport > 0 && n%*churnReport == 0 {
-			t.Logf("cycle %d (%s): %s", n, time.Since(start).Round(time.Second), r.g.figures(false))
+			t.Logf("cycle %d (%s): %s", n, time.Since(start).Round(time.Second), r.g.figures(t, false))
 		}
 	}
 	took := time.Since(start)
@@ -113,12 +114,12 @@ type churnRun struct {
 }
 
 type churnCounts struct {
-	Gateways, Requests, Watches, Execs, CertRotations, TokenRotations, CARotations, TunnelRotations, Deletes int
+	Gateways, Requests, Watches, Execs, CutExecs, CertRotations, TokenRotations, CARotations, TunnelRotations, Deletes int
 }
 
 func (c churnCounts) String() string {
-	return fmt.Sprintf("%d gateways created and deleted, %d requests, %d watches, %d exec streams, rotations: %d certificates, %d tokens, %d CA bundles, %d tunnel credentials",
-		c.Gateways, c.Requests, c.Watches, c.Execs, c.CertRotations, c.TokenRotations, c.CARotations, c.TunnelRotations)
+	return fmt.Sprintf("%d gateways created and deleted, %d requests, %d watches, %d exec streams (%d of them cut by a retirement), rotations: %d certificates, %d tokens, %d CA bundles, %d tunnel credentials",
+		c.Gateways, c.Requests, c.Watches, c.Execs, c.CutExecs, c.CertRotations, c.TokenRotations, c.CARotations, c.TunnelRotations)
 }
 
 func newChurnRun(t *testing.T) *churnRun {
@@ -249,6 +250,9 @@ func (r *churnRun) cycle(t *testing.T, i int) {
 	}
 
 	// Rotations, each followed by a request that picks the new shape up.
+	// retiredAfter is when each rotation began: the entry (or tunnel) it
+	// retires cannot have been retired before.
+	retiredAfter := map[string]time.Time{watched: time.Now()}
 	rv := updateGateway(t, gc, watched, func(gw *gatewayv1alpha1.ClusterGateway) {
 		gw.Spec.Credential.X509 = newClientCert(t, env.Managed[0].CA)
 	})
@@ -268,20 +272,31 @@ func (r *churnRun) cycle(t *testing.T, i int) {
 	if proxied == gws["socks"] {
 		cluster = env.Managed[0]
 	}
+	retiredAfter[proxied.Name] = time.Now()
 	rv = updateGateway(t, gc, proxied.Name, rotateCABundle(t, cluster))
 	g.waitSeen(t, proxied.Name, rv)
 	r.request(t, proxied.Name)
 	r.counts.CARotations++
 
 	if k := env.Konnectivity; k != nil {
+		retiredAfter[gws["konn"].Name] = time.Now()
 		g.rotateTunnelCredentials(t, k, i)
 		r.request(t, gws["konn"].Name)
 		r.counts.TunnelRotations++
 	}
 
-	// The streams of rotated entries end after the grace period; the token
-	// rotation kept its entry, so that exec is still up and ends normally.
-	waitEnded(t, w, "its certificate rotated")
+	// The streams of rotated entries are cut once the grace period is over:
+	// the watch ends cleanly, and each exec stream's kubectl exits on its
+	// own (the test neither closes its stdin nor kills it), no earlier than
+	// the grace period after its rotation began. The token rotation kept its
+	// entry, so that exec is still up and ends normally.
+	if err := watchEnds(w, settleTimeout); err != nil {
+		t.Fatalf("cycle %d: the watch on the rotated entry of %s: %v", i, watched, err)
+	}
+	if d := time.Since(retiredAfter[watched]); d < churnGrace {
+		t.Errorf("cycle %d: the watch on the rotated entry of %s ended %s after the rotation began, before the %s grace period", i, watched, d, churnGrace)
+	}
+	var cut []string
 	for name, s := range execs {
 		if name == token {
 			if err := s.echo("still-up"); err != nil {
@@ -292,8 +307,22 @@ func (r *churnRun) cycle(t *testing.T, i int) {
 			}
 			continue
 		}
-		_ = s.wait() // cut by the retirement: an error is expected
+		e := s.waitExit(settleTimeout)
+		after := e.At.Sub(retiredAfter[name])
+		switch {
+		case e.Killed:
+			t.Errorf("cycle %d: the exec stream of %s was not cut within %s of its rotation; the test killed it. stderr:\n%s", i, name, settleTimeout, s.stderr)
+		case after < churnGrace:
+			t.Errorf("cycle %d: the exec stream of %s ended %s after its rotation began, before the %s grace period: not by the cut (exit %v). stderr:\n%s", i, name, after, churnGrace, e.Err, s.stderr)
+		default:
+			cut = append(cut, fmt.Sprintf("%s after %s (exit %v)", name, after.Round(10*time.Millisecond), e.Err))
+		}
 	}
+	if want := len(execs) - 1; len(cut) != want {
+		t.Fatalf("cycle %d: %d of the %d exec streams of retired entries ended by the cut", i, len(cut), want)
+	}
+	r.counts.CutExecs += len(cut)
+	t.Logf("cycle %d: %d exec streams of retired entries ended by the cut (grace %s): %s", i, len(cut), churnGrace, strings.Join(cut, "; "))
 
 	// Delete them all; the cache's OnDelete retires their entries.
 	for _, role := range roles {

@@ -20,7 +20,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
@@ -191,16 +190,7 @@ func clusterKubeconfig(t *testing.T, c *localenv.Cluster, server string, user *c
 	if server == "" {
 		server = c.URL
 	}
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: c.CA.CertPEM}
-	cfg.AuthInfos["u"] = user
-	cfg.Contexts["ctx"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
-	cfg.CurrentContext = "ctx"
-	p := filepath.Join(t.TempDir(), "cluster.kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, p); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return kubeconfigFile(t, "", server, c.CA.CertPEM, user)
 }
 
 // execPluginSource is a client-go exec credential plugin: it prints the token

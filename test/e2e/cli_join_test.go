@@ -185,12 +185,12 @@ func TestCLIJoinAndUse(t *testing.T) {
 		}
 		requireReady(t, gw)
 		const agentDials = "konnectivity_network_proxy_agent_dial_duration_seconds_count"
-		before := sum(mustScrape(t, k.AgentMetricsURL), agentDials)
+		before := mustScrape(t, k.AgentMetricsURL).Sum(agentDials)
 		kc := writeGatewayKubeconfig(t, hub, name)
 		if out := mustKubectl(t, kc, "get", "pods", "-o", "name"); !strings.Contains(out, "pod/demo") {
 			t.Errorf("get pods through the tunnel printed %q", out)
 		}
-		if after := sum(mustScrape(t, k.AgentMetricsURL), agentDials); after <= before {
+		if after := mustScrape(t, k.AgentMetricsURL).Sum(agentDials); after <= before {
 			t.Errorf("the agent dialled %v times before and %v after the first request of a new gateway; want it reached through the tunnel", before, after)
 		}
 	})

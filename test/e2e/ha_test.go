@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
+	"github.com/clustergateway/cluster-gateway/internal/testmetrics"
 	gatewayv1alpha1 "github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/generated/clientset/versioned"
 )
@@ -233,14 +233,14 @@ func hubSecretGets(t *testing.T) float64 {
 	if code != http.StatusOK {
 		t.Fatalf("hub /metrics: %d", code)
 	}
+	m, err := testmetrics.Parse(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("hub /metrics: %v", err)
+	}
 	var n float64
-	for _, line := range strings.Split(body, "\n") {
-		if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, `resource="secrets"`) ||
-			!strings.Contains(line, `scope="resource"`) || !strings.Contains(line, `verb="GET"`) {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-		if err == nil {
+	for k, v := range m {
+		if strings.HasPrefix(k, "apiserver_request_total{") && strings.Contains(k, `resource="secrets"`) &&
+			strings.Contains(k, `scope="resource"`) && strings.Contains(k, `verb="GET"`) {
 			n += v
 		}
 	}

@@ -9,12 +9,17 @@ import (
 	"io"
 	"net"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/clustergateway/cluster-gateway/hack/localenv"
 )
 
 // Helpers that drive the real kubectl. They take a kubeconfig, so the same
@@ -65,6 +70,19 @@ func mustKubectl(t *testing.T, kubeconfig string, args ...string) string {
 		t.Fatalf("kubectl %s: %v\nstderr: %s", strings.Join(args, " "), r.Err, r.Stderr)
 	}
 	return r.Stdout
+}
+
+// kubeconfigFile writes a self-contained kubeconfig for server and user at
+// path ("": a new file in the test's temporary directory) and returns it.
+func kubeconfigFile(t *testing.T, path, server string, caPEM []byte, user *clientcmdapi.AuthInfo) string {
+	t.Helper()
+	if path == "" {
+		path = filepath.Join(t.TempDir(), "kubeconfig")
+	}
+	if err := localenv.WriteKubeconfig(path, "c", server, caPEM, user); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // streamProtocol is how kubectl carries exec and port-forward. kubectl tries

@@ -1,24 +1,18 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
-	"fmt"
-	"net"
 	"net/http"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
+	"github.com/clustergateway/cluster-gateway/internal/testmetrics"
+	"github.com/clustergateway/cluster-gateway/internal/testproc"
 )
 
 // Gateway metrics of its konnectivity client.
@@ -33,106 +27,39 @@ const (
 	kRejected      = "cluster_gateway_konnectivity_rejected_reloads_total"
 )
 
-// requireKonnectivity skips unless the proxy-server, the agent and the
-// gateway run (the environment starts them unless NoKonnectivity is set).
+// requireKonnectivity returns the proxy-server and agent that the suite's
+// environment always starts (it never sets NoKonnectivity).
 func requireKonnectivity(t *testing.T) *localenv.Konnectivity {
 	t.Helper()
 	requireGateway(t)
 	if env.Konnectivity == nil {
-		t.Skip("konnectivity is off in this environment")
+		t.Fatal("the environment runs no konnectivity proxy-server and agent, which the suite always starts")
 	}
 	return env.Konnectivity
 }
 
-// scrape reads a Prometheus text endpoint that needs no credentials (the
-// proxy-server's and the agent's); keys are "name{labels}" as exported.
-func scrape(url string) (map[string]float64, error) {
-	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := c.Get(url)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		i := strings.LastIndexByte(line, ' ')
-		if line == "" || strings.HasPrefix(line, "#") || i < 0 {
-			continue
-		}
-		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
-			out[line[:i]] = v
-		}
-	}
-	return out, sc.Err()
-}
-
-func mustScrape(t *testing.T, url string) map[string]float64 {
+// mustScrape reads a Prometheus text endpoint that needs no credentials
+// (the proxy-server's and the agent's).
+func mustScrape(t *testing.T, url string) testmetrics.Samples {
 	t.Helper()
-	m, err := scrape(url)
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	m, err := testmetrics.Scrape(c, url)
 	if err != nil {
 		t.Fatalf("metrics: %v", err)
 	}
 	return m
 }
 
-// sum adds the samples of metric name over all its label sets.
-func sum(m map[string]float64, name string) float64 {
-	s := 0.0
-	for k, v := range m {
-		if k == name || strings.HasPrefix(k, name+"{") {
-			s += v
-		}
-	}
-	return s
-}
-
 // tcpConns counts the ESTABLISHED TCP connections that process pid holds
-// (by socket inode in /proc/<pid>/fd) whose remote end is ip:port. It is
-// the kernel's view, independent of what the process reports about itself.
+// to ip:port: the kernel's view, independent of what the process reports
+// about itself.
 func tcpConns(t *testing.T, pid int, ip string, port int) int {
 	t.Helper()
-	n, err := countTCP(pid, ip, port)
+	n, err := testproc.TCPConns(pid, ip, port)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return n
-}
-
-func countTCP(pid int, ip string, port int) (int, error) {
-	inodes := map[string]bool{}
-	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-	if err != nil {
-		return 0, fmt.Errorf("listing the sockets of pid %d: %w", pid, err)
-	}
-	for _, fd := range fds {
-		link, err := os.Readlink(filepath.Join(fmt.Sprintf("/proc/%d/fd", pid), fd.Name()))
-		if err == nil && strings.HasPrefix(link, "socket:[") {
-			inodes[strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]")] = true
-		}
-	}
-	v4 := net.ParseIP(ip).To4()
-	hex4 := fmt.Sprintf("%02X%02X%02X%02X:%04X", v4[3], v4[2], v4[1], v4[0], port)
-	want := map[string]bool{hex4: true, "0000000000000000FFFF0000" + hex4: true} // AF_INET, or v4-mapped AF_INET6
-	n := 0
-	for _, table := range []string{"tcp", "tcp6"} {
-		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, table))
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(data), "\n")[1:] {
-			f := strings.Fields(line)
-			if len(f) > 9 && want[f[2]] && f[3] == "01" && inodes[f[9]] {
-				n++
-			}
-		}
-	}
-	return n, nil
 }
 
 // proxyServerConns is the kernel's count of the gateway's connections to
@@ -156,31 +83,6 @@ func konnectivityNamespace(t *testing.T, k *localenv.Konnectivity) (kubernetes.I
 	}
 	t.Cleanup(func() { _ = direct.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
 	return direct, ns
-}
-
-// waitAdded waits until w reports ConfigMap name as ADDED.
-func waitAdded(w watch.Interface, name string) error {
-	timeout := time.After(pollTimeout)
-	for {
-		select {
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return fmt.Errorf("the watch ended before it reported ConfigMap %s", name)
-			}
-			if cm, isCM := ev.Object.(*corev1.ConfigMap); isCM && ev.Type == watch.Added && cm.Name == name {
-				return nil
-			}
-		case <-timeout:
-			return fmt.Errorf("the watch did not report ConfigMap %s within %s", name, pollTimeout)
-		}
-	}
-}
-
-func createConfigMap(t *testing.T, c kubernetes.Interface, ns, name string) {
-	t.Helper()
-	if _, err := c.CoreV1().ConfigMaps(ns).Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // proxyPath is a path on cluster name through the hub and the gateway.

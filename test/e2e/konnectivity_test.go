@@ -11,6 +11,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/clustergateway/cluster-gateway/internal/testproc"
 )
 
 // Konnectivity tests reach the cluster behind the agent (cluster-3 on
@@ -30,8 +32,8 @@ func TestKonnectivityKubectlThroughAgent(t *testing.T) {
 	direct, ns := konnectivityNamespace(t, k)
 	expectOK(t, c.GatewayName) // the first request waits for nothing below
 	dials := func() (gw, server, agent float64) {
-		return gatewayMetrics(t)[kDials], sum(mustScrape(t, k.ServerMetricsURL), "konnectivity_network_proxy_server_dial_duration_seconds_count"),
-			sum(mustScrape(t, k.AgentMetricsURL), "konnectivity_network_proxy_agent_dial_duration_seconds_count")
+		return gatewayMetrics(t)[kDials], mustScrape(t, k.ServerMetricsURL).Sum("konnectivity_network_proxy_server_dial_duration_seconds_count"),
+			mustScrape(t, k.AgentMetricsURL).Sum("konnectivity_network_proxy_agent_dial_duration_seconds_count")
 	}
 	gw0, server0, agent0 := dials()
 	dialFailures0 := gatewayMetrics(t)[kDialFailures]
@@ -108,14 +110,14 @@ func TestKonnectivityOneConnection(t *testing.T) {
 		a.waitLine(t, regexp.MustCompile(`^attached to `+c.Name+`/demo/main$`))
 		defer a.stop()
 	}
-	agentOpen := sum(mustScrape(t, k.AgentMetricsURL), "konnectivity_network_proxy_agent_open_endpoint_connections")
+	agentOpen := mustScrape(t, k.AgentMetricsURL).Sum("konnectivity_network_proxy_agent_open_endpoint_connections")
 
 	// The kernel's count, sampled while the load runs.
 	stop, sampled := make(chan struct{}), make(chan [2]int)
 	go func() {
 		lo, hi := 1<<30, 0
 		for {
-			n, err := countTCP(env.Gateway.Process.Pid(), "127.0.0.1", k.ServerPort)
+			n, err := testproc.TCPConns(env.Gateway.Process.Pid(), "127.0.0.1", k.ServerPort)
 			if err != nil {
 				n = -1 // shows up in the span
 			}

@@ -4,10 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"io"
 	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/clustergateway/cluster-gateway/internal/testmetrics"
 	gatewayv1alpha1 "github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
 
@@ -112,7 +112,7 @@ func hubDo(path string) (int, string, error) {
 
 // gatewayMetrics reads the gateway's own /metrics (as the hub admin, whom the
 // gateway authenticates with the hub's client CA and authorizes through the hub).
-func gatewayMetrics(t *testing.T) map[string]float64 {
+func gatewayMetrics(t *testing.T) testmetrics.Samples {
 	t.Helper()
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(env.Gateway.CA.CertPEM)
@@ -125,31 +125,26 @@ func gatewayMetrics(t *testing.T) map[string]float64 {
 		TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}},
 	}}
 	defer client.CloseIdleConnections()
-	resp, err := client.Get(env.Gateway.URL + "/metrics")
+	m, err := testmetrics.Scrape(client, env.Gateway.URL+"/metrics")
 	if err != nil {
-		t.Fatalf("GET gateway /metrics: %v", err)
+		t.Fatalf("gateway /metrics: %v", err)
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET gateway /metrics: %d %s", resp.StatusCode, body)
-	}
-	out := map[string]float64{}
-	for _, line := range strings.Split(string(body), "\n") {
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
+	return m
+}
+
+// awaitGatewayBaseline waits until the gateway's goroutines and open file
+// descriptors, read from its /metrics, are back near base (a few come and
+// go with the hub's connections and informers; a leak per request or
+// entry is well past that).
+func awaitGatewayBaseline(t *testing.T, base map[string]float64) {
+	t.Helper()
+	eventually(t, "the gateway's goroutines and open fds return near their baseline", func() error {
+		m := gatewayMetrics(t)
+		if g, f := m["go_goroutines"], m["process_open_fds"]; g > base["go_goroutines"]+15 || f > base["process_open_fds"]+5 {
+			return fmt.Errorf("goroutines %v (baseline %v), open fds %v (baseline %v)", g, base["go_goroutines"], f, base["process_open_fds"])
 		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		out[line[:i]] = v
-	}
-	return out
+		return nil
+	})
 }
 
 // ensureSlowPod creates, on managed cluster i, a running pod whose container

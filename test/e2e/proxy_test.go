@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -16,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	gatewayv1alpha1 "github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
@@ -145,11 +147,24 @@ func TestProxyWatchOutlivesRequestTimeout(t *testing.T) {
 	t.Cleanup(func() { _ = direct.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}) })
 
 	w := startKubectl(t, via, nil, "get", "configmaps", "-n", ns, "-w", "--request-timeout=0", "-o", "name")
-	// A slow ordinary request, started now, must end with the gateway's timeout
-	// while the watch goes on.
+	// A slow ordinary request, started now, must be cut by the gateway's
+	// request timeout while the watch goes on.
 	pod := ensureSlowPod(t, 1)
-	slow := make(chan kubectlResult, 1)
-	go func() { slow <- kubectl(t, via, nil, "", "logs", pod, "-c", "slow", "--request-timeout=0") }()
+	type answer struct {
+		code      int
+		body      string
+		err       error
+		took      time.Duration
+		startedAt time.Time
+	}
+	slow := make(chan answer, 1)
+	timeouts := gatewayTimeouts(t)
+	go func() {
+		a := answer{startedAt: time.Now()}
+		a.code, a.body, a.err = hubDo(proxyPath(env.Managed[1].GatewayName, "/api/v1/namespaces/default/pods/"+pod+"/log?container=slow"))
+		a.took = time.Since(a.startedAt)
+		slow <- a
+	}()
 
 	start := time.Now()
 	end := start.Add(3*hubRequestTimeout + 5*time.Second)
@@ -172,21 +187,40 @@ func TestProxyWatchOutlivesRequestTimeout(t *testing.T) {
 	// The fake kubelet would answer the slow request after ten minutes, the
 	// managed kube-apiserver treats logs as long-running and the hub the whole
 	// proxy subresource: only the gateway's request timeout can have ended it
-	// while the watch was still streaming.
-	var r kubectlResult
+	// while the watch was still streaming. The gateway's timeout answers with
+	// its 504 Timeout Status, after the request ran for the whole timeout.
+	var a answer
 	select {
-	case r = <-slow:
+	case a = <-slow:
 	default:
 		t.Fatalf("a slow ordinary request through the gateway was still running after %s (request timeout %s)", time.Since(start).Round(time.Second), hubRequestTimeout)
 	}
-	if r.Err == nil {
-		t.Fatalf("a slow ordinary request through the gateway was not cut by the request timeout: stdout %q", r.Stdout)
+	var st metav1.Status
+	if a.err != nil || a.code != http.StatusGatewayTimeout || json.Unmarshal([]byte(a.body), &st) != nil ||
+		st.Status != metav1.StatusFailure || st.Code != http.StatusGatewayTimeout || st.Reason != metav1.StatusReasonTimeout {
+		t.Fatalf("a slow ordinary request through the gateway ended after %s with %d %q (err %v); want the gateway's 504 Timeout Status",
+			a.took.Round(100*time.Millisecond), a.code, a.body, a.err)
 	}
-	t.Logf("the slow ordinary request ended with: %s", strings.TrimSpace(r.Stderr))
-	if !strings.Contains(r.Stderr, "Timeout") && !strings.Contains(r.Stderr, "timeout") {
-		// Seen once in CI: the cut request reached kubectl as a bare 503.
-		t.Logf("note: the cut request did not reach kubectl as a timeout")
+	if a.took < hubRequestTimeout {
+		t.Fatalf("the slow request was answered 504 after %s, before the gateway's request timeout %s", a.took, hubRequestTimeout)
 	}
+	if got := gatewayTimeouts(t) - timeouts; got < 1 {
+		t.Fatalf("the gateway counted no request ended by its timeout (apiserver_request_terminations_total{code=\"504\"}): the 504 was not the gateway's")
+	}
+	t.Logf("the slow ordinary request was cut after %s: %d %s", a.took.Round(100*time.Millisecond), a.code, st.Message)
+}
+
+// gatewayTimeouts is how many requests the gateway's generic server has
+// ended with its request timeout (its own count, by its own /metrics).
+func gatewayTimeouts(t *testing.T) float64 {
+	t.Helper()
+	n := 0.0
+	for k, v := range gatewayMetrics(t) {
+		if strings.HasPrefix(k, "apiserver_request_terminations_total{") && strings.Contains(k, `code="504"`) {
+			n += v
+		}
+	}
+	return n
 }
 
 // TestProxyImpersonation: with mode Caller the managed cluster sees the hub
@@ -230,9 +264,45 @@ func TestProxyImpersonation(t *testing.T) {
 		t.Fatalf("mode Caller with --as=eve: the managed cluster saw %q %v, want eve", user, groups)
 	}
 	// Without impersonation no Impersonate-* header the caller sent reaches the cluster.
-	user, _ = whoami(none.Name, "--as=eve", "--as-group=system:masters")
-	if user != "gateway" {
-		t.Fatalf("mode None with --as=eve: the managed cluster saw %q, want the gateway's own user", user)
+	user, groups = whoami(none.Name, "--as=eve", "--as-group=system:masters", "--as-group=developers")
+	if user != "gateway" || !contains(groups, "system:masters") || contains(groups, "developers") {
+		t.Fatalf("mode None with --as=eve: the managed cluster saw %q %v, want the gateway's own user in system:masters", user, groups)
+	}
+
+	// The same, by every identity header that reached a cluster: a capture
+	// cluster behind a Caller and a None gateway with a stored token.
+	capture := startCapture(t)
+	token := randomToken(t)
+	for _, tc := range []struct {
+		mode gatewayv1alpha1.ImpersonationMode
+		want map[string][]string
+	}{
+		{gatewayv1alpha1.ImpersonationCaller, map[string][]string{
+			"Authorization":            {"Bearer " + token},
+			"Impersonate-User":         {"eve"},
+			"Impersonate-Group":        {"system:masters", "developers"}, // not system:authenticated, which the hub adds
+			"Impersonate-Extra-Scopes": {"view", "edit"},
+		}},
+		{gatewayv1alpha1.ImpersonationNone, map[string][]string{
+			"Authorization": {"Bearer " + token},
+		}},
+	} {
+		gw := tokenGateway(uniqueName(t, "capture-"+strings.ToLower(string(tc.mode))), capture.URL, token)
+		gw.Spec.Endpoint.InsecureSkipTLSVerify, gw.Spec.Endpoint.CABundle = false, capture.CAPEM
+		gw.Spec.Impersonation.Mode = tc.mode
+		createGateway(t, gw)
+		kc := writeKubeconfig(t, env.Hub.URL+proxyPath(gw.Name, ""))
+		n := len(capture.requests())
+		// eve may use the proxy on the hub as a member of system:masters.
+		mustKubectl(t, kc, "get", "--raw", "/api/v1/namespaces", "--as=eve", "--as-group=system:masters", "--as-group=developers",
+			"--as-user-extra=scopes=view", "--as-user-extra=scopes=edit")
+		got := capture.since(n)
+		if len(got) != 1 {
+			t.Fatalf("mode %s: the cluster received %d requests, want 1", tc.mode, len(got))
+		}
+		if id := identityAt(got[0]); fmt.Sprint(id) != fmt.Sprint(tc.want) {
+			t.Errorf("mode %s, kubectl --as=eve: identity headers at the cluster\n got %v\nwant %v", tc.mode, id, tc.want)
+		}
 	}
 }
 
@@ -258,28 +328,6 @@ func adminName() string {
 // writeKubeconfig writes a hub-admin kubeconfig whose server is server.
 func writeKubeconfig(t *testing.T, server string) string {
 	t.Helper()
-	dir := t.TempDir()
-	p := filepath.Join(dir, "kubeconfig")
 	a := env.Hub.Admin
-	cfg := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: c
-  cluster:
-    server: %s
-    certificate-authority: %s
-users:
-- name: u
-  user:
-    client-certificate: %s
-    client-key: %s
-contexts:
-- name: c
-  context: {cluster: c, user: u}
-current-context: c
-`, server, env.Hub.CA.CertFile, a.CertFile, a.KeyFile)
-	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return kubeconfigFile(t, "", server, env.Hub.CA.CertPEM, &clientcmdapi.AuthInfo{ClientCertificateData: a.CertPEM, ClientKeyData: a.KeyPEM})
 }

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
@@ -488,29 +489,8 @@ func (f *securityFixture) testUpgradesNeedCreate(t *testing.T) {
 // gateway's proxy URL of cluster name through the hub.
 func proxyKubeconfig(t *testing.T, u *localenv.User, name string) string {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), u.Name+"-"+name+".kubeconfig")
-	kc := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: c
-  cluster:
-    server: %s
-    certificate-authority-data: %s
-users:
-- name: u
-  user:
-    client-certificate-data: %s
-    client-key-data: %s
-contexts:
-- name: c
-  context: {cluster: c, user: u, namespace: default}
-current-context: c
-`, env.Hub.URL+proxyPath(name, ""), base64.StdEncoding.EncodeToString(env.Hub.CA.CertPEM),
-		base64.StdEncoding.EncodeToString(u.Cert.CertPEM), base64.StdEncoding.EncodeToString(u.Cert.KeyPEM))
-	if err := os.WriteFile(path, []byte(kc), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return kubeconfigFile(t, "", env.Hub.URL+proxyPath(name, ""), env.Hub.CA.CertPEM,
+		&clientcmdapi.AuthInfo{ClientCertificateData: u.Cert.CertPEM, ClientKeyData: u.Cert.KeyPEM})
 }
 
 // 5. A proxy URL's user name and password are write-only like the rest of

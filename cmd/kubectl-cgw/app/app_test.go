@@ -2,14 +2,7 @@ package app
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +13,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/clustergateway/cluster-gateway/internal/testpki"
 	gatewayv1alpha1 "github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
 
@@ -81,20 +75,11 @@ contexts:
 - {name: nothing, context: {cluster: c, user: nothing-user}}
 `
 
-// clientCert is a self-signed PEM certificate valid from notBefore to notAfter, and its key.
+// clientCert is a PEM client certificate valid from notBefore to notAfter, and its key.
 func clientCert(t *testing.T, notBefore, notAfter time.Time) (string, string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "u"}, NotBefore: notBefore, NotAfter: notAfter}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, _ := x509.MarshalECPrivateKey(key)
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})), string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}))
+	c := testpki.MustCA(t, "ca").MustIssue(t, testpki.Spec{CommonName: "u", Client: true, NotBefore: notBefore, NotAfter: notAfter})
+	return string(c.CertPEM), string(c.KeyPEM)
 }
 
 func sourceDirWith(t *testing.T, notBefore, notAfter time.Time) string {

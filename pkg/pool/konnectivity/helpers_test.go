@@ -9,10 +9,14 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/clustergateway/cluster-gateway/internal/testpoll"
+	"github.com/clustergateway/cluster-gateway/internal/testproc"
 )
 
 func startManager(t *testing.T, opts Options) *Manager {
@@ -52,11 +56,17 @@ func get(c *http.Client, s *stack) error {
 // stream is a long-lived request (like a watch) on one tunnel connection;
 // its reader goroutine reports each line and finally the error that ended it.
 type stream struct {
-	conn  net.Conn
-	lines chan string
-	ended chan error
-	wg    sync.WaitGroup
+	conn   net.Conn
+	lines  chan string
+	ended  chan error
+	lastAt atomic.Int64 // when the last line arrived, in UnixNano
+	endAt  atomic.Int64 // when reading failed, in UnixNano
+	wg     sync.WaitGroup
 }
+
+// lastLine is when the stream last delivered a line; endedAt when it ended.
+func (st *stream) lastLine() time.Time { return time.Unix(0, st.lastAt.Load()) }
+func (st *stream) endedAt() time.Time  { return time.Unix(0, st.endAt.Load()) }
 
 func openStream(t *testing.T, m *Manager, s *stack) *stream {
 	t.Helper()
@@ -76,9 +86,11 @@ func openStream(t *testing.T, m *Manager, s *stack) *stream {
 		for {
 			line, err := r.ReadString('\n')
 			if err != nil {
+				st.endAt.Store(time.Now().UnixNano())
 				st.ended <- err
 				return
 			}
+			st.lastAt.Store(time.Now().UnixNano())
 			select {
 			case st.lines <- line:
 			default: // nobody is counting right now
@@ -114,11 +126,11 @@ func (st *stream) close() {
 func leakCheck(t *testing.T) func() {
 	t.Helper()
 	goroutines := goleak.IgnoreCurrent()
-	fds := openFDs(t)
+	fds := testproc.MustOpenFDs(t)
 	return func() {
 		t.Helper()
-		eventually(t, 15*time.Second, "open fds back to baseline", func() error {
-			if n := openFDs(t); n > fds {
+		testpoll.Eventually(t, 15*time.Second, "open fds back to baseline", func() error {
+			if n := testproc.MustOpenFDs(t); n > fds {
 				return fmt.Errorf("%d open, baseline %d", n, fds)
 			}
 			return nil
@@ -129,7 +141,7 @@ func leakCheck(t *testing.T) func() {
 
 func expectStats(t *testing.T, m *Manager, what string, ok func(Stats) bool) {
 	t.Helper()
-	eventually(t, 20*time.Second, what, func() error {
+	testpoll.Eventually(t, 20*time.Second, what, func() error {
 		if st := m.Stats(); !ok(st) {
 			return fmt.Errorf("stats %+v", st)
 		}

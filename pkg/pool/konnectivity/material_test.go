@@ -4,16 +4,18 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/clustergateway/cluster-gateway/internal/testpki"
 )
 
 // New refuses material that cannot work, saying what is wrong.
 func TestNewRejectsUnusableMaterial(t *testing.T) {
 	dir := t.TempDir()
-	ca := newTestCA(t, "ca")
-	cert, key := ca.issue(t, "gw")
-	_, otherKey := ca.issue(t, "other")
-	files := map[string][]byte{"ca": ca.pem, "cert": cert, "key": key, "other": otherKey,
-		"empty": {}, "garbage": []byte("garbage"), "ca+key": append(append([]byte{}, key...), ca.pem...)}
+	ca := testpki.MustCA(t, "ca")
+	cert, key := issue(t, ca, "gw")
+	_, otherKey := issue(t, ca, "other")
+	files := map[string][]byte{"ca": ca.CertPEM, "cert": cert, "key": key, "other": otherKey,
+		"empty": {}, "garbage": []byte("garbage"), "ca+key": append(append([]byte{}, key...), ca.CertPEM...)}
 	for name, data := range files {
 		writeFile(t, filepath.Join(dir, name), data)
 	}

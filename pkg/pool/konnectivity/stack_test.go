@@ -3,7 +3,6 @@ package konnectivity
 import (
 	"bufio"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
@@ -16,6 +15,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/clustergateway/cluster-gateway/internal/testmetrics"
+	"github.com/clustergateway/cluster-gateway/internal/testpki"
+	"github.com/clustergateway/cluster-gateway/internal/testpoll"
+	"github.com/clustergateway/cluster-gateway/internal/testproc"
 )
 
 // backendIP is where the agent's "managed cluster" lives; the agent
@@ -32,7 +36,7 @@ type stack struct {
 	serverPort, agentPort, adminPort, healthPort int
 	agentAdminPort, agentHealthPort              int
 
-	serverCA, clientCA, clusterCA, backendCA *testCA
+	serverCA, clientCA, clusterCA, backendCA *testpki.CA
 	server, agent                            *exec.Cmd
 
 	backend     *httptest.Server
@@ -42,13 +46,13 @@ type stack struct {
 	caFile, certFile, keyFile string
 }
 
-// findBinaries looks in $KONNECTIVITY_BIN if set (failing if they are not
-// there), else in $KUBE_BIN and the Makefile's output, skipping if absent.
+// findBinaries looks in $KONNECTIVITY_BIN if set, else in $KUBE_BIN and the
+// Makefile's output, and fails the test if proxy-server and proxy-agent are
+// not there (`make test-unit` builds them first).
 func findBinaries(t *testing.T) string {
 	t.Helper()
-	explicit := os.Getenv("KONNECTIVITY_BIN")
 	dirs := []string{os.Getenv("KUBE_BIN"), "../../../_output/bin"}
-	if explicit != "" {
+	if explicit := os.Getenv("KONNECTIVITY_BIN"); explicit != "" {
 		dirs = []string{explicit} // asked for: use it or fail
 	}
 	for _, d := range dirs {
@@ -63,10 +67,7 @@ func findBinaries(t *testing.T) string {
 			return abs
 		}
 	}
-	if explicit != "" {
-		t.Fatalf("KONNECTIVITY_BIN=%s has no proxy-server and proxy-agent; build them with `make tools`", explicit)
-	}
-	t.Skip("proxy-server/proxy-agent not found in $KONNECTIVITY_BIN, $KUBE_BIN or ../../../_output/bin; build them with `make tools` (or set KONNECTIVITY_BIN)")
+	t.Fatalf("proxy-server and proxy-agent are not in %q: build them with `make tools` (or set KONNECTIVITY_BIN)", dirs)
 	return ""
 }
 
@@ -78,22 +79,22 @@ func isExec(p string) bool {
 func newStack(t *testing.T) *stack {
 	t.Helper()
 	s := &stack{t: t, dir: t.TempDir(), bin: findBinaries(t)}
-	s.serverCA, s.clientCA = newTestCA(t, "proxy-server-ca"), newTestCA(t, "gateway-client-ca")
-	s.clusterCA, s.backendCA = newTestCA(t, "agent-ca"), newTestCA(t, "managed-cluster-ca")
+	s.serverCA, s.clientCA = testpki.MustCA(t, "proxy-server-ca"), testpki.MustCA(t, "gateway-client-ca")
+	s.clusterCA, s.backendCA = testpki.MustCA(t, "agent-ca"), testpki.MustCA(t, "managed-cluster-ca")
 	ports := freePorts(t, 6)
 	s.serverPort, s.agentPort, s.adminPort, s.healthPort = ports[0], ports[1], ports[2], ports[3]
 	s.agentAdminPort, s.agentHealthPort = ports[4], ports[5]
 
-	certs := map[string][]byte{"server-ca.crt": s.clientCA.pem, "cluster-ca.crt": s.clusterCA.pem}
-	certs["server.crt"], certs["server.key"] = s.serverCA.issue(t, "proxy-server", "127.0.0.1")
-	certs["cluster.crt"], certs["cluster.key"] = s.clusterCA.issue(t, "proxy-server-cluster", "127.0.0.1")
-	certs["agent-ca.crt"] = s.clusterCA.pem
-	certs["agent.crt"], certs["agent.key"] = s.clusterCA.issue(t, "proxy-agent")
+	certs := map[string][]byte{"server-ca.crt": s.clientCA.CertPEM, "cluster-ca.crt": s.clusterCA.CertPEM}
+	certs["server.crt"], certs["server.key"] = issue(t, s.serverCA, "proxy-server", "127.0.0.1")
+	certs["cluster.crt"], certs["cluster.key"] = issue(t, s.clusterCA, "proxy-server-cluster", "127.0.0.1")
+	certs["agent-ca.crt"] = s.clusterCA.CertPEM
+	certs["agent.crt"], certs["agent.key"] = issue(t, s.clusterCA, "proxy-agent")
 	for name, data := range certs {
 		writeFile(t, s.path(name), data)
 	}
 	s.caFile, s.certFile, s.keyFile = s.path("gw-ca.crt"), s.path("gw.crt"), s.path("gw.key")
-	writeFile(t, s.caFile, s.serverCA.pem)
+	writeFile(t, s.caFile, s.serverCA.CertPEM)
 	s.rotateClientCert()
 
 	s.startBackend()
@@ -109,7 +110,7 @@ func (s *stack) path(name string) string { return filepath.Join(s.dir, name) }
 // rotateClientCert writes a fresh gateway client cert and key (key first:
 // the reload must cope with a moment where they do not match).
 func (s *stack) rotateClientCert() {
-	cert, key := s.clientCA.issue(s.t, "cluster-gateway")
+	cert, key := issue(s.t, s.clientCA, "cluster-gateway")
 	writeFile(s.t, s.keyFile, key)
 	writeFile(s.t, s.certFile, cert)
 }
@@ -198,7 +199,7 @@ func (s *stack) stop() {
 func (s *stack) waitReady() {
 	s.t.Helper()
 	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", s.healthPort)
-	eventually(s.t, 30*time.Second, "proxy-server ready with an agent", func() error {
+	testpoll.Eventually(s.t, 30*time.Second, "proxy-server ready with an agent", func() error {
 		return httpGetOK(url)
 	})
 }
@@ -206,7 +207,7 @@ func (s *stack) waitReady() {
 // startBackend serves "/" (ok) and "/stream" (a line every 20 ms until the
 // client goes, like a watch) over TLS on backendIP.
 func (s *stack) startBackend() {
-	cert, key := s.backendCA.issue(s.t, "managed-apiserver", backendIP)
+	cert, key := issue(s.t, s.backendCA, "managed-apiserver", backendIP)
 	pair, err := tls.X509KeyPair(cert, key)
 	if err != nil {
 		s.t.Fatal(err)
@@ -238,28 +239,17 @@ func (s *stack) startBackend() {
 
 // backendTLS verifies the managed cluster's certificate through the tunnel.
 func (s *stack) backendTLS() *tls.Config {
-	roots := x509.NewCertPool()
-	roots.AddCert(s.backendCA.cert)
-	return &tls.Config{RootCAs: roots, ServerName: backendIP}
+	return &tls.Config{RootCAs: s.backendCA.Pool(), ServerName: backendIP}
 }
 
-// proxyConnections counts ESTABLISHED TCP connections to the proxy-server's
-// server port seen by the kernel; the gateway is the only client of it.
+// proxyConnections counts the ESTABLISHED TCP connections from this
+// process (the Manager under test) to the proxy-server's server port, as the
+// kernel sees them.
 func (s *stack) proxyConnections() int {
 	s.t.Helper()
-	n := 0
-	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		want := fmt.Sprintf(":%04X", s.serverPort)
-		for _, line := range strings.Split(string(data), "\n")[1:] {
-			fields := strings.Fields(line)
-			if len(fields) > 3 && strings.HasSuffix(fields[2], want) && fields[3] == "01" {
-				n++
-			}
-		}
+	n, err := testproc.TCPConns(os.Getpid(), "127.0.0.1", s.serverPort)
+	if err != nil {
+		s.t.Fatal(err)
 	}
 	return n
 }
@@ -295,22 +285,6 @@ func httpGetOK(url string) error {
 	return nil
 }
 
-// eventually polls f until it returns nil or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, within, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func tail(path string, lines int) string {
 	f, err := os.Open(path)
 	if err != nil {
@@ -328,40 +302,15 @@ func tail(path string, lines int) string {
 	return strings.Join(all, "\n")
 }
 
-// openFDs counts this process's open file descriptors.
-func openFDs(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(ents)
-}
-
 // serverMetric sums a metric's samples from the proxy-server's /metrics.
 func (s *stack) serverMetric(name string) (float64, error) {
 	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", s.healthPort))
+	m, err := testmetrics.Scrape(c, fmt.Sprintf("http://127.0.0.1:%d/metrics", s.healthPort))
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
-	sum, found := 0.0, false
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
-			continue
-		}
-		fields := strings.Fields(line)
-		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
-		if err != nil {
-			return 0, fmt.Errorf("%q: %w", line, err)
-		}
-		sum, found = sum+v, true
-	}
-	if !found {
+	if !m.Has(name) {
 		return 0, fmt.Errorf("proxy-server exports no %s", name)
 	}
-	return sum, sc.Err()
+	return m.Sum(name), nil
 }

@@ -1,0 +1,47 @@
+package testfrontend
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"testing"
+
+	"k8s.io/apiserver/pkg/authentication/user"
+	apirequest "k8s.io/apiserver/pkg/endpoints/request"
+)
+
+// connecter answers with what it was handed.
+type connecter struct{}
+
+func (connecter) Handler(name, subpath string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, _ := apirequest.UserFrom(r.Context())
+		ri, _ := apirequest.RequestInfoFrom(r.Context())
+		fmt.Fprintf(w, "%s %s %s %s %s/%s %s", r.Proto, name, subpath, u.GetName(), ri.Resource, ri.Subresource, r.URL.RawQuery)
+	})
+}
+
+func TestHandlerAndServer(t *testing.T) {
+	s := MustStart(t, Handler(connecter{}, &user.DefaultInfo{Name: "alice"}))
+	c := s.Client()
+	defer c.CloseIdleConnections()
+	get := func(url string) (int, string) {
+		t.Helper()
+		resp, err := c.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get(s.ProxyURL("c1") + "/api/v1/pods?limit=1"); code != http.StatusOK ||
+		body != "HTTP/2.0 c1 /api/v1/pods alice clustergateways/proxy limit=1" {
+		t.Errorf("proxy request: %d %q", code, body)
+	}
+	for _, path := range []string{"/api/v1/pods", Prefix + "c1", Prefix + "c1/health"} {
+		if code, _ := get(s.URL + path); code != http.StatusNotFound {
+			t.Errorf("GET %s: %d, want 404", path, code)
+		}
+	}
+}
