@@ -143,8 +143,8 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 		in = nil
 	}
 	upgrade := httpstream.IsUpgradeRequest(req)
-	w, done := p.metrics.instrument(w, req, kindOf(req, in))
-	defer done()
+	w, rec := p.metrics.instrument(w, req, kindOf(req, in))
+	defer rec.done()
 	if err := checkSubpath(subpath); err != nil {
 		writeStatus(w, req, err)
 		return

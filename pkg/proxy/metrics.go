@@ -50,6 +50,11 @@ func (m *Metrics) Register(r metrics.KubeRegistry) {
 type statusRecorder struct {
 	http.ResponseWriter
 	code int
+
+	m     *Metrics
+	req   *http.Request
+	kind  string
+	start time.Time
 }
 
 func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
@@ -68,26 +73,43 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 	return r.ResponseWriter.Write(b)
 }
 
-// instrument wraps w and returns a func that records the request's outcome.
-func (m *Metrics) instrument(w http.ResponseWriter, req *http.Request, kind string) (http.ResponseWriter, func()) {
-	rec := &statusRecorder{ResponseWriter: w}
-	start := time.Now()
-	return responsewriter.WrapForHTTP1Or2(rec), func() {
-		code := rec.code
-		if code == 0 {
-			// Hijacked (upgrade), answered by the server's timeout filter
-			// (the request outlived its deadline), or the client left
-			// before any answer.
-			switch {
-			case kind == kindUpgrade:
-				code = http.StatusSwitchingProtocols
-			case errors.Is(req.Context().Err(), context.DeadlineExceeded):
-				code = http.StatusGatewayTimeout
-			default:
-				code = 499
-			}
+// instrument wraps w; the recorder's done records the request's outcome.
+func (m *Metrics) instrument(w http.ResponseWriter, req *http.Request, kind string) (http.ResponseWriter, *statusRecorder) {
+	rec := &statusRecorder{ResponseWriter: w, m: m, req: req, kind: kind, start: time.Now()}
+	return responsewriter.WrapForHTTP1Or2(rec), rec
+}
+
+// done records the request's outcome; call it once, when serving ends.
+func (r *statusRecorder) done() {
+	code := r.code
+	if code == 0 {
+		// Hijacked (upgrade), answered by the server's timeout filter
+		// (the request outlived its deadline), or the client left
+		// before any answer.
+		switch {
+		case r.kind == kindUpgrade:
+			code = http.StatusSwitchingProtocols
+		case errors.Is(r.req.Context().Err(), context.DeadlineExceeded):
+			code = http.StatusGatewayTimeout
+		default:
+			code = 499
 		}
-		m.requestsTotal.WithLabelValues(strconv.Itoa(code), kind).Inc()
-		m.requestDuration.WithLabelValues(kind).Observe(time.Since(start).Seconds())
 	}
+	r.m.requestsTotal.WithLabelValues(codeLabel(code), r.kind).Inc()
+	r.m.requestDuration.WithLabelValues(r.kind).Observe(time.Since(r.start).Seconds())
+}
+
+// codeLabel is strconv.Itoa without an allocation for the usual codes.
+func codeLabel(code int) string {
+	switch code {
+	case http.StatusOK:
+		return "200"
+	case http.StatusCreated:
+		return "201"
+	case http.StatusSwitchingProtocols:
+		return "101"
+	case http.StatusNotFound:
+		return "404"
+	}
+	return strconv.Itoa(code)
 }
