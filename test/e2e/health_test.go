@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -161,13 +162,18 @@ func TestManagedClusterKilled(t *testing.T) {
 	m := env.Managed[1]
 	waitReachable(t, m.GatewayName, metav1.ConditionTrue, "")
 	gc := gatewayClient(t, env.Hub.Kubeconfig).GatewayV1alpha1().ClusterGateways()
-	cur, err := gc.Get(context.Background(), m.GatewayName, metav1.GetOptions{})
+	// List then watch from the list's resourceVersion, as kubectl get -w
+	// does: an object's own resourceVersion may be older than the hub's
+	// watch cache still holds (410 Gone) once other Secrets have churned.
+	byName := fields.OneTermEqualSelector("metadata.name", m.GatewayName).String()
+	cur, err := gc.List(context.Background(), metav1.ListOptions{FieldSelector: byName})
 	if err != nil {
 		t.Fatal(err)
 	}
-	gwWatch, err := gc.Watch(context.Background(), metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("metadata.name", m.GatewayName).String(), ResourceVersion: cur.ResourceVersion,
-	})
+	if len(cur.Items) != 1 {
+		t.Fatalf("listing gateway %s by name: %d items", m.GatewayName, len(cur.Items))
+	}
+	gwWatch, err := gc.Watch(context.Background(), metav1.ListOptions{FieldSelector: byName, ResourceVersion: cur.ResourceVersion})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,6 +228,9 @@ func reachableEvent(t *testing.T, w watch.Interface, status metav1.ConditionStat
 		case ev, ok := <-w.ResultChan():
 			if !ok {
 				t.Fatalf("the watch of the ClusterGateway ended before Reachable=%s", status)
+			}
+			if ev.Type == watch.Error {
+				t.Fatalf("the watch of the ClusterGateway failed before Reachable=%s: %v", status, apierrors.FromObject(ev.Object))
 			}
 			gw, isGW := ev.Object.(*gatewayv1alpha1.ClusterGateway)
 			if !isGW || ev.Type != watch.Modified {
