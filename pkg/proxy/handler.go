@@ -142,6 +142,7 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 	if inErr != nil {
 		in = nil
 	}
+	auditInner(req.Context(), name, subpath, in)
 	upgrade := httpstream.IsUpgradeRequest(req)
 	w, rec := p.metrics.instrument(w, req, kindOf(req, in))
 	defer rec.done()
@@ -202,6 +203,7 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 	location.RawPath = ""
 	location.RawQuery = clientQuery(req)
 	id := p.identityFor(gw, u)
+	auditIdentity(req.Context(), gw, u)
 	f.up = upstreamTransport{base: lease.Transport(), id: id, cluster: name}
 
 	if !upgrade {
