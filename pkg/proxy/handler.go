@@ -220,7 +220,12 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 	out.URL = location
 	out.Host = location.Host
 	scrubClientHeaders(out.Header)
-	h := utilproxy.NewUpgradeAwareHandler(location, &f.up, false, false, f.responder)
+	// The handler re-parses its location, and a query it cannot parse (one
+	// with a '#') would leave it nil: the query goes with the request
+	// (UseRequestLocation), not in the location.
+	base := *location
+	base.RawQuery = ""
+	h := utilproxy.NewUpgradeAwareHandler(&base, &f.up, false, false, f.responder)
 	h.UseRequestLocation = true
 	h.UseLocationHost = true
 	// Upgrades need HTTP/1.1.
