@@ -184,7 +184,7 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 		writeStatus(w, req, err)
 		return
 	}
-	lease, err := p.opts.Pool.Acquire(target)
+	lease, err := p.acquire(target)
 	if errors.Is(err, endpointpolicy.ErrDenied) {
 		writeStatus(w, req, endpointDenied(name, err))
 		return
