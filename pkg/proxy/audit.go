@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 
+	auditinternal "k8s.io/apiserver/pkg/apis/audit"
 	"k8s.io/apiserver/pkg/audit"
 	"k8s.io/apiserver/pkg/authentication/user"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
@@ -43,7 +44,7 @@ const (
 // check, so a refused request is recorded with what it asked for; a path
 // the proxy refuses (checkSubpath) is recorded as sent, not as parsed.
 func auditInner(ctx context.Context, cluster, subpath string, in *apirequest.RequestInfo) {
-	if !audit.AuditContextFrom(ctx).Enabled() {
+	if !auditing(ctx) {
 		return
 	}
 	kv := []string{AuditCluster, cluster}
@@ -73,7 +74,7 @@ func auditInner(ctx context.Context, cluster, subpath string, in *apirequest.Req
 // auditIdentity annotates the audit event with the identity the request is
 // sent to the cluster with. It runs only for requests that are sent.
 func auditIdentity(ctx context.Context, gw *gateways.Gateway, caller user.Info) {
-	if !audit.AuditContextFrom(ctx).Enabled() {
+	if !auditing(ctx) {
 		return
 	}
 	spec := gw.Object.Spec
@@ -89,4 +90,13 @@ func auditIdentity(ctx context.Context, gw *gateways.Gateway, caller user.Info) 
 		mode, identity = string(v1alpha1.ImpersonationCaller), caller.GetName()
 	}
 	audit.AddAuditAnnotations(ctx, AuditImpersonation, mode, AuditIdentity, identity, AuditAuthenticatedAs, as)
+}
+
+// auditing tells whether the request's audit event records annotations: the
+// server's audit filter has evaluated the policy (it runs before any
+// handler) to Metadata or more. Without audit flags there is no policy, and
+// nothing is computed per request.
+func auditing(ctx context.Context) bool {
+	ac := audit.AuditContextFrom(ctx)
+	return ac != nil && ac.GetEventLevel().GreaterOrEqual(auditinternal.LevelMetadata)
 }

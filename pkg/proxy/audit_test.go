@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	auditinternal "k8s.io/apiserver/pkg/apis/audit"
 	"k8s.io/apiserver/pkg/audit"
 
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
@@ -88,7 +89,7 @@ func TestAuditAnnotations(t *testing.T) {
 			if target == "" {
 				target = "/x"
 			}
-			ctx := audit.WithAuditContext(context.Background())
+			ctx := auditedContext(t, auditinternal.LevelMetadata)
 			req := httptest.NewRequest(c.method, target, nil).WithContext(ctx)
 			if c.upgrade {
 				req.Header.Set("Connection", "Upgrade")
@@ -113,8 +114,7 @@ func TestAuditAnnotations(t *testing.T) {
 }
 
 // An X.509 credential is named by its certificate's subject, as
-// status.credential.subject shows it; a request without an audit context
-// (audit off) is served all the same.
+// status.credential.subject shows it; without audit nothing is recorded.
 func TestAuditIdentityX509(t *testing.T) {
 	ca := testpki.MustCA(t, "audit-ca")
 	client := ca.MustIssue(t, testpki.Spec{CommonName: "gateway", Organization: []string{"system:masters"}, Client: true})
@@ -128,7 +128,7 @@ func TestAuditIdentityX509(t *testing.T) {
 	if !gw.Ready || gw.Object.Status.Credential == nil {
 		t.Fatalf("fixture gateway not usable: %s", gw.Problem)
 	}
-	ctx := audit.WithAuditContext(context.Background())
+	ctx := auditedContext(t, auditinternal.LevelMetadata)
 	auditIdentity(ctx, gw, alice)
 	got := audit.AuditContextFrom(ctx).GetEventAnnotations()
 	want := map[string]string{
@@ -144,6 +144,27 @@ func TestAuditIdentityX509(t *testing.T) {
 			t.Errorf("an annotation carries material: %q", v)
 		}
 	}
-	auditIdentity(context.Background(), gw, alice) // no audit context: nothing to do, no panic
-	auditInner(context.Background(), "x", "/api", nil)
+	// No audit context, no policy evaluated (no audit flags), or level None:
+	// nothing is recorded.
+	for what, ctx := range map[string]context.Context{
+		"no audit context": context.Background(),
+		"no policy":        audit.WithAuditContext(context.Background()),
+		"level None":       auditedContext(t, auditinternal.LevelNone),
+	} {
+		auditIdentity(ctx, gw, alice)
+		auditInner(ctx, "x", "/api", nil)
+		if ac := audit.AuditContextFrom(ctx); ac != nil && len(ac.GetEventAnnotations()) > 0 {
+			t.Errorf("%s: annotations %v", what, ac.GetEventAnnotations())
+		}
+	}
+}
+
+// auditedContext is a request context whose audit policy was evaluated to level.
+func auditedContext(t *testing.T, level auditinternal.Level) context.Context {
+	t.Helper()
+	ctx := audit.WithAuditContext(context.Background())
+	if err := audit.AuditContextFrom(ctx).Init(audit.RequestAuditConfig{Level: level}, nil); err != nil {
+		t.Fatal(err)
+	}
+	return ctx
 }
