@@ -161,13 +161,14 @@ func TestManagedClusterKilled(t *testing.T) {
 	m := env.Managed[1]
 	waitReachable(t, m.GatewayName, metav1.ConditionTrue, "")
 	gc := gatewayClient(t, env.Hub.Kubeconfig).GatewayV1alpha1().ClusterGateways()
-	cur, err := gc.Get(context.Background(), m.GatewayName, metav1.GetOptions{})
+	// From a list's resourceVersion, as an informer does: the object's own
+	// may be older than the hub's watch cache after a hub restart (410).
+	selector := fields.OneTermEqualSelector("metadata.name", m.GatewayName).String()
+	cur, err := gc.List(context.Background(), metav1.ListOptions{FieldSelector: selector})
 	if err != nil {
 		t.Fatal(err)
 	}
-	gwWatch, err := gc.Watch(context.Background(), metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("metadata.name", m.GatewayName).String(), ResourceVersion: cur.ResourceVersion,
-	})
+	gwWatch, err := gc.Watch(context.Background(), metav1.ListOptions{FieldSelector: selector, ResourceVersion: cur.ResourceVersion})
 	if err != nil {
 		t.Fatal(err)
 	}
