@@ -91,8 +91,9 @@ func TestCache(t *testing.T) {
 	}
 }
 
-// A write the hub never answers (its API server is down) fails with 503
-// naming the hub, not with an internal error; reads keep coming from the cache.
+// A write, watch or most-recent read the hub never answers (its API server
+// is down) fails with 503 naming the hub, not with an internal error; reads
+// from the cache go on.
 func TestWriteWhileTheHubIsDown(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := validCredential(t)
@@ -106,7 +107,7 @@ func TestWriteWhileTheHubIsDown(t *testing.T) {
 	testpoll.EventuallyTrue(t, 30*time.Second, "the cache to sync", store.HasSynced)
 
 	down := &url.Error{Op: "Post", URL: "https://127.0.0.1:6443/api/v1/namespaces/" + testNamespace + "/secrets", Err: syscall.ECONNREFUSED}
-	for _, verb := range []string{"create", "update", "delete"} {
+	for _, verb := range []string{"create", "update", "delete", "get", "list"} {
 		client.PrependReactor(verb, "secrets", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, down })
 	}
 	client.PrependWatchReactor("secrets", func(k8stesting.Action) (bool, watch.Interface, error) { return true, nil, down })
@@ -121,7 +122,12 @@ func TestWriteWhileTheHubIsDown(t *testing.T) {
 	_, updateErr := store.Update(ctx, existing.Object, existing, nil)
 	deleteErr := store.Delete(ctx, existing, metav1.DeleteOptions{})
 	_, watchErr := store.Watch(ctx, WatchOptions{})
-	for what, err := range map[string]error{"create": createErr, "update": updateErr, "delete": deleteErr, "watch": watchErr} {
+	_, getErr := store.GetFresh(ctx, s.Name)
+	_, _, listErr := store.ListFresh(ctx, nil)
+	if _, _, err := store.List(nil); err != nil {
+		t.Errorf("a list from the cache while the hub is down: %v", err)
+	}
+	for what, err := range map[string]error{"create": createErr, "update": updateErr, "delete": deleteErr, "watch": watchErr, "fresh get": getErr, "fresh list": listErr} {
 		if !apierrors.IsServiceUnavailable(err) || !strings.Contains(err.Error(), "hub's API server") || !strings.Contains(err.Error(), "connection refused") {
 			t.Errorf("%s while the hub is down: %v; want 503 naming the hub and the cause", what, err)
 		}

@@ -13,9 +13,10 @@ import (
 
 // TestHubRestart kills the hub's kube-apiserver and starts it again on its
 // port, with its flags. Meanwhile the gateway stays up and serves, straight
-// on its own port as the hub admin: gets and lists of ClusterGateways from
-// its cache, and proxied requests to a managed cluster; a write fails with
-// 503 naming the hub. After the restart the gateway's informer has resynced:
+// on its own port as the hub admin: proxied requests to a managed cluster,
+// and gets and lists of ClusterGateways with resourceVersion 0 from its
+// cache; a write, and a get of the most recent, fail with 503 naming the
+// hub. After the restart the gateway's informer has resynced:
 // a ClusterGateway created through the hub is seen in the gateway's cache
 // and is usable through the hub, and the APIService is Available again
 // (StartCluster waits for that, as StartGateway does). It stops the hub, so
@@ -47,13 +48,17 @@ func TestHubRestart(t *testing.T) {
 		t.Fatalf("the hub answered %d after it was stopped", code)
 	}
 
-	// Reads from the gateway's cache.
-	if _, err := direct.Get(ctx, m.GatewayName, metav1.GetOptions{}); err != nil {
-		t.Fatalf("get a ClusterGateway from the gateway while the hub is down: %v", err)
+	// Reads with a resourceVersion come from the gateway's cache; a read
+	// of the most recent (none) needs the hub and says so.
+	if _, err := direct.Get(ctx, m.GatewayName, metav1.GetOptions{ResourceVersion: "0"}); err != nil {
+		t.Fatalf("get a ClusterGateway (resourceVersion 0) from the gateway while the hub is down: %v", err)
 	}
-	list, err := direct.List(ctx, metav1.ListOptions{})
+	list, err := direct.List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 	if err != nil || len(list.Items) < len(env.Managed) {
-		t.Fatalf("list ClusterGateways from the gateway while the hub is down: %v (%d items)", err, len(list.Items))
+		t.Fatalf("list ClusterGateways (resourceVersion 0) from the gateway while the hub is down: %v (%d items)", err, len(list.Items))
+	}
+	if _, err := direct.Get(ctx, m.GatewayName, metav1.GetOptions{}); !hubDown(err) {
+		t.Fatalf("a most-recent get while the hub is down: %v; want 503 saying the hub's API server could not be reached", err)
 	}
 	// Proxied requests: the managed cluster does not need the hub.
 	if _, err := throughGateway.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
@@ -65,7 +70,7 @@ func TestHubRestart(t *testing.T) {
 	// A write: 503 naming the hub.
 	newGW := directGateway(uniqueName(t, "after-hub-restart"), 0)
 	_, err = direct.Create(ctx, newGW.DeepCopy(), metav1.CreateOptions{})
-	if err == nil || !apierrors.IsServiceUnavailable(err) || !strings.Contains(err.Error(), "hub's API server") || !strings.Contains(err.Error(), "could not be reached") {
+	if !hubDown(err) {
 		t.Fatalf("create a ClusterGateway while the hub is down: %v; want 503 saying the hub's API server could not be reached", err)
 	}
 	t.Logf("create while the hub is down: %v", err)
@@ -101,6 +106,11 @@ func TestHubRestart(t *testing.T) {
 		return nil
 	})
 	expectOK(t, m.GatewayName)
+}
+
+// hubDown tells the gateway's error for a hub that does not answer.
+func hubDown(err error) bool {
+	return apierrors.IsServiceUnavailable(err) && strings.Contains(err.Error(), "hub's API server") && strings.Contains(err.Error(), "could not be reached")
 }
 
 type httpError struct {
