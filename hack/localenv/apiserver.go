@@ -114,10 +114,23 @@ func (e *Env) KillCluster(c *Cluster) error {
 }
 
 // StartCluster starts a stopped kube-apiserver again, on its port and with
-// its flags, and waits for /readyz.
+// its flags, and waits for /readyz. For the hub, while the gateway runs, it
+// also waits as StartGateway does: until the APIService is Available again
+// and the hub lists ClusterGateways through the gateway.
 func (e *Env) StartCluster(ctx context.Context, c *Cluster) error {
 	if c.Process != nil && !c.Process.Exited() {
 		return fmt.Errorf("%s is running (pid %d)", c.Name, c.Process.Pid())
 	}
-	return e.startAPIServer(ctx, c, c.args)
+	if err := e.startAPIServer(ctx, c, c.args); err != nil {
+		return err
+	}
+	if c != e.Hub || e.Gateway == nil || e.Gateway.Process == nil || e.Gateway.Process.Exited() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.StartTimeout)
+	defer cancel()
+	if err := e.waitAPIServiceAvailable(ctx); err != nil {
+		return err
+	}
+	return e.waitHubReachesGateway(ctx)
 }

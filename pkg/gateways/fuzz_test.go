@@ -1,7 +1,11 @@
 package gateways
 
 import (
+	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
+	"maps"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,24 +15,42 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
 
+// tokenCanary is put into every fuzzed token; secretOwnKey is a label and
+// annotation of the Secret itself.
+const (
+	tokenCanary  = "CANARY-7f3a9c"
+	secretOwnKey = "argocd.argoproj.io/secret-type"
+)
+
 // FuzzFromSecret feeds arbitrary Secret contents to the read path the proxy
 // uses on every resourceVersion. Invariants: no panic; Ready implies a
-// parsed address and a valid spec; redaction removes all material; and
-// writing the gateway back gives a Secret that reads as the same spec
-// and is still usable if it was.
-// Fuzz it with: go test -run XXX -fuzz FuzzFromSecret -fuzztime 1m -fuzzminimizetime 5s ./pkg/registry/clustergateway/
-// (minimizing a new input with 13 arguments takes long: 0 execs/sec meanwhile is not a hang).
+// parsed address and a valid spec; redaction removes all material (the
+// proxy's user info included), and no part of the public object, status
+// messages included, echoes the token or the private key; the gateway's
+// labels and annotations are exactly the JSON objects in the data keys
+// (a value that is not one makes it not Ready, naming the key), never the
+// Secret's own metadata; and writing the gateway back gives a Secret that
+// reads as the same spec, labels, annotations and field ownership, keeps
+// the Secret's own metadata, and is still usable if it was.
+// Fuzz it with: go test -run '^$' -fuzz FuzzFromSecret -fuzztime 1m -fuzzminimizetime 5s ./pkg/gateways/
+// (minimizing a new input with 14 arguments takes long: 0 execs/sec meanwhile is not a hang).
 func FuzzFromSecret(f *testing.F) {
 	c := validCredential(f)
-	seed := func(epType, endpoint string, ca []byte, insecure, proxy, credType string, cert, key []byte, token, imp, managedFields, lastApplied string) {
-		f.Add(epType, endpoint, ca, "", insecure, proxy, credType, cert, key, token, imp, managedFields, lastApplied)
+	seed := func(epType, endpoint string, ca []byte, insecure, proxy, credType string, cert, key []byte, token, imp, managedFields, lastApplied, labels string) {
+		f.Add(epType, endpoint, ca, "", insecure, proxy, credType, cert, key, token, imp, managedFields, lastApplied, labels)
 	}
-	seed("", "https://127.0.0.2:6443", c.caPEM, "", "", "X509Certificate", c.certPEM, c.keyPEM, "", "", "", "")
-	seed("Direct", " https://127.0.0.2:6443\n", nil, "true", "socks5://127.0.0.1:1080", "BearerToken", nil, nil, " tok\n", "Caller", `[{"manager":"kubectl"}]`, `{"kubectl.kubernetes.io/last-applied-configuration":"{\"spec\":{\"credential\":{\"bearerToken\":\"x\"}}}"}`)
-	seed("Konnectivity", "https://10.0.0.1", c.caPEM, "maybe", "http://user:pw@proxy:3128", "X509Certificate", c.certPEM, nil, "tok", "None", "{[", "{not json")
-	seed("Tunnel", "http://x", []byte("not pem"), "1", "ftp://x", "", []byte("-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n"), c.keyPEM, "", "Everyone", "", "")
+	seed("", "https://127.0.0.2:6443", c.caPEM, "", "", "X509Certificate", c.certPEM, c.keyPEM, "", "", "", "", `{"env":"prod"}`)
+	seed("Direct", " https://127.0.0.2:6443\n", nil, "true", "socks5://127.0.0.1:1080", "BearerToken", nil, nil, " tok\n", "Caller", `[{"manager":"kubectl"}]`, `{"kubectl.kubernetes.io/last-applied-configuration":"{\"spec\":{\"credential\":{\"bearerToken\":\"x\"}}}"}`, "{}")
+	seed("Konnectivity", "https://10.0.0.1", c.caPEM, "maybe", "http://user:pw@proxy:3128", "X509Certificate", c.certPEM, nil, "tok", "None", "{[", "{not json", `{"a":1}`)
+	seed("Tunnel", "http://x", []byte("not pem"), "1", "ftp://x", "", []byte("-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n"), c.keyPEM, "", "Everyone", "", "", `["argocd.argoproj.io/secret-type"]`)
+	seed("Direct", "https://127.0.0.2:6443", c.caPEM, "", "http://u:proxy-secret@127.0.0.1:3128", "BearerToken", nil, nil, "tok with space", "Caller", `[{"manager":"m","fieldsV1":{"f:spec":{}}}]`, `{"x":"y"}`, `{"argocd.argoproj.io/secret-type":"cluster"}`)
 
-	f.Fuzz(func(t *testing.T, epType, endpoint string, ca []byte, serverName, insecure, proxy, credType string, cert, key []byte, token, imp, managedFields, annotations string) {
+	f.Fuzz(func(t *testing.T, epType, endpoint string, ca []byte, serverName, insecure, proxy, credType string, cert, key []byte, token, imp, managedFields, annotations, labels string) {
+		// A canary in the middle of any token: whatever else the token is,
+		// no read may echo it.
+		if token != "" {
+			token = token[:len(token)/2] + tokenCanary + token[len(token)/2:]
+		}
 		data := map[string][]byte{}
 		put := func(k string, v []byte) {
 			if len(v) > 0 {
@@ -48,9 +70,14 @@ func FuzzFromSecret(f *testing.F) {
 		put(KeyImpersonation, []byte(imp))
 		put(KeyManagedFields, []byte(managedFields))
 		put(KeyAnnotations, []byte(annotations))
+		put(KeyLabels, []byte(labels))
+		// The Secret's own metadata, as an administrator or a GitOps tool
+		// may set it: never the gateway's.
 		s := &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{
-				Name: "fuzz", Namespace: testNamespace, ResourceVersion: "1", Labels: map[string]string{LabelGateway: "true"},
+				Name: "fuzz", Namespace: testNamespace, ResourceVersion: "1",
+				Labels:      map[string]string{LabelGateway: "true", secretOwnKey: "cluster"},
+				Annotations: map[string]string{secretOwnKey: "secret-only"},
 			},
 			Data: data,
 		}
@@ -65,6 +92,37 @@ func FuzzFromSecret(f *testing.F) {
 			}
 		} else if g.Problem == "" {
 			t.Fatalf("not Ready and no problem given")
+		}
+		for key, got := range map[string]map[string]string{KeyLabels: g.Object.Labels, KeyAnnotations: g.Object.Annotations} {
+			raw := data[key]
+			var want map[string]string
+			if len(strings.TrimSpace(string(raw))) > 0 && json.Unmarshal(raw, &want) != nil {
+				if g.Ready || !strings.Contains(g.Problem, "data["+key+"]") {
+					t.Fatalf("data[%s] = %q is not a JSON object of strings, yet Ready=%v, problem %q", key, raw, g.Ready, g.Problem)
+				}
+				continue
+			}
+			if len(want) == 0 {
+				want = nil
+			}
+			// Exactly the data key's: the Secret's own labels and annotations never show.
+			if !maps.Equal(got, want) {
+				t.Fatalf("the gateway's %s are %v, data[%s] says %v", key, got, key, want)
+			}
+		}
+		pub, err := json.Marshal(g.Public())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Unless another input holds the same text, the public object cannot.
+		others := strings.Join([]string{epType, endpoint, string(ca), serverName, insecure, proxy, credType, string(cert), imp, managedFields, annotations, labels}, "\x00")
+		if token != "" && !strings.Contains(others, tokenCanary) && strings.Contains(string(pub), tokenCanary) {
+			t.Fatalf("the public gateway echoes the token: %s", pub)
+		}
+		if b, _ := pem.Decode(key); b != nil && len(b.Bytes) >= 16 {
+			if body := base64.StdEncoding.EncodeToString(b.Bytes)[:16]; !strings.Contains(others+token, body) && strings.Contains(string(pub), body) {
+				t.Fatalf("the public gateway echoes the private key: %s", pub)
+			}
 		}
 		if r := redact(g.Object); r.Spec.Credential.X509 != nil || r.Spec.Credential.BearerToken != "" || v1alpha1.ProxyUserInfo(r.Spec.Endpoint.ProxyURL) != nil {
 			t.Fatalf("redact left material: %+v, proxy %q", r.Spec.Credential, r.Spec.Endpoint.ProxyURL)
@@ -93,11 +151,16 @@ func FuzzFromSecret(f *testing.F) {
 		if !equality.Semantic.DeepEqual(again.Spec, g.Object.Spec) {
 			t.Fatalf("spec changed on a write-back:\nfirst  %+v\nsecond %+v", g.Object.Spec, again.Spec)
 		}
+		// Field ownership is kept across a write-back, as read (a value
+		// that is not a list of entries reads as none).
+		if !equality.Semantic.DeepEqual(again.ManagedFields, g.Object.ManagedFields) {
+			t.Fatalf("managed fields changed on a write-back:\nfirst  %+v\nsecond %+v", g.Object.ManagedFields, again.ManagedFields)
+		}
 		if r1, r2 := redact(g.Object), redact(again); !equality.Semantic.DeepEqual(r2.Labels, r1.Labels) || !equality.Semantic.DeepEqual(r2.Annotations, r1.Annotations) {
 			t.Fatalf("metadata changed on a write-back: labels %v -> %v, annotations %v -> %v", g.Object.Labels, again.Labels, g.Object.Annotations, again.Annotations)
 		}
-		if len(s2.Annotations) != 0 || len(s2.Labels) != 1 {
-			t.Fatalf("the Secret carries metadata beyond the gateway label: labels %v annotations %v", s2.Labels, s2.Annotations)
+		if !maps.Equal(s2.Annotations, s.Annotations) || !maps.Equal(s2.Labels, s.Labels) {
+			t.Fatalf("a write-back changed the Secret's own metadata: labels %v -> %v, annotations %v -> %v", s.Labels, s2.Labels, s.Annotations, s2.Annotations)
 		}
 		// A write-back may heal a malformed value that the spec cannot
 		// express (e.g. insecure-skip-tls-verify: "maybe" reads as false),

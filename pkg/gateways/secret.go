@@ -284,19 +284,26 @@ func toSecret(gw *v1alpha1.ClusterGateway, existing *corev1.Secret, namespace st
 
 // redactLastApplied drops credential material from kubectl's last-applied
 // annotation, which would otherwise hand the credential back on every GET.
+// Keys match case-insensitively, as encoding/json matches them: a Go client
+// decoding the annotation finds no material under "Spec" or "bearertoken".
 func redactLastApplied(raw string) string {
 	var obj map[string]interface{}
 	if err := json.Unmarshal([]byte(raw), &obj); err != nil {
 		return ""
 	}
-	if spec, ok := obj["spec"].(map[string]interface{}); ok {
-		if cred, ok := spec["credential"].(map[string]interface{}); ok {
-			delete(cred, "x509")
-			delete(cred, "bearerToken")
+	for _, spec := range objectsAt(obj, "spec") {
+		for _, cred := range objectsAt(spec, "credential") {
+			for k := range cred {
+				if strings.EqualFold(k, "x509") || strings.EqualFold(k, "bearerToken") {
+					delete(cred, k)
+				}
+			}
 		}
-		if ep, ok := spec["endpoint"].(map[string]interface{}); ok {
-			if p, ok := ep["proxyURL"].(string); ok {
-				ep["proxyURL"] = v1alpha1.WithoutUserInfo(p)
+		for _, ep := range objectsAt(spec, "endpoint") {
+			for k, v := range ep {
+				if p, ok := v.(string); ok && strings.EqualFold(k, "proxyURL") {
+					ep[k] = v1alpha1.WithoutUserInfo(p)
+				}
 			}
 		}
 	}
@@ -305,4 +312,16 @@ func redactLastApplied(raw string) string {
 		return ""
 	}
 	return string(out) + "\n"
+}
+
+// objectsAt returns the JSON objects under the keys of m that equal name
+// case-insensitively.
+func objectsAt(m map[string]interface{}, name string) []map[string]interface{} {
+	var out []map[string]interface{}
+	for k, v := range m {
+		if o, ok := v.(map[string]interface{}); ok && strings.EqualFold(k, name) {
+			out = append(out, o)
+		}
+	}
+	return out
 }

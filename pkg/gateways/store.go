@@ -199,9 +199,14 @@ func newer(a, b string) bool {
 }
 
 // translateError names the gateway, not its Secret, in the hub's errors.
+// An error without an answer from the hub (refused, reset, timed out) is
+// 503 naming the hub: while it is down, gateways cannot be written, watched
+// or read as the most recent, but reads with a resourceVersion and proxied
+// requests are served from the cache.
 func translateError(err error, name string) error {
 	if _, ok := err.(apierrors.APIStatus); !ok {
-		return apierrors.NewInternalError(err)
+		return apierrors.NewServiceUnavailable(fmt.Sprintf(
+			"the hub's API server, which stores ClusterGateways as Secrets, could not be reached (proxied requests, and reads with a resourceVersion such as 0, are served from the gateway's cache meanwhile): %v", err))
 	}
 	switch {
 	case apierrors.IsNotFound(err):

@@ -2,13 +2,19 @@ package gateways
 
 import (
 	"context"
+	"net/url"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 )
@@ -82,5 +88,48 @@ func TestCache(t *testing.T) {
 	}
 	if _, err := cache.Get(s.Name); !apierrors.IsNotFound(err) {
 		t.Errorf("Get after delete: %v, want NotFound", err)
+	}
+}
+
+// A write, watch or most-recent read the hub never answers (its API server
+// is down) fails with 503 naming the hub, not with an internal error; reads
+// from the cache go on.
+func TestWriteWhileTheHubIsDown(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := validCredential(t)
+	s := mustToSecret(t, x509Gateway(c), nil)
+	s.ResourceVersion = "1"
+	client := fake.NewClientset(s)
+	store := NewStore(client, testNamespace)
+	done := make(chan struct{})
+	go func() { store.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	testpoll.EventuallyTrue(t, 30*time.Second, "the cache to sync", store.HasSynced)
+
+	down := &url.Error{Op: "Post", URL: "https://127.0.0.1:6443/api/v1/namespaces/" + testNamespace + "/secrets", Err: syscall.ECONNREFUSED}
+	for _, verb := range []string{"create", "update", "delete", "get", "list"} {
+		client.PrependReactor(verb, "secrets", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, down })
+	}
+	client.PrependWatchReactor("secrets", func(k8stesting.Action) (bool, watch.Interface, error) { return true, nil, down })
+
+	existing, err := store.Get(s.Name)
+	if err != nil {
+		t.Fatalf("a read from the cache while the hub is down: %v", err)
+	}
+	gw := x509Gateway(c)
+	gw.Name = "new"
+	_, createErr := store.Create(ctx, gw, nil)
+	_, updateErr := store.Update(ctx, existing.Object, existing, nil)
+	deleteErr := store.Delete(ctx, existing, metav1.DeleteOptions{})
+	_, watchErr := store.Watch(ctx, WatchOptions{})
+	_, getErr := store.GetFresh(ctx, s.Name)
+	_, _, listErr := store.ListFresh(ctx, nil)
+	if _, _, err := store.List(nil); err != nil {
+		t.Errorf("a list from the cache while the hub is down: %v", err)
+	}
+	for what, err := range map[string]error{"create": createErr, "update": updateErr, "delete": deleteErr, "watch": watchErr, "fresh get": getErr, "fresh list": listErr} {
+		if !apierrors.IsServiceUnavailable(err) || !strings.Contains(err.Error(), "hub's API server") || !strings.Contains(err.Error(), "connection refused") {
+			t.Errorf("%s while the hub is down: %v; want 503 naming the hub and the cause", what, err)
+		}
 	}
 }

@@ -142,6 +142,7 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 	if inErr != nil {
 		in = nil
 	}
+	auditInner(req.Context(), name, subpath, in)
 	upgrade := httpstream.IsUpgradeRequest(req)
 	w, rec := p.metrics.instrument(w, req, kindOf(req, in))
 	defer rec.done()
@@ -183,7 +184,7 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 		writeStatus(w, req, err)
 		return
 	}
-	lease, err := p.opts.Pool.Acquire(target)
+	lease, err := p.acquire(target)
 	if errors.Is(err, endpointpolicy.ErrDenied) {
 		writeStatus(w, req, endpointDenied(name, err))
 		return
@@ -202,6 +203,7 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 	location.RawPath = ""
 	location.RawQuery = clientQuery(req)
 	id := p.identityFor(gw, u)
+	auditIdentity(req.Context(), gw, u)
 	f.up = upstreamTransport{base: lease.Transport(), id: id, cluster: name}
 
 	if !upgrade {
@@ -218,7 +220,12 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 	out.URL = location
 	out.Host = location.Host
 	scrubClientHeaders(out.Header)
-	h := utilproxy.NewUpgradeAwareHandler(location, &f.up, false, false, f.responder)
+	// The handler re-parses its location, and a query it cannot parse (one
+	// with a '#') would leave it nil: the query goes with the request
+	// (UseRequestLocation), not in the location.
+	base := *location
+	base.RawQuery = ""
+	h := utilproxy.NewUpgradeAwareHandler(&base, &f.up, false, false, f.responder)
 	h.UseRequestLocation = true
 	h.UseLocationHost = true
 	// Upgrades need HTTP/1.1.

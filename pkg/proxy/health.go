@@ -149,7 +149,12 @@ func (p *Proxy) send(ctx context.Context, rt *upstreamTransport, url, path, user
 	start := time.Now()
 	resp, err := rt.RoundTrip(req)
 	if err != nil {
-		return probeResult{reason: classify(err, connected.Load()), message: upstreamError(rt.cluster, err, false).ErrStatus.Message}
+		r := probeResult{reason: classify(err, connected.Load()), message: upstreamError(rt.cluster, err, false).ErrStatus.Message}
+		if r.reason == v1alpha1.ReasonNoAnswer && connected.Load() {
+			// Not "no connection": there was one, and no answer on it.
+			r.message = fmt.Sprintf("cluster %q did not answer %s on an open connection in time (%v)", rt.cluster, path, err)
+		}
+		return r
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))

@@ -66,6 +66,9 @@ func TestProbeClusterClassifies(t *testing.T) {
 		if name == "failing" && !strings.Contains(out.Message, "500") {
 			t.Errorf("failing: message %q does not give the status", out.Message)
 		}
+		if name == "silent" && (strings.Contains(out.Message, "no connection") || !strings.Contains(out.Message, "did not answer")) {
+			t.Errorf("silent: message %q; want it to say the cluster did not answer on its connection", out.Message)
+		}
 	}
 	if _, named := agents.Load(proberUserAgent); !named || !strings.HasPrefix(proberUserAgent, "cluster-gateway-prober/") {
 		t.Errorf("the prober's requests were not sent as %s", proberUserAgent)

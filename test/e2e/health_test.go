@@ -164,7 +164,8 @@ func TestManagedClusterKilled(t *testing.T) {
 	gc := gatewayClient(t, env.Hub.Kubeconfig).GatewayV1alpha1().ClusterGateways()
 	// List then watch from the list's resourceVersion, as kubectl get -w
 	// does: an object's own resourceVersion may be older than the hub's
-	// watch cache still holds (410 Gone) once other Secrets have churned.
+	// watch cache still holds (410 Gone) once other Secrets have churned or
+	// the hub restarted.
 	byName := fields.OneTermEqualSelector("metadata.name", m.GatewayName).String()
 	cur, err := gc.List(context.Background(), metav1.ListOptions{FieldSelector: byName})
 	if err != nil {

@@ -1,0 +1,27 @@
+package proxy
+
+import (
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/clustergateway/cluster-gateway/pkg/pool"
+)
+
+// acquire leases the pooled transport of a target. A gateway deleted while
+// the request was on its way (read from the store before the deletion) may
+// have had its entry retired before this Acquire built a new one, which
+// nothing would retire until it idled out: it is retired now, and this
+// lease goes on on the retiring entry, as one taken before the deletion
+// would.
+func (p *Proxy) acquire(t *pool.Target) (*pool.Lease, error) {
+	lease, err := p.opts.Pool.Acquire(t)
+	if err != nil {
+		return nil, err
+	}
+	// The store drops a gateway before it tells the pool (OnChange), so
+	// either the deletion's Remove comes after this Acquire, or this Get
+	// sees the gateway gone.
+	if _, err := p.opts.Store.Get(t.Cluster); apierrors.IsNotFound(err) {
+		p.opts.Pool.Remove(t.Cluster, pool.ReasonDeleted)
+	}
+	return lease, nil
+}
