@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+	"github.com/clustergateway/cluster-gateway/pkg/fairness"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 	"github.com/clustergateway/cluster-gateway/pkg/pool/konnectivity"
@@ -38,6 +39,9 @@ type ExtraConfig struct {
 	// Konnectivity reaches Konnectivity endpoints through a proxy-server when
 	// its Address is set. Its RetireGrace and DialTimeout are the pool's.
 	Konnectivity konnectivity.Options
+	// Fairness bounds each cluster's proxied requests in flight and queues
+	// the rest fairly among callers; the zero value bounds nothing.
+	Fairness fairness.Options
 	// Metrics is where the gateway's metrics are registered; nil: the
 	// registry the generic server serves on /metrics.
 	Metrics metrics.KubeRegistry
@@ -60,6 +64,7 @@ type Server struct {
 	Store   *gateways.Store
 	Pool    *pool.Pool
 	Tunnel  *konnectivity.Manager // nil without a proxy-server
+	Limiter *fairness.Limiter
 }
 
 // New builds the server; nothing runs until Run.
@@ -94,12 +99,17 @@ func (c *Config) New() (*Server, error) {
 	if s.Pool, err = pool.New(c.Extra.Pool); err != nil {
 		return nil, err
 	}
+	if s.Limiter, err = fairness.New(c.Extra.Fairness); err != nil {
+		s.stop()
+		return nil, err
+	}
 	popts := proxy.Options{
 		Store:            s.Store,
 		Pool:             s.Pool,
 		DialTimeout:      c.Extra.Pool.DialTimeout,
 		Authorizer:       g.Authorization.Authorizer,
 		AuthorizeSubpath: c.Extra.AuthorizeProxySubpath,
+		Limiter:          s.Limiter,
 	}
 	if k := c.Extra.Konnectivity; k.Enabled() {
 		k.RetireGrace, k.DialTimeout = c.Extra.Pool.RetireGrace, c.Extra.Pool.DialTimeout
@@ -163,6 +173,7 @@ func (s *Server) registerMetrics(r metrics.KubeRegistry, px *proxy.Proxy) error 
 	}
 	r.CustomMustRegister(s.Pool.Collector())
 	px.Metrics().Register(r)
+	s.Limiter.Metrics().Register(r)
 	if s.Tunnel != nil {
 		s.Tunnel.Metrics().Register(r)
 	}

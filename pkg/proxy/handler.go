@@ -22,6 +22,7 @@ import (
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
+	"github.com/clustergateway/cluster-gateway/pkg/fairness"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 )
@@ -57,6 +58,9 @@ type Options struct {
 	// DialTimeout bounds setting up an upgrade (exec, attach, port-forward)
 	// as the pool's dial timeout bounds other connections (default 30s).
 	DialTimeout time.Duration
+	// Limiter bounds each cluster's requests in flight and queues the rest
+	// fairly among callers; nil: no per-cluster bound.
+	Limiter *fairness.Limiter
 }
 
 func (p *Proxy) dialTimeout() time.Duration {
@@ -152,6 +156,14 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 		writeStatus(w, req, err)
 		return
 	}
+	release, err := p.opts.Limiter.Acquire(req.Context(), name, u.GetName(), limitKind(kindOf(req, in)))
+	if err != nil {
+		if req.Context().Err() == nil { // else nobody is listening
+			writeStatus(w, req, err)
+		}
+		return
+	}
+	defer release()
 	target, err := p.target(gw)
 	if err != nil {
 		writeStatus(w, req, err)

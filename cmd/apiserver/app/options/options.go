@@ -1,6 +1,6 @@
 // Package options holds the gateway's flags: the generic API server's and
-// each component's own (pool, konnectivity, endpoint policy), validated in
-// one pass and turned into the server's configuration.
+// each component's own (pool, konnectivity, endpoint policy, per-cluster
+// limits), validated in one pass and turned into the server's configuration.
 package options
 
 import (
@@ -15,6 +15,7 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/apiserver"
 	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
+	"github.com/clustergateway/cluster-gateway/pkg/fairness"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 	"github.com/clustergateway/cluster-gateway/pkg/pool/konnectivity"
 )
@@ -31,6 +32,7 @@ type Options struct {
 	Pool         *pool.Options
 	Konnectivity *konnectivity.Options
 	Endpoints    *endpointpolicy.Options
+	Fairness     *fairness.Options
 }
 
 // NewOptions returns the defaults.
@@ -50,6 +52,7 @@ func NewOptions() *Options {
 		Pool:            pool.NewOptions(),
 		Konnectivity:    konnectivity.NewOptions(),
 		Endpoints:       endpointpolicy.NewOptions(),
+		Fairness:        fairness.NewOptions(),
 	}
 }
 
@@ -66,6 +69,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	o.Endpoints.AddFlags(fs)
 	o.Pool.AddFlags(fss.FlagSet("pool"))
 	o.Konnectivity.AddFlags(fss.FlagSet("konnectivity"))
+	o.Fairness.AddFlags(fss.FlagSet("per-cluster limits"))
 	return fss
 }
 
@@ -80,6 +84,8 @@ func (o *Options) Validate() error {
 	errs = append(errs, o.Endpoints.Validate()...)
 	errs = append(errs, o.Pool.Validate()...)
 	errs = append(errs, o.Konnectivity.Validate()...)
+	errs = append(errs, o.Fairness.Validate()...)
+	errs = append(errs, o.validateLimits()...)
 	return errors.Join(errs...)
 }
 
@@ -104,7 +110,32 @@ func (o *Options) ServerConfig() (*apiserver.Config, error) {
 		AuthorizeProxySubpath: o.AuthorizeProxySubpath,
 		Pool:                  *o.Pool,
 		Konnectivity:          *o.Konnectivity,
+		Fairness:              *o.Fairness,
 	}
 	cfg.Extra.Pool.Endpoints = endpoints
 	return cfg, nil
+}
+
+// validateLimits refuses per-cluster bounds that let one saturated cluster
+// take every in-flight slot of the generic server: an ordinary request holds
+// one while in flight or queued.
+func (o *Options) validateLimits() []error {
+	f := o.Fairness
+	if f.MaxRequests == 0 {
+		return nil
+	}
+	per := f.MaxRequests + f.MaxQueued
+	var errs []error
+	for _, g := range []struct {
+		flag string
+		n    int
+	}{
+		{"--max-requests-inflight", o.ServerRun.MaxRequestsInFlight},
+		{"--max-mutating-requests-inflight", o.ServerRun.MaxMutatingRequestsInFlight},
+	} {
+		if g.n > 0 && per >= g.n {
+			errs = append(errs, fmt.Errorf("--max-requests-per-cluster + --max-queued-per-cluster (%d) must be less than %s (%d), or one saturated cluster takes every slot; keep it well under (see docs/metrics.md, per-cluster limits)", per, g.flag, g.n))
+		}
+	}
+	return errs
 }
