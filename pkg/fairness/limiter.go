@@ -10,6 +10,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
@@ -87,6 +88,7 @@ func (c *clusterState) idle() bool {
 type lane struct {
 	inFlight int
 	queued   int
+	refusing bool      // since the first refusal of a saturation, until the queue empties
 	turns    list.List // of *callerQueue with waiters, next turn first
 	callers  map[string]*callerQueue
 }
@@ -178,9 +180,14 @@ func (l *Limiter) Acquire(ctx context.Context, cluster, caller string, kind Kind
 	}
 	if ln.queued >= l.opts.MaxQueued {
 		l.refused[kind][reasonQueueFull]++
-		queued := ln.queued
+		queued, first := ln.queued, !ln.refusing
+		ln.refusing = true
 		l.mu.Unlock()
-		return nil, l.refusal(cluster, kind, reasonQueueFull, queued)
+		err := l.refusal(cluster, kind, reasonQueueFull, queued)
+		if first {
+			logSaturated(cluster, kind, err)
+		}
+		return nil, err
 	}
 	w := ln.enqueue(caller)
 	l.mu.Unlock()
@@ -211,14 +218,25 @@ func (l *Limiter) Acquire(ctx context.Context, cluster, caller string, kind Kind
 	}
 	ln.remove(w)
 	l.refused[kind][ended]++
-	queued := ln.queued
+	queued, first := ln.queued, !ln.refusing && ended == reasonTimeout
+	ln.refusing = ln.refusing || ended == reasonTimeout
 	l.dropIfIdle(cluster, c)
 	l.mu.Unlock()
 	l.noteWait(kind, start)
 	if ended == reasonCanceled {
 		return nil, fmt.Errorf("waiting for a slot of cluster %q: %w", cluster, context.Cause(ctx))
 	}
-	return nil, l.refusal(cluster, kind, reasonTimeout, queued)
+	err = l.refusal(cluster, kind, reasonTimeout, queued)
+	if first {
+		logSaturated(cluster, kind, err)
+	}
+	return nil, err
+}
+
+// logSaturated logs the first refusal of a saturation: once per episode,
+// not per request, so a storm of 429s does not flood the log.
+func logSaturated(cluster string, kind Kind, err error) {
+	klog.InfoS("Cluster saturated: answering 429 until its queue empties", "cluster", cluster, "kind", kind, "first", err)
 }
 
 func (l *Limiter) noteWait(kind Kind, start time.Time) {
@@ -237,6 +255,9 @@ func (l *Limiter) releaser(cluster string, c *clusterState, kind Kind) func() {
 			ln := &c.lanes[kind]
 			ln.inFlight--
 			ln.dispatch(l.limit(kind))
+			if ln.queued == 0 {
+				ln.refusing = false
+			}
 			l.dropIfIdle(cluster, c)
 			l.mu.Unlock()
 		})
