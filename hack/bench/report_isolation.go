@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -58,10 +59,11 @@ func (r *report) isolationSection(b *strings.Builder) {
 			verdict = "not within"
 		}
 		fmt.Fprintf(b, "\n**With the per-cluster limits at their defaults, `%s`'s p99 is %s alone and %s next to the saturated `%s`: %.2f×, %s the 2× goal** "+
-			"(the control, straight to the kube-apiserver: %s and %s, %.2f×). "+
+			"(the control, straight to the kube-apiserver: %s and %s, %.2f×; the median of the rounds' p99s: %s alone and %s with the neighbour). "+
 			"The steady load got %d 429s and %d other errors among %d requests; the neighbour got %d 429s (%.0f for a full queue, %.0f for a wait that ran out) and %d answers.\n",
 			res.Steady, fmtDur(alone), fmtDur(with), res.SlowCluster, ratio(with, alone), verdict,
 			fmtDur(on.Alone.Control.pct(.99)), fmtDur(on.Noisy.Control.pct(.99)), ratio(on.Noisy.Control.pct(.99), on.Alone.Control.pct(.99)),
+			fmtDur(median(on.Alone.RoundP99)), fmtDur(median(on.Noisy.RoundP99)),
 			on.Noisy.Steady.TooMany, on.Noisy.Steady.Other, on.Noisy.Steady.Sent, on.Noisy.Noisy429, on.Noisy.FairFull, on.Noisy.FairTimeout, on.Noisy.NoisyOK)
 	}
 	if len(res.Configs) > 1 {
@@ -86,4 +88,16 @@ func cpuShare(cpu, wall time.Duration) string {
 		return "–"
 	}
 	return fmt.Sprintf("%.2f", cpu.Seconds()/wall.Seconds())
+}
+
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
