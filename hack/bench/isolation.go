@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -192,15 +193,32 @@ func runIsolation(ctx context.Context, env *localenv.Env, gw *gatewayAdmin, o is
 			return nil, err
 		}
 		for round := range rounds {
-			if err := isoRun(ctx, gw, env, &c.Alone, loads, nil, "", o); err != nil {
-				return nil, err
+			alone := func() error {
+				if err := isoRun(ctx, gw, env, &c.Alone, loads, nil, "", o); err != nil {
+					return err
+				}
+				logf("isolation: %s, round %d/%d alone: p99 %s (control %s)", c.Name, round+1, rounds, fmtDur(c.Alone.RoundP99[round]), fmtDur(c.Alone.ControlP99[round]))
+				return nil
 			}
-			logf("isolation: %s, round %d/%d alone: p99 %s (control %s)", c.Name, round+1, rounds, fmtDur(c.Alone.RoundP99[round]), fmtDur(c.Alone.ControlP99[round]))
-			if err := isoRun(ctx, gw, env, &c.Noisy, loads, noisy, gwURL(res.SlowCluster), o); err != nil {
-				return nil, err
+			with := func() error {
+				if err := isoRun(ctx, gw, env, &c.Noisy, loads, noisy, gwURL(res.SlowCluster), o); err != nil {
+					return err
+				}
+				logf("isolation: %s, round %d/%d with the neighbour: p99 %s (control %s), %d steady 429s so far; neighbour %d ok, %d 429 so far",
+					c.Name, round+1, rounds, fmtDur(c.Noisy.RoundP99[round]), fmtDur(c.Noisy.ControlP99[round]), c.Noisy.Steady.TooMany, c.Noisy.NoisyOK, c.Noisy.Noisy429)
+				return nil
 			}
-			logf("isolation: %s, round %d/%d with the neighbour: p99 %s (control %s), %d steady 429s so far; neighbour %d ok, %d 429 so far",
-				c.Name, round+1, rounds, fmtDur(c.Noisy.RoundP99[round]), fmtDur(c.Noisy.ControlP99[round]), c.Noisy.Steady.TooMany, c.Noisy.NoisyOK, c.Noisy.Noisy429)
+			// Alone first in even rounds, the neighbour first in odd ones:
+			// a drift in the machine's load falls on both alike.
+			order := []func() error{alone, with}
+			if round%2 == 1 {
+				order = []func() error{with, alone}
+			}
+			for _, phase := range order {
+				if err := phase(); err != nil {
+					return nil, err
+				}
+			}
 		}
 		for _, cl := range clients {
 			cl.CloseIdleConnections()
@@ -316,8 +334,15 @@ func isoRun(ctx context.Context, gw *gatewayAdmin, env *localenv.Env, ph *isoPha
 }
 
 // noisyWorker GETs url in a loop and, on 429, waits as its Retry-After says
-// (as client-go does) before trying again.
+// (as client-go does) before trying again. It starts at a random moment of
+// the first second, as independent clients do: started all at once, the
+// workers would be refused and retry in lockstep, one burst a second.
 func noisyWorker(ctx context.Context, c *http.Client, url string, ok, tooMany, other *atomic.Int64, firstErr *atomic.Value) {
+	select {
+	case <-time.After(rand.N(time.Second)):
+	case <-ctx.Done():
+		return
+	}
 	for ctx.Err() == nil {
 		code, retryAfter, err := getCode(ctx, c, url)
 		var wait time.Duration

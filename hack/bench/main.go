@@ -59,9 +59,9 @@ func main() {
 	flag.IntVar(&o.Isolation.Noisy, "isolation-noisy", 200, "isolation: workers saturating the slow cluster")
 	flag.IntVar(&o.Isolation.NoisyUsers, "isolation-noisy-users", 8, "isolation: hub users the noisy workers are spread over")
 	flag.IntVar(&o.Isolation.Rate, "isolation-rate", 50, "isolation: steady requests per second to the other cluster (and as many direct to it, the control)")
-	flag.DurationVar(&o.Isolation.Phase, "isolation-phase", 5*time.Second, "isolation: steady load per phase (alone, with the neighbour) and round")
+	flag.DurationVar(&o.Isolation.Phase, "isolation-phase", 4*time.Second, "isolation: steady load per phase (alone, with the neighbour) and round")
 	flag.DurationVar(&o.Isolation.Warm, "isolation-warm", 2*time.Second, "isolation: noisy load before the steady load is measured")
-	flag.IntVar(&o.Isolation.Rounds, "isolation-rounds", 6, "isolation: interleaved rounds of both phases, per gateway configuration")
+	flag.IntVar(&o.Isolation.Rounds, "isolation-rounds", 10, "isolation: interleaved rounds of both phases, per gateway configuration")
 	flag.IntVar(&o.Isolation.InFlight, "isolation-inflight", 150, "isolation: the gateway's --max-requests-inflight, small enough for the noisy workers to exhaust")
 	flag.Parse()
 	if o.Only != "" && o.Only != "isolation" {

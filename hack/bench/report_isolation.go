@@ -12,11 +12,11 @@ func (r *report) isolationSection(b *strings.Builder) {
 	d := res.Defaults
 	fmt.Fprintf(b, "## 4. Isolation: a slow, saturated cluster next to a steady one\n\n")
 	fmt.Fprintf(b, "ClusterGateway `%s` reaches %s through a delaying HTTP CONNECT proxy (hack/localenv `StartDelayingProxy`) that hands on everything the cluster sends %s after it arrived: "+
-		"every request to it takes at least that long, as on a far or overloaded cluster. %d noisy workers, spread over %d hub users, GET `%s` through it in a loop and, on a 429, wait as its Retry-After says (as client-go does). "+
+		"every request to it takes at least that long, as on a far or overloaded cluster. %d noisy workers, spread over %d hub users, GET `%s` through it in a loop from a random start within the first second and, on a 429, wait as its Retry-After says (as client-go does). "+
 		"Meanwhile a steady open-loop load of %d requests/s, as one more user, GETs the same object of `%s` (Direct), and, as a control for this machine's own noise, as many go straight to its kube-apiserver (%s) at the same time. "+
 		"The gateway's clients call its own port with client certificates of hub users that are not in system:masters, so the generic server's in-flight limit applies to them; "+
 		"this section runs the gateway with `--max-requests-inflight=%d`, small enough for the noisy workers to exhaust. "+
-		"Each of %d interleaved rounds measures the steady loads for %s alone, then for %s with the neighbour (after %s of noisy load alone). The gateway runs first with the per-cluster limits at their defaults "+
+		"Each of %d rounds measures the steady loads for %s alone and for %s with the neighbour (after %s of noisy load alone), alone first in odd rounds and the neighbour first in even ones. The gateway runs first with the per-cluster limits at their defaults "+
 		"(`--max-requests-per-cluster=%s --max-queued-per-cluster=%s --queue-wait-timeout=%s`, read from its `--help`), then restarted with `--max-requests-per-cluster=0` (no per-cluster bound).\n\n",
 		res.SlowCluster, res.SlowUpstream, o.Delay, o.Noisy, o.NoisyUsers, requestPath, o.Rate, res.Steady, res.SteadyUpstream, o.InFlight,
 		res.Rounds, o.Phase, o.Phase, o.Warm, d["max-requests-per-cluster"], d["max-queued-per-cluster"], d["queue-wait-timeout"])
@@ -40,7 +40,9 @@ func (r *report) isolationSection(b *strings.Builder) {
 		fmt.Fprintf(b, "| %s | %d / %d / %d | %.0f / %.0f | %.0f | %.0f / %.0f | %s → %s |\n", c.Name, n.NoisyOK, n.Noisy429, n.NoisyOther,
 			n.FairFull, n.FairTimeout, n.Global429, n.InFlight, n.Queued, cpuShare(c.Alone.GatewayCPU, c.Alone.Elapsed), cpuShare(n.GatewayCPU, n.Elapsed))
 	}
-	b.WriteString("\nThe steady load's p50 and p99 are over its 200s in all rounds; `p99 by round` shows the spread. The neighbour's counts are over the same time as the steady load. ")
+	b.WriteString("\nThe steady load's p50 and p99 are over its 200s in all rounds; `p99 by round` shows the spread. " +
+		"The control bypasses the gateway: where its p99 rises with the steady load's, the cause is the CPUs (this machine's other work, or the neighbour's clients and 429s competing for them), not a shared resource inside the gateway. " +
+		"The neighbour's counts are over the same time as the steady load. ")
 	b.WriteString("The 429s of the limiter and of the generic filter are deltas of `cluster_gateway_fairness_rejected_requests_total` and `apiserver_request_terminations_total{code=\"429\"}`; ")
 	b.WriteString("gateway CPU is its utime+stime over the steady load, in CPUs. ")
 	fmt.Fprintf(b, "%d response chunks of the slow cluster went through the delay line.\n\n", res.DelayedChunks)
