@@ -3,7 +3,9 @@
 // and, counted apart, of long-running ones (watch, logs -f, exec, attach,
 // port-forward); beyond that a bounded queue per cluster and kind, served
 // round-robin among callers (hub user names), with a bounded wait; and a 429
-// with Retry-After when the queue is full or the wait runs out.
+// when the queue is full or the wait runs out, whose Retry-After is how long
+// the queue ahead takes at the cluster's pace (so a slow cluster's clients do
+// not come back every second).
 //
 // It is a limiter in front of the pool rather than the generic server's
 // priority and fairness (APF): APF would watch the hub's FlowSchemas and

@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"sync"
 	"time"
@@ -11,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
@@ -34,14 +36,17 @@ func (k Kind) String() string {
 	return "request"
 }
 
-// RetryAfterSeconds is the Retry-After of a refusal, as the generic server's
-// max-in-flight filter gives: client-go waits that long and retries.
-const RetryAfterSeconds = 1
+// MinRetryAfterSeconds is the least Retry-After of a refusal (the generic
+// server's max-in-flight filter always gives 1): client-go waits as long as
+// Retry-After says and retries. A slow cluster's refusals say more, so that
+// its clients do not come back before a slot can be free.
+const MinRetryAfterSeconds = 1
 
 // Limiter holds the per-cluster slots and queues. It starts no goroutine.
 type Limiter struct {
 	opts    Options
 	metrics *Metrics
+	clock   clock.Clock
 
 	mu       sync.Mutex
 	clusters map[string]*clusterState // only clusters with a request in flight or queued
@@ -51,10 +56,14 @@ type Limiter struct {
 
 // New returns a limiter; it refuses options that Validate refuses.
 func New(opts Options) (*Limiter, error) {
+	return newWithClock(opts, clock.RealClock{})
+}
+
+func newWithClock(opts Options, clk clock.Clock) (*Limiter, error) {
 	if errs := opts.Validate(); len(errs) > 0 {
 		return nil, fmt.Errorf("fairness: %v", errs)
 	}
-	l := &Limiter{opts: opts, clusters: map[string]*clusterState{}}
+	l := &Limiter{opts: opts, clock: clk, clusters: map[string]*clusterState{}}
 	l.metrics = newMetrics(l)
 	return l, nil
 }
@@ -88,8 +97,9 @@ func (c *clusterState) idle() bool {
 type lane struct {
 	inFlight int
 	queued   int
-	refusing bool      // since the first refusal of a saturation, until the queue empties
-	turns    list.List // of *callerQueue with waiters, next turn first
+	refusing bool          // since the first refusal of a saturation, until the queue empties
+	hold     time.Duration // moving average of how long a slot is held, for Retry-After
+	turns    list.List     // of *callerQueue with waiters, next turn first
 	callers  map[string]*callerQueue
 }
 
@@ -180,10 +190,10 @@ func (l *Limiter) Acquire(ctx context.Context, cluster, caller string, kind Kind
 	}
 	if ln.queued >= l.opts.MaxQueued {
 		l.refused[kind][reasonQueueFull]++
-		queued, first := ln.queued, !ln.refusing
+		queued, retry, first := ln.queued, l.retryAfter(ln, limit), !ln.refusing
 		ln.refusing = true
 		l.mu.Unlock()
-		err := l.refusal(cluster, kind, reasonQueueFull, queued)
+		err := l.refusal(cluster, kind, reasonQueueFull, queued, retry)
 		if first {
 			logSaturated(cluster, kind, err)
 		}
@@ -192,15 +202,15 @@ func (l *Limiter) Acquire(ctx context.Context, cluster, caller string, kind Kind
 	w := ln.enqueue(caller)
 	l.mu.Unlock()
 
-	start := time.Now()
-	timer := time.NewTimer(l.opts.QueueWait)
+	start := l.clock.Now()
+	timer := l.clock.NewTimer(l.opts.QueueWait)
 	defer timer.Stop()
 	ended := reasonTimeout
 	select {
 	case <-w.ready:
 		l.noteWait(kind, start)
 		return l.releaser(cluster, c, kind), nil
-	case <-timer.C:
+	case <-timer.C():
 	case <-ctx.Done():
 		ended = reasonCanceled
 	}
@@ -218,7 +228,7 @@ func (l *Limiter) Acquire(ctx context.Context, cluster, caller string, kind Kind
 	}
 	ln.remove(w)
 	l.refused[kind][ended]++
-	queued, first := ln.queued, !ln.refusing && ended == reasonTimeout
+	queued, retry, first := ln.queued, l.retryAfter(ln, limit), !ln.refusing && ended == reasonTimeout
 	ln.refusing = ln.refusing || ended == reasonTimeout
 	l.dropIfIdle(cluster, c)
 	l.mu.Unlock()
@@ -226,7 +236,7 @@ func (l *Limiter) Acquire(ctx context.Context, cluster, caller string, kind Kind
 	if ended == reasonCanceled {
 		return nil, fmt.Errorf("waiting for a slot of cluster %q: %w", cluster, context.Cause(ctx))
 	}
-	err = l.refusal(cluster, kind, reasonTimeout, queued)
+	err = l.refusal(cluster, kind, reasonTimeout, queued, retry)
 	if first {
 		logSaturated(cluster, kind, err)
 	}
@@ -243,16 +253,31 @@ func (l *Limiter) noteWait(kind Kind, start time.Time) {
 	l.mu.Lock()
 	l.waited[kind]++
 	l.mu.Unlock()
-	l.metrics.observeWait(kind, time.Since(start))
+	l.metrics.observeWait(kind, l.clock.Since(start))
+}
+
+// retryAfter is how long, in whole seconds, the requests queued now would
+// take to get a slot at the pace slots were given back so far: at least
+// MinRetryAfterSeconds, at most the queue wait. Called with l.mu held.
+func (l *Limiter) retryAfter(ln *lane, limit int) int {
+	wait := time.Duration(ln.queued+1) * ln.hold / time.Duration(limit)
+	return int(max(MinRetryAfterSeconds, min(math.Ceil(wait.Seconds()), math.Floor(l.opts.QueueWait.Seconds()))))
 }
 
 // releaser gives the slot back once, and hands it to the next waiter.
 func (l *Limiter) releaser(cluster string, c *clusterState, kind Kind) func() {
 	var once sync.Once
+	granted := l.clock.Now()
 	return func() {
 		once.Do(func() {
+			held := l.clock.Since(granted)
 			l.mu.Lock()
 			ln := &c.lanes[kind]
+			if ln.hold == 0 {
+				ln.hold = held
+			} else {
+				ln.hold += (held - ln.hold) / 8
+			}
 			ln.inFlight--
 			ln.dispatch(l.limit(kind))
 			if ln.queued == 0 {
@@ -280,7 +305,7 @@ func (r reason) String() string {
 
 // refusal is the 429 a client sees: it names the cluster, the limit and the
 // flag that sets it, with Retry-After.
-func (l *Limiter) refusal(cluster string, kind Kind, r reason, queued int) error {
+func (l *Limiter) refusal(cluster string, kind Kind, r reason, queued, retryAfter int) error {
 	what, flag := "ordinary requests", "--max-requests-per-cluster"
 	if kind == Stream {
 		what, flag = "long-running requests (watch, logs -f, exec, attach, port-forward)", "--max-streams-per-cluster"
@@ -289,10 +314,10 @@ func (l *Limiter) refusal(cluster string, kind Kind, r reason, queued int) error
 	switch r {
 	case reasonQueueFull:
 		msg = fmt.Sprintf("too many requests to cluster %q: its %d slots for %s are taken (the gateway's %s) and %d more are waiting (--max-queued-per-cluster); retry after %ds",
-			cluster, l.limit(kind), what, flag, queued, RetryAfterSeconds)
+			cluster, l.limit(kind), what, flag, queued, retryAfter)
 	default:
 		msg = fmt.Sprintf("too many requests to cluster %q: waited %v (the gateway's --queue-wait-timeout) for one of its %d slots for %s (%s); retry after %ds",
-			cluster, l.opts.QueueWait, l.limit(kind), what, flag, RetryAfterSeconds)
+			cluster, l.opts.QueueWait, l.limit(kind), what, flag, retryAfter)
 	}
 	return &apierrors.StatusError{ErrStatus: metav1.Status{
 		Status:  metav1.StatusFailure,
@@ -301,7 +326,7 @@ func (l *Limiter) refusal(cluster string, kind Kind, r reason, queued int) error
 		Message: msg,
 		Details: &metav1.StatusDetails{
 			Name: cluster, Group: v1alpha1.GroupName, Kind: "clustergateways",
-			RetryAfterSeconds: RetryAfterSeconds,
+			RetryAfterSeconds: int32(retryAfter),
 		},
 	}}
 }

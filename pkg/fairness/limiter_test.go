@@ -11,6 +11,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 func newLimiter(t *testing.T, requests, streams, queued int, wait time.Duration) *Limiter {
@@ -221,8 +222,8 @@ func wantRefusal(t *testing.T, err error, cluster string, says ...string) {
 	if !errors.As(err, &se) || !apierrors.IsTooManyRequests(err) {
 		t.Fatalf("got %v, want a 429 Status", err)
 	}
-	if d, ok := apierrors.SuggestsClientDelay(err); !ok || d != RetryAfterSeconds {
-		t.Fatalf("Retry-After %d (%v), want %d", d, ok, RetryAfterSeconds)
+	if d, ok := apierrors.SuggestsClientDelay(err); !ok || d != MinRetryAfterSeconds {
+		t.Fatalf("Retry-After %d (%v), want %d before any slot was given back", d, ok, MinRetryAfterSeconds)
 	}
 	if det := se.ErrStatus.Details; det == nil || det.Name != cluster || det.Kind != "clustergateways" {
 		t.Fatalf("details %+v, want the ClusterGateway %s", det, cluster)
@@ -232,6 +233,80 @@ func wantRefusal(t *testing.T, err error, cluster string, says ...string) {
 			t.Errorf("%q does not say %q", err, s)
 		}
 	}
+}
+
+// Retry-After follows the cluster's pace: how long the requests queued now
+// take to get a slot, from how long slots were held, between 1s and the
+// queue wait.
+func TestRetryAfterFollowsTheClustersPace(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Now())
+	l, err := newWithClock(Options{MaxRequests: 2, MaxStreams: 1, MaxQueued: 2, QueueWait: 10 * time.Second}, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	retryAfter := func() int {
+		t.Helper()
+		_, err := l.Acquire(context.Background(), "slow", "bob", Request)
+		d, ok := apierrors.SuggestsClientDelay(err)
+		if !apierrors.IsTooManyRequests(err) || !ok {
+			t.Fatalf("want a 429 with Retry-After, got %v", err)
+		}
+		if !strings.Contains(err.Error(), fmt.Sprintf("retry after %ds", d)) {
+			t.Fatalf("%q does not say its Retry-After %ds", err, d)
+		}
+		return d
+	}
+	// Two slots held 3s each, then two more requests take them and two queue.
+	a, b := mustAcquire(t, l, "slow", "alice", Request), mustAcquire(t, l, "slow", "alice", Request)
+	q := []*pending{acquireAsync(context.Background(), l, "slow", "alice", Request), acquireAsync(context.Background(), l, "slow", "alice", Request)}
+	waitFor(t, l, "two queued", func(s Stats) bool { return s.Queued[Request] == 2 })
+	if got := retryAfter(); got != MinRetryAfterSeconds {
+		t.Fatalf("Retry-After %d before any slot was given back, want %d", got, MinRetryAfterSeconds)
+	}
+	clk.Step(3 * time.Second)
+	a()
+	b()
+	for _, p := range q {
+		<-p.admit
+	}
+	q = append(q, acquireAsync(context.Background(), l, "slow", "alice", Request), acquireAsync(context.Background(), l, "slow", "alice", Request))
+	waitFor(t, l, "two queued again", func(s Stats) bool { return s.Queued[Request] == 2 })
+	// Three requests (two queued and this one) over two slots held 3s: 4.5s.
+	if got := retryAfter(); got != 5 {
+		t.Fatalf("Retry-After %d with two queued for two slots held 3s, want 5", got)
+	}
+
+	// Never beyond the queue wait.
+	clk = testingclock.NewFakeClock(time.Now())
+	slow, err := newWithClock(Options{MaxRequests: 1, MaxStreams: 1, MaxQueued: 3, QueueWait: 2 * time.Second}, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := mustAcquire(t, slow, "c", "alice", Request)
+	next := acquireAsync(context.Background(), slow, "c", "alice", Request)
+	waitFor(t, slow, "one queued", func(s Stats) bool { return s.Queued[Request] == 1 })
+	clk.Step(1500 * time.Millisecond) // under the queue wait: next still waits
+	first()
+	<-next.admit
+	more := []*pending{next}
+	for range 3 {
+		more = append(more, acquireAsync(context.Background(), slow, "c", "alice", Request))
+	}
+	waitFor(t, slow, "three queued", func(s Stats) bool { return s.Queued[Request] == 3 })
+	_, err = slow.Acquire(context.Background(), "c", "bob", Request)
+	if d, _ := apierrors.SuggestsClientDelay(err); d != 2 {
+		t.Fatalf("Retry-After %d for four requests over one slot held 1.5s (6s), with a 2s queue wait, want 2 (%v)", d, err)
+	}
+	for _, p := range append(q, more...) {
+		close(p.free)
+	}
+	for _, p := range append(q, more...) {
+		if err := <-p.done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantNoState(t, l)
+	wantNoState(t, slow)
 }
 
 // Releasing twice gives one slot back; a bound of 0 keeps no state at all;

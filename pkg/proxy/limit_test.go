@@ -85,7 +85,7 @@ func TestSaturatedClusterThroughTheProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" {
-		t.Fatalf("saturated cluster: %d Retry-After %q %s, want 429 with Retry-After 1", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+		t.Fatalf("saturated cluster: %d Retry-After %q %s, want 429 with Retry-After 1 (no slot given back yet)", resp.StatusCode, resp.Header.Get("Retry-After"), body)
 	}
 	var st metav1.Status
 	if err := json.Unmarshal(body, &st); err != nil {

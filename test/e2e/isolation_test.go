@@ -98,7 +98,7 @@ func TestIsolation(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" {
-		t.Fatalf("%s saturated: %d, Retry-After %q: %s; want 429 with Retry-After 1", saturated.GatewayName, resp.StatusCode, resp.Header.Get("Retry-After"), body)
+		t.Fatalf("%s saturated: %d, Retry-After %q: %s; want 429 with Retry-After 1 (no slot given back yet)", saturated.GatewayName, resp.StatusCode, resp.Header.Get("Retry-After"), body)
 	}
 	var st metav1.Status
 	if err := json.Unmarshal(body, &st); err != nil || st.Reason != metav1.StatusReasonTooManyRequests || st.Details == nil || st.Details.Name != saturated.GatewayName {
