@@ -5,19 +5,24 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"time"
 )
 
-// startAPIServer starts c's kube-apiserver on a free port of c.IP and waits
-// for /readyz. It retries with another port if the chosen one was taken.
+// startAPIServer starts c's kube-apiserver on a free port of c.IP (or on
+// c.Port again, for a restart) and waits for /readyz. It retries with another
+// port if the chosen one was taken.
 func (e *Env) startAPIServer(ctx context.Context, c *Cluster, extra []string) error {
 	client, err := mtlsClient(c.CA.CertPEM, c.Admin)
 	if err != nil {
 		return err
 	}
+	c.args = extra
 	for attempt := 1; ; attempt++ {
-		port, err := freePort(c.IP)
-		if err != nil {
-			return err
+		port := c.Port
+		if port == 0 {
+			if port, err = freePort(c.IP); err != nil {
+				return err
+			}
 		}
 		args := append([]string{
 			"--etcd-servers=" + e.EtcdURL,
@@ -46,6 +51,9 @@ func (e *Env) startAPIServer(ctx context.Context, c *Cluster, extra []string) er
 			return httpOK(ctx, client, url+"/readyz")
 		})
 		if err != nil && p.addrInUse() && attempt < 3 {
+			if c.Port != 0 {
+				time.Sleep(time.Second) // a restart: the old socket may linger briefly
+			}
 			continue
 		}
 		if err != nil {
@@ -81,4 +89,35 @@ func managedArgs(c *Cluster) []string {
 		"--kubelet-preferred-address-types=InternalIP,Hostname",
 		"--kubelet-certificate-authority=" + c.CA.CertFile,
 	}
+}
+
+// StopCluster stops c's kube-apiserver (SIGTERM, then SIGKILL), as a cluster
+// outage would; StartCluster brings it back on the same address.
+func (e *Env) StopCluster(c *Cluster) error {
+	if c.Process == nil {
+		return nil
+	}
+	err := c.Process.Stop(stopGrace)
+	c.Process = nil
+	return err
+}
+
+// KillCluster ends c's kube-apiserver with SIGKILL: connections to it are cut
+// without a goodbye.
+func (e *Env) KillCluster(c *Cluster) error {
+	if c.Process == nil {
+		return nil
+	}
+	err := c.Process.Kill()
+	c.Process = nil
+	return err
+}
+
+// StartCluster starts a stopped kube-apiserver again, on its port and with
+// its flags, and waits for /readyz.
+func (e *Env) StartCluster(ctx context.Context, c *Cluster) error {
+	if c.Process != nil && !c.Process.Exited() {
+		return fmt.Errorf("%s is running (pid %d)", c.Name, c.Process.Pid())
+	}
+	return e.startAPIServer(ctx, c, c.args)
 }

@@ -26,6 +26,7 @@ type Cluster struct {
 	Process    *Process
 
 	saKeyFile, saPubFile string
+	args                 []string // extra kube-apiserver flags, kept for a restart
 
 	// Managed clusters only.
 	GatewayName      string   // name of its ClusterGateway on the hub: cluster-1, ...

@@ -26,6 +26,8 @@ type Gateway struct {
 	Token      string
 	Process    *Process // nil while stopped
 	Args       []string // flags of the running process
+
+	extraArgs []string // what was added to the standard flags, for a restart
 }
 
 const (
@@ -85,9 +87,61 @@ func (e *Env) gatewayBin() string {
 // (or Options.GatewayArgs if extraArgs is nil), waits for its /readyz and for
 // the hub to report the APIService Available.
 func (e *Env) StartGateway(ctx context.Context, extraArgs []string) error {
-	g := e.Gateway
+	if err := e.startGatewayProcess(ctx, e.Gateway, "cluster-gateway", extraArgs); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.StartTimeout)
+	defer cancel()
+	if err := e.waitAPIServiceAvailable(ctx); err != nil {
+		return err
+	}
+	return e.waitHubReachesGateway(ctx)
+}
+
+// StartReplica starts another gateway process, named name, on a port of its
+// own with the same serving certificate, hub credentials and flags as
+// StartGateway (extraArgs: see there), and waits for its /readyz. The hub
+// does not route to it unless an APIService points there (PointAPIService).
+// StopReplica stops it.
+func (e *Env) StartReplica(ctx context.Context, name string, extraArgs []string) (*Gateway, error) {
+	g := *e.Gateway
+	g.Process, g.Args = nil, nil
+	port, err := freePort("127.0.0.1")
+	if err != nil {
+		return nil, err
+	}
+	g.Port, g.URL = port, "https://"+hostPort("127.0.0.1", port)
+	if err := e.startGatewayProcess(ctx, &g, name, extraArgs); err != nil {
+		return nil, err
+	}
+	return &g, nil
+}
+
+// StopReplica stops a replica (SIGTERM, then SIGKILL after the grace) and
+// waits for it to exit.
+func (e *Env) StopReplica(g *Gateway, grace time.Duration) error {
+	if g == nil || g.Process == nil {
+		return nil
+	}
+	err := g.Process.Stop(grace)
+	g.Process = nil
+	return err
+}
+
+// RestartReplica stops g gracefully (SIGTERM, up to grace) and starts it
+// again on its port with its flags, as a rolling update does to a pod.
+func (e *Env) RestartReplica(ctx context.Context, g *Gateway, name string, grace time.Duration) error {
+	args := g.extraArgs
+	if err := e.StopReplica(g, grace); err != nil {
+		return err
+	}
+	return e.startGatewayProcess(ctx, g, name, args)
+}
+
+// startGatewayProcess starts one gateway process for g and waits for its /readyz.
+func (e *Env) startGatewayProcess(ctx context.Context, g *Gateway, name string, extraArgs []string) error {
 	if g.Process != nil && !g.Process.Exited() {
-		return fmt.Errorf("gateway already running (pid %d); call StopGateway first", g.Process.Pid())
+		return fmt.Errorf("%s already running (pid %d); stop it first", name, g.Process.Pid())
 	}
 	if extraArgs == nil {
 		extraArgs = e.GatewayArgs
@@ -111,22 +165,40 @@ func (e *Env) StartGateway(ctx context.Context, extraArgs []string) error {
 	}
 	args = append(args, e.konnectivityGatewayArgs()...)
 	args = append(args, extraArgs...)
-	p, err := e.start("cluster-gateway", e.gatewayBin(), args...)
+	p, err := e.start(name, e.gatewayBin(), args...)
 	if err != nil {
 		return err
 	}
-	g.Process, g.Args = p, args
+	g.Process, g.Args, g.extraArgs = p, args, extraArgs
 	client, err := mtlsClient(g.CA.CertPEM, e.Hub.Admin)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.StartTimeout)
 	defer cancel()
-	if err := waitReady(ctx, p, "cluster-gateway", func(ctx context.Context) error {
+	return waitReady(ctx, p, name, func(ctx context.Context) error {
 		return httpOK(ctx, client, g.URL+"/readyz")
-	}); err != nil {
+	})
+}
+
+// PointAPIService points the hub's Service and APIService at port on
+// loopback (a replica, or a balancer in front of replicas) and waits until
+// the hub reaches the gateway there. PointAPIService(env.Gateway.Port)
+// restores the environment's wiring.
+func (e *Env) PointAPIService(ctx context.Context, port int) error {
+	svc, err := e.rewrite("service.yaml", localService(port))
+	if err != nil {
 		return err
 	}
+	apisvc, err := e.rewrite("apiservice.yaml", localAPIService(port, e.Gateway.CA.CertPEM))
+	if err != nil {
+		return err
+	}
+	if _, err := e.Kubectl(e.Hub.Kubeconfig, "apply", "-f", svc, "-f", apisvc); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.StartTimeout)
+	defer cancel()
 	if err := e.waitAPIServiceAvailable(ctx); err != nil {
 		return err
 	}
@@ -169,8 +241,8 @@ func (e *Env) waitHubReachesGateway(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("hub cannot list ClusterGateways through the gateway: %v; see %s", err, e.Gateway.Process.LogPath)
-		case <-e.Gateway.Process.Done():
+			return fmt.Errorf("hub cannot list ClusterGateways through the gateway: %v; see %s", err, e.gatewayLog())
+		case <-e.gatewayDone():
 			return e.Gateway.Process.exitError()
 		case <-time.After(200 * time.Millisecond):
 		}
@@ -215,10 +287,23 @@ func (e *Env) waitAPIServiceAvailable(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("APIService %s not Available (%s); check the gateway log %s and `kubectl --kubeconfig %s get apiservice %s -o yaml`",
-				APIServiceName, last, e.Gateway.Process.LogPath, e.Hub.Kubeconfig, APIServiceName)
-		case <-e.Gateway.Process.Done():
+				APIServiceName, last, e.gatewayLog(), e.Hub.Kubeconfig, APIServiceName)
+		case <-e.gatewayDone():
 			return e.Gateway.Process.exitError()
 		case <-time.After(300 * time.Millisecond):
 		}
 	}
+}
+
+// gatewayDone is closed when the environment's gateway exits (never, while
+// it is stopped and another process serves the APIService).
+func (e *Env) gatewayDone() <-chan struct{} {
+	if e.Gateway.Process == nil {
+		return nil
+	}
+	return e.Gateway.Process.Done()
+}
+
+func (e *Env) gatewayLog() string {
+	return filepath.Join(e.StateDir, "logs", "cluster-gateway*.log")
 }

@@ -64,6 +64,20 @@ func (p *Process) Stop(grace time.Duration) error {
 	}
 }
 
+// Kill ends the process with SIGKILL at once and waits for it.
+func (p *Process) Kill() error {
+	if p.Exited() {
+		return nil
+	}
+	_ = syscall.Kill(-p.Pid(), syscall.SIGKILL)
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("%s (pid %d) did not exit after SIGKILL", p.Name, p.Pid())
+	}
+}
+
 // LogTail returns the last n lines of the process log, for error messages.
 func (p *Process) LogTail(n int) string { return tailFile(p.LogPath, n) }
 

@@ -9,10 +9,15 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/group"
+	unionauth "k8s.io/apiserver/pkg/authentication/request/union"
 	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/component-base/metrics"
@@ -20,8 +25,10 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+	"github.com/clustergateway/cluster-gateway/pkg/certauth"
 	"github.com/clustergateway/cluster-gateway/pkg/fairness"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
+	"github.com/clustergateway/cluster-gateway/pkg/health"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 	"github.com/clustergateway/cluster-gateway/pkg/pool/konnectivity"
 	"github.com/clustergateway/cluster-gateway/pkg/proxy"
@@ -42,6 +49,17 @@ type ExtraConfig struct {
 	// Fairness bounds each cluster's proxied requests in flight and queues
 	// the rest fairly among callers; the zero value bounds nothing.
 	Fairness fairness.Options
+	// Health probes every cluster (the Reachable condition, fail-fast 503s).
+	Health health.Options
+	// ShutdownStreamDrain is how long, on shutdown, upgraded streams (exec,
+	// attach, port-forward) may go on after proxied watches were ended.
+	ShutdownStreamDrain time.Duration
+	// CertCacheSize bounds the cache of verified client-certificate chains
+	// (pkg/certauth); 0 verifies every request's chain. ClientCA verifies
+	// users' client certificates (the hub's client CA); nil: only the hub's
+	// front-proxy certificate is cached.
+	CertCacheSize int
+	ClientCA      dynamiccertificates.CAContentProvider
 	// Metrics is where the gateway's metrics are registered; nil: the
 	// registry the generic server serves on /metrics.
 	Metrics metrics.KubeRegistry
@@ -65,6 +83,9 @@ type Server struct {
 	Pool    *pool.Pool
 	Tunnel  *konnectivity.Manager // nil without a proxy-server
 	Limiter *fairness.Limiter
+	Prober  *health.Prober
+	// CertCache verifies client-certificate chains once; nil when off.
+	CertCache *certauth.Cache
 }
 
 // New builds the server; nothing runs until Run.
@@ -87,6 +108,10 @@ func (c *Config) New() (*Server, error) {
 	g.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(v1alpha1.GetOpenAPIDefinitions, namer)
 	g.OpenAPIV3Config.Info.Title = "Cluster Gateway"
 
+	certCache, err := c.cacheCertificateAuthentication()
+	if err != nil {
+		return nil, err
+	}
 	generic, err := g.Complete().New("cluster-gateway", genericapiserver.NewEmptyDelegate())
 	if err != nil {
 		return nil, err
@@ -95,7 +120,7 @@ func (c *Config) New() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the hub client: %w", err)
 	}
-	s := &Server{Generic: generic, Store: gateways.NewStore(client, c.Extra.SecretNamespace)}
+	s := &Server{Generic: generic, Store: gateways.NewStore(client, c.Extra.SecretNamespace), CertCache: certCache}
 	if s.Pool, err = pool.New(c.Extra.Pool); err != nil {
 		return nil, err
 	}
@@ -104,12 +129,13 @@ func (c *Config) New() (*Server, error) {
 		return nil, err
 	}
 	popts := proxy.Options{
-		Store:            s.Store,
-		Pool:             s.Pool,
-		DialTimeout:      c.Extra.Pool.DialTimeout,
-		Authorizer:       g.Authorization.Authorizer,
-		AuthorizeSubpath: c.Extra.AuthorizeProxySubpath,
-		Limiter:          s.Limiter,
+		Store:                 s.Store,
+		Pool:                  s.Pool,
+		DialTimeout:           c.Extra.Pool.DialTimeout,
+		ResponseHeaderTimeout: c.Extra.Pool.ResponseHeaderTimeout,
+		Authorizer:            g.Authorization.Authorizer,
+		AuthorizeSubpath:      c.Extra.AuthorizeProxySubpath,
+		Limiter:               s.Limiter,
 	}
 	if k := c.Extra.Konnectivity; k.Enabled() {
 		k.RetireGrace, k.DialTimeout = c.Extra.Pool.RetireGrace, c.Extra.Pool.DialTimeout
@@ -119,8 +145,17 @@ func (c *Config) New() (*Server, error) {
 		}
 		popts.Tunnel = s.Tunnel
 	}
-	px, err := proxy.New(popts)
-	if err != nil {
+	// The prober probes through the proxy's own path; the proxy asks the
+	// prober what it knows. Neither runs before the post-start hook.
+	var px *proxy.Proxy
+	if s.Prober, err = health.New(c.Extra.Health, s.Store, func(ctx context.Context, name string) health.Outcome {
+		return px.ProbeCluster(ctx, name)
+	}); err != nil {
+		s.stop()
+		return nil, err
+	}
+	popts.Health = s.Prober
+	if px, err = proxy.New(popts); err != nil {
 		s.stop()
 		return nil, err
 	}
@@ -131,7 +166,7 @@ func (c *Config) New() (*Server, error) {
 
 	group := genericapiserver.NewDefaultAPIGroupInfo(v1alpha1.GroupName, Scheme, ParameterCodec, Codecs)
 	group.VersionedResourcesStorageMap[v1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
-		"clustergateways":        clustergateway.NewREST(s.Store, c.Extra.Pool.Endpoints),
+		"clustergateways":        clustergateway.NewREST(s.Store, c.Extra.Pool.Endpoints, s.Prober),
 		"clustergateways/proxy":  clustergateway.NewProxyREST(px),
 		"clustergateways/health": clustergateway.NewHealthREST(px),
 	}
@@ -150,8 +185,25 @@ func (c *Config) New() (*Server, error) {
 		s.stop()
 		return nil, err
 	}
+	// On shutdown, once the shutdown delay has let load balancers stop sending
+	// here (readiness turned false at once), end proxied watches cleanly so
+	// clients re-watch elsewhere, and give exec and port-forward a bounded
+	// drain. The HTTP server stops only after this hook.
+	if err := generic.AddPreShutdownHook("drain-proxied-streams", func() error {
+		time.Sleep(generic.ShutdownDelayDuration)
+		px.Drain(c.Extra.ShutdownStreamDrain)
+		return nil
+	}); err != nil {
+		s.stop()
+		return nil, err
+	}
 	if err := generic.AddPostStartHook("start-clustergateway-store", func(ctx genericapiserver.PostStartHookContext) error {
 		go s.Store.Run(ctx)
+		go s.Prober.Run(ctx)
+		if r, ok := c.Extra.ClientCA.(dynamiccertificates.ControllerRunner); ok {
+			_ = r.RunOnce(ctx) // errors are retried by Run
+			go r.Run(ctx, 1)
+		}
 		if s.Tunnel != nil {
 			s.Tunnel.Start(ctx)
 		}
@@ -172,8 +224,12 @@ func (s *Server) registerMetrics(r metrics.KubeRegistry, px *proxy.Proxy) error 
 		}
 	}
 	r.CustomMustRegister(s.Pool.Collector())
+	if s.CertCache != nil {
+		r.CustomMustRegister(s.CertCache.Collector())
+	}
 	px.Metrics().Register(r)
 	s.Limiter.Metrics().Register(r)
+	s.Prober.Metrics().Register(r)
 	if s.Tunnel != nil {
 		s.Tunnel.Metrics().Register(r)
 	}
@@ -192,4 +248,36 @@ func (s *Server) stop() {
 		s.Tunnel.Stop()
 	}
 	klog.InfoS("Stopped the transport pool and tunnels")
+}
+
+// cacheCertificateAuthentication puts authenticators that verify each client
+// certificate chain once (pkg/certauth) in front of the generic server's
+// delegated authenticator: the hub's front-proxy certificate (every request
+// through the hub) and users' own certificates. Bearer tokens, and whatever
+// the cached ones cannot authenticate, go on to the generic authenticator
+// as before.
+func (c *Config) cacheCertificateAuthentication() (*certauth.Cache, error) {
+	a := &c.Generic.Authentication
+	if c.Extra.CertCacheSize <= 0 || a.Authenticator == nil {
+		return nil, nil
+	}
+	cache, err := certauth.NewCache(c.Extra.CertCacheSize)
+	if err != nil {
+		return nil, err
+	}
+	var cached []authenticator.Request
+	if rh := a.RequestHeaderConfig; rh != nil {
+		cached = append(cached, cache.RequestHeader(certauth.RequestHeaderConfig{
+			CAContentProvider: rh.CAContentProvider, AllowedClientNames: rh.AllowedClientNames,
+			UsernameHeaders: rh.UsernameHeaders, UIDHeaders: rh.UIDHeaders, GroupHeaders: rh.GroupHeaders, ExtraHeaderPrefixes: rh.ExtraHeaderPrefixes,
+		}))
+	}
+	if c.Extra.ClientCA != nil {
+		cached = append(cached, cache.ClientCert(c.Extra.ClientCA))
+	}
+	if len(cached) == 0 {
+		return nil, nil
+	}
+	a.Authenticator = unionauth.New(group.NewAuthenticatedGroupAdder(unionauth.New(cached...)), a.Authenticator)
+	return cache, nil
 }

@@ -5,6 +5,7 @@
 package gateways
 
 import (
+	"bytes"
 	"fmt"
 	"net/url"
 	"sync"
@@ -116,3 +117,21 @@ func (g *Gateway) at(now time.Time) *Gateway {
 // GetObjectMeta is the metadata of the gateway's Secret: the informer keys
 // its cache of gateways by it (namespace/name).
 func (g *Gateway) GetObjectMeta() metav1.Object { return &g.secret.ObjectMeta }
+
+// SameTransport tells whether two versions of a gateway reach their cluster
+// the same way: endpoint, TLS and client certificate (a bearer token is not
+// part of it: it is sent per request).
+func SameTransport(a, b *Gateway) bool {
+	ea, eb := a.Object.Spec.Endpoint, b.Object.Spec.Endpoint
+	ca, cb := a.Object.Spec.Credential, b.Object.Spec.Credential
+	var certA, keyA, certB, keyB []byte
+	if ca.X509 != nil {
+		certA, keyA = ca.X509.Certificate, ca.X509.PrivateKey
+	}
+	if cb.X509 != nil {
+		certB, keyB = cb.X509.Certificate, cb.X509.PrivateKey
+	}
+	return ea.Type == eb.Type && ea.Address == eb.Address && bytes.Equal(ea.CABundle, eb.CABundle) &&
+		ea.ServerName == eb.ServerName && ea.InsecureSkipTLSVerify == eb.InsecureSkipTLSVerify &&
+		ea.ProxyURL == eb.ProxyURL && ca.Type == cb.Type && bytes.Equal(certA, certB) && bytes.Equal(keyA, keyB)
+}

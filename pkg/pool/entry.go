@@ -30,6 +30,11 @@ type entry struct {
 
 	lastUsed atomic.Int64 // pool clock, see Pool.now
 
+	// transient entries are built by Probe for one health probe and closed
+	// right after it: they are never in the LRU and stay out of the pool's
+	// counters, which describe the traffic users send.
+	transient bool
+
 	mu       sync.Mutex
 	active   int  // leases not yet released
 	retiring bool // out of the LRU; drained closes when active hits 0
@@ -80,13 +85,20 @@ func (e *entry) dialContext(ctx context.Context, network, addr string) (net.Conn
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.pool.opts.DialTimeout)
 	defer cancel()
-	e.pool.noteDial()
+	e.note(e.pool.noteDial)
 	c, err := e.rawDial(ctx, network, addr)
 	if err != nil {
-		e.pool.noteDialFailure()
+		e.note(e.pool.noteDialFailure)
 		return nil, fmt.Errorf("cluster %q: dial %s: %w", e.cluster, addr, err)
 	}
 	return e.track(c)
+}
+
+// note counts an event of a pooled entry; a transient one is not counted.
+func (e *entry) note(f func()) {
+	if !e.transient {
+		f()
+	}
 }
 
 func (e *entry) isDead() bool {
@@ -106,7 +118,7 @@ func (e *entry) track(c net.Conn) (net.Conn, error) {
 	}
 	e.conns[tc] = struct{}{}
 	e.mu.Unlock()
-	e.pool.noteConnOpened()
+	e.note(e.pool.noteConnOpened)
 	return tc, nil
 }
 
@@ -116,7 +128,7 @@ func (e *entry) untrack(c *trackedConn) {
 	delete(e.conns, c)
 	e.mu.Unlock()
 	if ok {
-		e.pool.noteConnClosed()
+		e.note(e.pool.noteConnClosed)
 	}
 }
 
@@ -132,12 +144,7 @@ func (e *entry) lease(now int64) *Lease {
 }
 
 func (e *entry) release(now int64) {
-	e.mu.Lock()
-	e.active--
-	if e.retiring && e.active == 0 {
-		close(e.drained)
-	}
-	e.mu.Unlock()
+	e.releaseQuiet()
 	e.lastUsed.Store(now)
 	e.pool.noteStreamEnded()
 }

@@ -22,6 +22,11 @@ type Options struct {
 	// DialTimeout bounds connecting to a cluster: the TCP, proxy or tunnel
 	// dial, and the TLS handshake.
 	DialTimeout time.Duration
+	// ResponseHeaderTimeout bounds the wait for a cluster's response headers
+	// after the request was sent, for every request, watches and upgrades
+	// included: a cluster that accepts the connection and never answers
+	// fails the request instead of holding it forever.
+	ResponseHeaderTimeout time.Duration
 	// KeepAlive is the TCP keep-alive period of direct and proxy dials.
 	KeepAlive time.Duration
 	// HTTP2ReadIdleTimeout and HTTP2PingTimeout: a connection silent this
@@ -38,13 +43,14 @@ type Options struct {
 // NewOptions returns the defaults.
 func NewOptions() *Options {
 	return &Options{
-		Capacity:             1000,
-		IdleTTL:              30 * time.Minute,
-		RetireGrace:          5 * time.Minute,
-		DialTimeout:          10 * time.Second,
-		KeepAlive:            30 * time.Second,
-		HTTP2ReadIdleTimeout: 30 * time.Second,
-		HTTP2PingTimeout:     15 * time.Second,
+		Capacity:              1000,
+		IdleTTL:               30 * time.Minute,
+		RetireGrace:           5 * time.Minute,
+		DialTimeout:           10 * time.Second,
+		ResponseHeaderTimeout: 30 * time.Second,
+		KeepAlive:             30 * time.Second,
+		HTTP2ReadIdleTimeout:  30 * time.Second,
+		HTTP2PingTimeout:      15 * time.Second,
 	}
 }
 
@@ -55,6 +61,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.IdleTTL, "pool-idle-ttl", o.IdleTTL, "A cluster's pooled transport unused this long is retired (0: never).")
 	fs.DurationVar(&o.RetireGrace, "retire-grace-period", o.RetireGrace, "How long live streams (watch, exec, logs -f) on a retired transport or konnectivity tunnel may go on before they are closed (0: at once).")
 	fs.DurationVar(&o.DialTimeout, "dial-timeout", o.DialTimeout, "Bound on connecting to a managed cluster (TCP, forward proxy or konnectivity tunnel, and TLS); beyond it the request fails with 503.")
+	fs.DurationVar(&o.ResponseHeaderTimeout, "upstream-response-header-timeout", o.ResponseHeaderTimeout, "Bound on waiting for a managed cluster's response headers once a request is sent, for every proxied request (watches, logs -f, exec and port-forward included); beyond it the request fails with 504.")
 }
 
 // Validate refuses values the pool cannot work with.
@@ -71,6 +78,7 @@ func (o *Options) Validate() []error {
 		{"--pool-idle-ttl", o.IdleTTL, true},
 		{"--retire-grace-period", o.RetireGrace, true},
 		{"--dial-timeout", o.DialTimeout, false},
+		{"--upstream-response-header-timeout", o.ResponseHeaderTimeout, false},
 		{"the TCP keep-alive period", o.KeepAlive, false},
 		{"the HTTP/2 read-idle timeout", o.HTTP2ReadIdleTimeout, false},
 		{"the HTTP/2 ping timeout", o.HTTP2PingTimeout, false},

@@ -31,6 +31,9 @@ func mustNew(t testing.TB, opts Options) *Pool {
 	if opts.KeepAlive == 0 {
 		opts.KeepAlive = d.KeepAlive
 	}
+	if opts.ResponseHeaderTimeout == 0 {
+		opts.ResponseHeaderTimeout = d.ResponseHeaderTimeout
+	}
 	if opts.HTTP2ReadIdleTimeout == 0 {
 		opts.HTTP2ReadIdleTimeout = d.HTTP2ReadIdleTimeout
 	}

@@ -28,6 +28,7 @@ func newTransports(tlsCfg *tls.Config, dial dialFunc, o Options) (rt, upgrade *h
 		DialContext:           dial,
 		TLSClientConfig:       tlsCfg,
 		TLSHandshakeTimeout:   o.DialTimeout,
+		ResponseHeaderTimeout: o.ResponseHeaderTimeout,
 		MaxIdleConnsPerHost:   maxIdleConnsPerHost,
 		IdleConnTimeout:       idleConnTimeout,
 		ExpectContinueTimeout: expectContinueTimeout,

@@ -23,6 +23,7 @@ type upstream struct {
 	serverCA *testCA // signs the serving certificate
 	clientCA *testCA // signs client certificates it accepts
 	accepted atomic.Int64
+	closed   atomic.Int64
 }
 
 // newUpstream serves h2 and http/1.1 over TLS on 127.0.0.1, asks for (but
@@ -51,8 +52,11 @@ func newUpstream(t testing.TB) *upstream {
 		NextProtos:   []string{"h2", "http/1.1"},
 	}
 	u.srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
+		switch s {
+		case http.StateNew:
 			u.accepted.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			u.closed.Add(1)
 		}
 	}
 	u.srv.StartTLS()

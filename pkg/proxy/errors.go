@@ -48,6 +48,9 @@ func upstreamError(cluster string, err error, requestExpired bool) *apierrors.St
 		return statusError(http.StatusBadGateway, metav1.StatusReasonInternalError, fmt.Sprintf(
 			"the API server of cluster %q presented a certificate the gateway does not trust (%v): check spec.endpoint.caBundle and spec.endpoint.serverName of ClusterGateway %q",
 			cluster, err, cluster))
+	case strings.Contains(err.Error(), "timeout awaiting response headers"):
+		return statusError(http.StatusGatewayTimeout, metav1.StatusReasonTimeout, fmt.Sprintf(
+			"cluster %q accepted the request but sent no response headers within --upstream-response-header-timeout (%v)", cluster, err))
 	case errors.As(err, &recordErr):
 		return statusError(http.StatusBadGateway, metav1.StatusReasonInternalError, fmt.Sprintf(
 			"cluster %q did not answer with TLS (%v): spec.endpoint.address must be the https address of its API server", cluster, err))
@@ -83,9 +86,10 @@ func statusError(code int32, reason metav1.StatusReason, message string) *apierr
 }
 
 // responder writes upstream failures as Status objects in the content type
-// the client asked for.
+// the client asked for, and asks for a probe of a cluster it could not reach.
 type responder struct {
 	cluster string
+	health  Health
 }
 
 func (r responder) Error(w http.ResponseWriter, req *http.Request, err error) {
@@ -95,6 +99,9 @@ func (r responder) Error(w http.ResponseWriter, req *http.Request, err error) {
 		return // the client went away; nobody is listening
 	}
 	status := upstreamError(r.cluster, err, errors.Is(req.Context().Err(), context.DeadlineExceeded))
+	if r.health != nil && status.ErrStatus.Code != http.StatusGatewayTimeout {
+		r.health.ProbeNow(r.cluster) // unreachable or untrusted now: the prober should know soon
+	}
 	klog.V(2).InfoS("Proxying to cluster failed", "cluster", r.cluster, "code", status.ErrStatus.Code, "err", err)
 	writeStatus(w, req, status)
 }

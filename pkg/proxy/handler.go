@@ -1,10 +1,12 @@
 package proxy
 
 import (
-	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httputil"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,6 +26,7 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
 	"github.com/clustergateway/cluster-gateway/pkg/fairness"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
+	"github.com/clustergateway/cluster-gateway/pkg/health"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 )
 
@@ -49,25 +52,38 @@ type Options struct {
 	Pool  *pool.Pool
 	// Tunnel dials Konnectivity endpoints; nil when no proxy-server is configured.
 	Tunnel Tunnel
+	// Health, when set, is what the prober knows of each cluster: a cluster
+	// known to be unreachable fails at once with 503, and a request that
+	// cannot reach its cluster asks for a probe now.
+	Health Health
 	// Authorizer is the hub's (delegated) authorizer. It is required: exec,
 	// attach and port-forward also need create on clustergateways/proxy.
 	Authorizer authorizer.Authorizer
 	// AuthorizeSubpath also authorizes the inner request (verb, resource,
 	// namespace, name or non-resource path) for the hub caller.
 	AuthorizeSubpath bool
-	// DialTimeout bounds setting up an upgrade (exec, attach, port-forward)
-	// as the pool's dial timeout bounds other connections (default 30s).
-	DialTimeout time.Duration
+	// DialTimeout and ResponseHeaderTimeout (the pool's) together bound
+	// setting up an upgrade (exec, attach, port-forward), whose connection
+	// UpgradeAwareHandler dials and reads itself.
+	DialTimeout           time.Duration
+	ResponseHeaderTimeout time.Duration
 	// Limiter bounds each cluster's requests in flight and queues the rest
 	// fairly among callers; nil: no per-cluster bound.
 	Limiter *fairness.Limiter
 }
 
-func (p *Proxy) dialTimeout() time.Duration {
-	if p.opts.DialTimeout > 0 {
-		return p.opts.DialTimeout
+func (p *Proxy) upgradeSetupTimeout() time.Duration {
+	if d := p.opts.DialTimeout + p.opts.ResponseHeaderTimeout; d > 0 {
+		return d
 	}
-	return 30 * time.Second
+	return 40 * time.Second
+}
+
+// Health is the prober's view of the clusters (pkg/health).
+type Health interface {
+	Get(name string) (health.Result, bool)
+	ProbeNow(name string)
+	Interval() time.Duration
 }
 
 // Proxy serves the proxy subresource. It keeps no state of its own about
@@ -75,6 +91,8 @@ func (p *Proxy) dialTimeout() time.Duration {
 type Proxy struct {
 	opts    Options
 	metrics *Metrics
+	streams *streams
+	reverse *httputil.ReverseProxy // every ordinary request's, see forward.go
 }
 
 // New returns the proxy. Store, Pool and Authorizer are required. The proxy
@@ -87,7 +105,7 @@ func New(opts Options) (*Proxy, error) {
 	case opts.Authorizer == nil:
 		return nil, fmt.Errorf("proxy: Options.Authorizer is required (exec, attach and port-forward are authorized as create)")
 	}
-	p := &Proxy{opts: opts, metrics: NewMetrics()}
+	p := &Proxy{opts: opts, metrics: NewMetrics(), streams: newStreams(), reverse: newReverseProxy()}
 	if err := opts.Store.OnChange(p.gatewayChanged); err != nil {
 		return nil, err
 	}
@@ -101,7 +119,7 @@ func (p *Proxy) gatewayChanged(old, new *gateways.Gateway) {
 	case old == nil:
 	case new == nil:
 		p.opts.Pool.Remove(old.Name(), pool.ReasonDeleted)
-	case !sameTransport(old, new):
+	case !gateways.SameTransport(old, new):
 		p.opts.Pool.Remove(new.Name(), pool.ReasonRotated)
 	}
 }
@@ -120,7 +138,11 @@ func (p *Proxy) Handler(name, subpath string) http.Handler {
 func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath string) {
 	// The inner request is parsed once and serves the metrics label, the
 	// subpath authorization and the watch handling.
-	in, inErr := innerInfo(req, "/"+strings.TrimPrefix(subpath, "/"))
+	inner := subpath
+	if !strings.HasPrefix(inner, "/") {
+		inner = "/" + inner
+	}
+	in, inErr := innerInfo(req, inner)
 	if inErr != nil {
 		in = nil
 	}
@@ -152,6 +174,10 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 			fmt.Sprintf("ClusterGateway %q cannot be used: %s", name, gw.Problem)))
 		return
 	}
+	if err := p.knownUnreachable(w, name); err != nil {
+		writeStatus(w, req, err)
+		return
+	}
 	if err := p.authorizeInner(req, u, subpath, in, inErr, upgrade); err != nil {
 		writeStatus(w, req, err)
 		return
@@ -181,35 +207,39 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 	}
 	defer lease.Release()
 
-	location := *gw.Address
+	// One allocation carries what the request needs on its way.
+	f := &forwarded{location: *gw.Address, watch: isWatch(in), streams: p.streams, responder: responder{cluster: name, health: p.opts.Health}}
+	location := &f.location
 	location.Path = joinPath(gw.Address.Path, subpath)
 	location.RawPath = ""
 	location.RawQuery = clientQuery(req)
+	id := p.identityFor(gw, u)
+	f.up = upstreamTransport{base: lease.Transport(), id: id, cluster: name}
 
+	if !upgrade {
+		p.reverse.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), forwardedKey{}, f)))
+		return
+	}
+
+	// Upgrades (exec, attach, port-forward) go through UpgradeAwareHandler.
 	// The client's credentials and claimed identities go now, so nothing
 	// below (nor its logs) sees them; the gateway's identity is added by the
-	// upstream round trippers, after hop-by-hop header removal.
+	// upgrade round tripper, on the request written to the cluster.
 	out := req.WithContext(req.Context())
 	out.Header = utilnet.CloneHeader(req.Header)
-	out.URL = &location
+	out.URL = location
 	out.Host = location.Host
 	scrubClientHeaders(out.Header)
-	id := p.identityFor(gw, u)
-
-	var rt http.RoundTripper = &upstreamTransport{base: lease.Transport(), id: id, cluster: name}
-	if isWatch(in) {
-		rt = cleanEnd{rt}
-	}
-	h := utilproxy.NewUpgradeAwareHandler(&location, rt, false, false, responder{cluster: name})
+	h := utilproxy.NewUpgradeAwareHandler(location, &f.up, false, false, f.responder)
 	h.UseRequestLocation = true
 	h.UseLocationHost = true
-	if upgrade {
-		// Upgrades need HTTP/1.1.
-		h.UpgradeTransport = &upstreamUpgrade{base: lease.UpgradeTransport(), id: id}
-		var stop func()
-		w, out, stop = upgradeWatchdog(w, out, p.dialTimeout())
-		defer stop()
-	}
+	// Upgrades need HTTP/1.1.
+	h.UpgradeTransport = &upstreamUpgrade{base: lease.UpgradeTransport(), id: id}
+	var stop func()
+	w, out, stop = upgradeWatchdog(w, out, p.upgradeSetupTimeout())
+	defer stop()
+	p.streams.upgradeStarted()
+	defer p.streams.upgradeEnded()
 	h.ServeHTTP(w, out)
 }
 
@@ -239,23 +269,6 @@ func (p *Proxy) target(gw *gateways.Gateway) (*pool.Target, error) {
 	return t, nil
 }
 
-// sameTransport tells whether two versions of a gateway shape the same
-// transport (the token is not part of it: it is sent per request).
-func sameTransport(a, b *gateways.Gateway) bool {
-	ea, eb := a.Object.Spec.Endpoint, b.Object.Spec.Endpoint
-	ca, cb := a.Object.Spec.Credential, b.Object.Spec.Credential
-	var certA, keyA, certB, keyB []byte
-	if ca.X509 != nil {
-		certA, keyA = ca.X509.Certificate, ca.X509.PrivateKey
-	}
-	if cb.X509 != nil {
-		certB, keyB = cb.X509.Certificate, cb.X509.PrivateKey
-	}
-	return ea.Type == eb.Type && ea.Address == eb.Address && bytes.Equal(ea.CABundle, eb.CABundle) &&
-		ea.ServerName == eb.ServerName && ea.InsecureSkipTLSVerify == eb.InsecureSkipTLSVerify &&
-		ea.ProxyURL == eb.ProxyURL && ca.Type == cb.Type && bytes.Equal(certA, certB) && bytes.Equal(keyA, keyB)
-}
-
 // identityFor is who the managed cluster is told the request comes from:
 // the stored token (X.509 credentials are in the pooled TLS config), and in
 // Caller mode the hub caller.
@@ -280,4 +293,26 @@ func joinPath(base, sub string) string {
 		sub = "/" + sub
 	}
 	return base + sub
+}
+
+// knownUnreachable fails a request at once when the prober knows its cluster
+// cannot be reached or does not answer, rather than letting it wait out the
+// dial or response timeout; probing goes on, and the first good probe lets
+// requests through again.
+func (p *Proxy) knownUnreachable(w http.ResponseWriter, name string) error {
+	if p.opts.Health == nil {
+		return nil
+	}
+	r, ok := p.opts.Health.Get(name)
+	// Only what would make a request wait: no connection, or no answer. A
+	// cluster with an untrusted certificate or an unhealthy /readyz answers
+	// at once, and may still serve the request.
+	if !ok || r.Status != metav1.ConditionFalse || (r.Reason != v1alpha1.ReasonDialFailed && r.Reason != v1alpha1.ReasonNoAnswer) {
+		return nil
+	}
+	retry := max(1, int(p.opts.Health.Interval().Seconds()))
+	w.Header().Set("Retry-After", strconv.Itoa(retry))
+	return statusError(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, fmt.Sprintf(
+		"cluster %q is unreachable (Reachable=False since %s: %s: %s); the gateway probes it and lets requests through again once it answers",
+		name, r.LastTransitionTime.UTC().Format(time.RFC3339), r.Reason, r.Message))
 }

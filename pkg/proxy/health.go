@@ -2,10 +2,17 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,13 +20,23 @@ import (
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
+	"github.com/clustergateway/cluster-gateway/pkg/gateways"
+	"github.com/clustergateway/cluster-gateway/pkg/health"
+	"github.com/clustergateway/cluster-gateway/pkg/version"
 )
 
-// probeTimeout bounds a health probe; a cluster slower than this is not healthy.
+// probeTimeout bounds the health subresource's probe.
 const probeTimeout = 5 * time.Second
 
+// proberUserAgent names the background prober's requests in managed
+// clusters' audit logs (and lets tests tell them from users' traffic). The
+// health subresource's probe is a user's request and keeps the Go default.
+var proberUserAgent = "cluster-gateway-prober/" + version.String()
+
 // Probe asks the named cluster's /readyz through the pooled transport, with the
-// gateway's credential: the same path a proxied request takes.
+// gateway's credential (impersonating the caller in Caller mode): the same
+// path a proxied request takes. It serves the health subresource.
 func (p *Proxy) Probe(ctx context.Context, name string) (*v1alpha1.ClusterGatewayHealth, error) {
 	gw, err := p.opts.Store.Get(name)
 	if err != nil {
@@ -29,30 +46,6 @@ func (p *Proxy) Probe(ctx context.Context, name string) (*v1alpha1.ClusterGatewa
 		ObjectMeta: metav1.ObjectMeta{Name: name, UID: gw.Object.UID, ResourceVersion: gw.Object.ResourceVersion, CreationTimestamp: gw.Object.CreationTimestamp},
 		ProbeTime:  metav1.Now(),
 	}
-	if !gw.Ready {
-		h.Message = gw.Problem
-		return h, nil
-	}
-	target, err := p.target(gw)
-	if err != nil {
-		h.Message = err.Error()
-		return h, nil
-	}
-	lease, err := p.opts.Pool.Acquire(target)
-	if err != nil {
-		h.Message = err.Error()
-		return h, nil
-	}
-	defer lease.Release()
-
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	u := *gw.Address
-	u.Path = joinPath(gw.Address.Path, "/readyz")
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return nil, err
-	}
 	var caller user.Info
 	if gw.Object.Spec.Impersonation.Mode == v1alpha1.ImpersonationCaller {
 		u, ok := apirequest.UserFrom(ctx)
@@ -61,18 +54,135 @@ func (p *Proxy) Probe(ctx context.Context, name string) (*v1alpha1.ClusterGatewa
 		}
 		caller = u
 	}
-	rt := &upstreamTransport{base: lease.Transport(), id: p.identityFor(gw, caller), cluster: name}
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	r := p.get(ctx, gw, caller, "", "/readyz")[0]
+	h.Code = int32(r.code)
+	h.Healthy = r.reason == v1alpha1.ReasonReachable
+	if !h.Healthy {
+		h.Message = r.message
+	}
+	return h, nil
+}
+
+// ProbeCluster is the prober's probe: /readyz through the pooled transport
+// with the stored credential itself (no caller to impersonate: it only reads
+// /readyz and /version), and on success the cluster's version.
+func (p *Proxy) ProbeCluster(ctx context.Context, name string) health.Outcome {
+	gw, err := p.opts.Store.Get(name)
+	if err != nil {
+		return health.Outcome{Reason: v1alpha1.ReasonGatewayNotReady, Message: err.Error()}
+	}
+	rs := p.get(ctx, gw, nil, proberUserAgent, "/readyz", "/version")
+	r := rs[0]
+	out := health.Outcome{Reason: r.reason, Message: r.message, Latency: r.latency}
+	if len(rs) == 2 {
+		if v := rs[1]; v.reason == v1alpha1.ReasonReachable {
+			var info struct {
+				GitVersion string `json:"gitVersion"`
+			}
+			if json.Unmarshal(v.body, &info) == nil {
+				out.ServerVersion = info.GitVersion
+			}
+		}
+	}
+	return out
+}
+
+// probeResult is one GET through the gateway's transport, classified.
+type probeResult struct {
+	reason, message string
+	code            int
+	body            []byte
+	latency         time.Duration
+}
+
+// get sends GET (as userAgent, if set) for each path in turn to gw's cluster the way a proxied
+// request goes (the same transport, identity and endpoint policy), over one
+// connection, and says whether each answered 200 and, if not, why. It stops
+// at the first that did not: the result has at least one element.
+func (p *Proxy) get(ctx context.Context, gw *gateways.Gateway, caller user.Info, userAgent string, paths ...string) []probeResult {
+	name := gw.Name()
+	if !gw.Ready {
+		return []probeResult{{reason: v1alpha1.ReasonGatewayNotReady, message: gw.Problem}}
+	}
+	target, err := p.target(gw)
+	if err != nil {
+		return []probeResult{{reason: v1alpha1.ReasonDialFailed, message: err.Error()}}
+	}
+	var rs []probeResult
+	// Pool.Probe: a probe neither evicts, keeps alive nor counts as the
+	// entries users' requests work with.
+	err = p.opts.Pool.Probe(target, func(base http.RoundTripper) error {
+		rt := &upstreamTransport{base: base, id: p.identityFor(gw, caller), cluster: name}
+		for _, path := range paths {
+			u := *gw.Address
+			u.Path = joinPath(gw.Address.Path, path)
+			r := p.send(ctx, rt, u.String(), path, userAgent)
+			rs = append(rs, r)
+			if r.reason != v1alpha1.ReasonReachable {
+				break
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, endpointpolicy.ErrDenied) {
+			return []probeResult{{reason: v1alpha1.ReasonDialFailed, message: endpointDenied(name, err).ErrStatus.Message}}
+		}
+		return []probeResult{{reason: v1alpha1.ReasonDialFailed, message: err.Error()}}
+	}
+	return rs
+}
+
+// send is get's request, through rt.
+func (p *Proxy) send(ctx context.Context, rt *upstreamTransport, url, path, userAgent string) probeResult {
+	var connected atomic.Bool
+	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { connected.Store(true) }}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodGet, url, nil)
+	if err != nil {
+		return probeResult{reason: v1alpha1.ReasonDialFailed, message: err.Error()}
+	}
+	if userAgent != "" {
+		req.Header.Set("User-Agent", userAgent)
+	}
+	start := time.Now()
 	resp, err := rt.RoundTrip(req)
 	if err != nil {
-		h.Message = upstreamError(name, err, false).ErrStatus.Message
-		return h, nil
+		return probeResult{reason: classify(err, connected.Load()), message: upstreamError(rt.cluster, err, false).ErrStatus.Message}
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	h.Code = int32(resp.StatusCode)
-	h.Healthy = resp.StatusCode == http.StatusOK
-	if !h.Healthy {
-		h.Message = fmt.Sprintf("/readyz answered %d: %s", resp.StatusCode, strings.TrimSpace(string(body)))
+	r := probeResult{code: resp.StatusCode, body: body, latency: time.Since(start)}
+	if resp.StatusCode != http.StatusOK {
+		r.reason = v1alpha1.ReasonHTTPError
+		r.message = fmt.Sprintf("%s answered %d: %s", path, resp.StatusCode, strings.TrimSpace(string(body)))
+		return r
 	}
-	return h, nil
+	r.reason, r.message = v1alpha1.ReasonReachable, fmt.Sprintf("%s answered 200", path)
+	return r
+}
+
+// classify tells a dial failure, a TLS failure and a cluster that accepted
+// the connection but did not answer apart.
+func classify(err error, connected bool) string {
+	var (
+		verifyErr   *tls.CertificateVerificationError
+		unknownCA   x509.UnknownAuthorityError
+		hostnameErr x509.HostnameError
+		invalidErr  x509.CertificateInvalidError
+		recordErr   tls.RecordHeaderError
+		alertErr    tls.AlertError
+		netErr      net.Error
+	)
+	switch {
+	case errors.As(err, &verifyErr), errors.As(err, &unknownCA), errors.As(err, &hostnameErr), errors.As(err, &invalidErr),
+		errors.As(err, &recordErr), errors.As(err, &alertErr), strings.Contains(err.Error(), "tls: "):
+		return v1alpha1.ReasonTLSFailed
+	case strings.Contains(err.Error(), "timeout awaiting response headers"):
+		return v1alpha1.ReasonNoAnswer
+	case connected && (errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout())):
+		return v1alpha1.ReasonNoAnswer
+	}
+	return v1alpha1.ReasonDialFailed
 }

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"unicode/utf8"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -19,12 +20,43 @@ const wsBearerPrefix = "base64url.bearer.authorization.k8s.io."
 // compared case-insensitively and with '_' as '-', so non-canonical spellings
 // (which some intermediaries fold into the canonical ones) are caught too.
 func identityHeader(name string) bool {
-	n := strings.ReplaceAll(strings.ToLower(name), "_", "-")
-	switch n {
-	case "authorization", "proxy-authorization", "cookie":
-		return true
+	for i := 0; i < len(name); i++ {
+		if name[i] >= utf8.RuneSelf {
+			// Not a valid header name; fold it as Unicode does, to be safe.
+			n := strings.ReplaceAll(strings.ToLower(name), "_", "-")
+			return n == "authorization" || n == "proxy-authorization" || n == "cookie" ||
+				strings.HasPrefix(n, "impersonate-") || strings.HasPrefix(n, "x-remote-")
+		}
 	}
-	return strings.HasPrefix(n, "impersonate-") || strings.HasPrefix(n, "x-remote-")
+	// Every request passes each of its headers here: compare in place
+	// rather than lower-casing a copy of each name.
+	return headerIs(name, "authorization") || headerIs(name, "proxy-authorization") || headerIs(name, "cookie") ||
+		headerHasPrefix(name, "impersonate-") || headerHasPrefix(name, "x-remote-")
+}
+
+// headerIs compares an ASCII header name with a lower-case one, ignoring
+// case and reading '_' as '-'.
+func headerIs(name, lower string) bool {
+	return len(name) == len(lower) && headerHasPrefix(name, lower)
+}
+
+func headerHasPrefix(name, lower string) bool {
+	if len(name) < len(lower) {
+		return false
+	}
+	for i := 0; i < len(lower); i++ {
+		c := name[i]
+		switch {
+		case 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
+		case c == '_':
+			c = '-'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // scrubClientHeaders removes every credential and identity the client (or

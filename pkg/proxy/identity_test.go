@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 
@@ -128,5 +129,29 @@ func TestProxyIdentityHeaders(t *testing.T) {
 				t.Errorf("impersonation None but Impersonate-User %v reached the managed cluster", v)
 			}
 		})
+	}
+}
+
+// identityHeader's in-place comparison agrees with lower-casing the name
+// and reading '_' as '-', for every spelling of the names it must catch and
+// for names that only look like them.
+func TestIdentityHeaderFolding(t *testing.T) {
+	slow := func(name string) bool {
+		n := strings.ReplaceAll(strings.ToLower(name), "_", "-")
+		return n == "authorization" || n == "proxy-authorization" || n == "cookie" ||
+			strings.HasPrefix(n, "impersonate-") || strings.HasPrefix(n, "x-remote-")
+	}
+	for _, name := range []string{
+		"Authorization", "authorization", "AUTHORIZATION", "Proxy-Authorization", "proxy_authorization", "Cookie", "COOKIE",
+		"Impersonate-User", "impersonate_group", "Impersonate-Extra-Scopes", "IMPERSONATE-UID", "X-Remote-User", "x_remote_extra_a",
+		"Authorizations", "Authorizatio", "Impersonate", "Impersonate_", "X-Remote", "X-Remote-", "Cookies", "Set-Cookie",
+		"Accept", "", "Authorization\u00e9", "Coo\u212aie", "\u0130mpersonate-User",
+	} {
+		if got, want := identityHeader(name), slow(name); got != want {
+			t.Errorf("identityHeader(%q) = %v, want %v", name, got, want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { identityHeader("Impersonate-Extra-Scopes") }); n != 0 {
+		t.Errorf("identityHeader allocates %v times per call, want 0", n)
 	}
 }

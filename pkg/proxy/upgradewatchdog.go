@@ -10,8 +10,8 @@ import (
 )
 
 // errUpgradeDial marks an upgrade whose backend connection was not set up
-// within the dial timeout.
-var errUpgradeDial = errors.New("no upgraded connection within the dial timeout")
+// (dialed, and answered) within the dial and response-header timeouts.
+var errUpgradeDial = errors.New("no upgraded connection within the dial and response-header timeouts")
 
 // upgradeWatchdog bounds the setup of an upgrade (exec, attach,
 // port-forward). UpgradeAwareHandler dials and does the TLS handshake with

@@ -26,6 +26,20 @@ type upstreamTransport struct {
 
 func (t *upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(withIdentity(req, t.id))
+	return t.checked(req, resp, err)
+}
+
+// roundTripOwned is RoundTrip for a request made for this round trip alone
+// (the reverse proxy's copy of the client's): the identity is set on it in
+// place rather than on a copy.
+func (t *upstreamTransport) roundTripOwned(req *http.Request) (*http.Response, error) {
+	scrubClientHeaders(req.Header)
+	t.id.apply(req.Header)
+	resp, err := t.base.RoundTrip(req)
+	return t.checked(req, resp, err)
+}
+
+func (t *upstreamTransport) checked(req *http.Request, resp *http.Response, err error) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}

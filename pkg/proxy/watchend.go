@@ -22,19 +22,35 @@ func isWatch(in *apirequest.RequestInfo) bool {
 // proxy aborts the response, the hub resets the stream, and client-go reports
 // a 500 "unable to decode an event from the watch stream". Watch events are
 // self-delimiting, so a client never mistakes a cut event for a whole one.
-type cleanEnd struct{ http.RoundTripper }
+// On shutdown the gateway ends its watches the same way (see Drain).
+type cleanEnd struct {
+	http.RoundTripper
+	streams *streams
+}
 
 func (c cleanEnd) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := c.RoundTripper.RoundTrip(req)
 	if err == nil && resp.StatusCode == http.StatusOK {
-		resp.Body = &eofOnCut{ReadCloser: resp.Body, ctx: req.Context()}
+		b := &eofOnCut{ReadCloser: resp.Body, ctx: req.Context()}
+		if c.streams != nil {
+			b.untrack = c.streams.addWatch(resp.Body)
+		}
+		resp.Body = b
 	}
 	return resp, err
 }
 
 type eofOnCut struct {
 	io.ReadCloser
-	ctx context.Context
+	ctx     context.Context
+	untrack func()
+}
+
+func (b *eofOnCut) Close() error {
+	if b.untrack != nil {
+		b.untrack()
+	}
+	return b.ReadCloser.Close()
 }
 
 func (b *eofOnCut) Read(p []byte) (int, error) {

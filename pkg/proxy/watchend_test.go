@@ -31,7 +31,7 @@ func (f fixedRT) RoundTrip(*http.Request) (*http.Response, error) {
 func TestCleanEndTurnsACutIntoEOF(t *testing.T) {
 	const events = `{"type":"ADDED"}` + "\n"
 	req, _ := http.NewRequest(http.MethodGet, "https://x/api/v1/configmaps?watch=true", nil)
-	resp, err := cleanEnd{fixedRT{events}}.RoundTrip(req)
+	resp, err := cleanEnd{RoundTripper: fixedRT{events}}.RoundTrip(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestCleanEndTurnsACutIntoEOF(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	resp, _ = cleanEnd{fixedRT{events}}.RoundTrip(req.WithContext(ctx))
+	resp, _ = cleanEnd{RoundTripper: fixedRT{events}}.RoundTrip(req.WithContext(ctx))
 	if _, err := io.ReadAll(resp.Body); err == nil {
 		t.Fatal("a cut seen after the client left must keep its error")
 	}

@@ -327,8 +327,8 @@ func TestChartValues(t *testing.T) {
 	if got := field(t, def["Deployment/"+namespace+"/"+release], "spec", "replicas"); got != float64(2) {
 		t.Errorf("default replicas %v, want 2", got)
 	}
-	if got := podSpec(t, def)["terminationGracePeriodSeconds"]; got != float64(60) {
-		t.Errorf("default terminationGracePeriodSeconds %v, want 60", got)
+	if got := podSpec(t, def)["terminationGracePeriodSeconds"]; got != float64(90) {
+		t.Errorf("default terminationGracePeriodSeconds %v, want 90", got)
 	}
 	if _, ok := field(t, podSpec(t, def), "affinity", "podAntiAffinity").(object)["preferredDuringSchedulingIgnoredDuringExecution"]; !ok {
 		t.Errorf("default anti-affinity is not preferred: %v", podSpec(t, def)["affinity"])
@@ -340,7 +340,7 @@ func TestChartValues(t *testing.T) {
 	objs := helmTemplate(t,
 		"replicaCount=3", "image.repository=registry.example/cgw", "image.tag=v0.2.0",
 		"resources.limits.memory=512Mi", "priorityClassName=system-cluster-critical",
-		"terminationGracePeriodSeconds=90", "podAntiAffinity=hard", "podDisruptionBudget.enabled=false",
+		"terminationGracePeriodSeconds=120", "podAntiAffinity=hard", "podDisruptionBudget.enabled=false",
 		"secretNamespace=gateways", "gateway.authorizeProxySubpath=true", "gateway.dialTimeout=5s", "gateway.logFormat=json",
 		"gateway.konnectivity.enabled=true", "gateway.konnectivity.serverAddress=konnectivity.kube-system.svc:8090",
 		"gateway.konnectivity.secretName=konnectivity-client", "gateway.extraArgs={--pool-capacity=50,--v=2}",
@@ -351,7 +351,7 @@ func TestChartValues(t *testing.T) {
 		t.Errorf("image %v, resources %v", c["image"], c["resources"])
 	}
 	ps := podSpec(t, objs)
-	if ps["priorityClassName"] != "system-cluster-critical" || ps["terminationGracePeriodSeconds"] != float64(90) {
+	if ps["priorityClassName"] != "system-cluster-critical" || ps["terminationGracePeriodSeconds"] != float64(120) {
 		t.Errorf("priorityClassName %v, terminationGracePeriodSeconds %v", ps["priorityClassName"], ps["terminationGracePeriodSeconds"])
 	}
 	if _, ok := field(t, ps, "affinity", "podAntiAffinity").(object)["requiredDuringSchedulingIgnoredDuringExecution"]; !ok {
@@ -363,6 +363,7 @@ func TestChartValues(t *testing.T) {
 	wantArgs := []string{
 		"--secure-port=8443", "--tls-cert-file=/etc/cluster-gateway/tls/tls.crt", "--tls-private-key-file=/etc/cluster-gateway/tls/tls.key",
 		"--secret-namespace=gateways", "--endpoint-deny-cidrs=169.254.0.0/16", "--endpoint-allow-cidrs=10.0.0.0/8,192.168.0.0/16",
+		"--shutdown-delay-duration=5s", "--shutdown-stream-drain=20s",
 		"--authorize-proxy-subpath", "--dial-timeout=5s", "--logging-format=json",
 		"--konnectivity-server-address=konnectivity.kube-system.svc:8090", "--konnectivity-ca-file=/etc/cluster-gateway/konnectivity/ca.crt",
 		"--konnectivity-cert-file=/etc/cluster-gateway/konnectivity/tls.crt", "--konnectivity-key-file=/etc/cluster-gateway/konnectivity/tls.key",

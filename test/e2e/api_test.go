@@ -44,11 +44,11 @@ func TestAPIApplyGetWatchDelete(t *testing.T) {
 	// Table: the server's columns, in order.
 	out = mustKubectl(t, hub, "get", "clustergateways", name)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if got, want := strings.Fields(lines[0]), []string{"NAME", "ENDPOINT", "ADDRESS", "CREDENTIAL", "READY", "AGE"}; !slices.Equal(got, want) {
+	if got, want := strings.Fields(lines[0]), []string{"NAME", "ENDPOINT", "ADDRESS", "CREDENTIAL", "READY", "REACHABLE", "AGE"}; !slices.Equal(got, want) {
 		t.Errorf("table header = %v, want %v\n%s", got, want, out)
 	}
-	if row := tableRow(out, name); len(row) != 6 || !slices.Equal(row[:5], []string{name, "Direct", "https://127.0.0.9:6443", "X509Certificate", "True"}) {
-		t.Errorf("table row = %v, want [%s Direct https://127.0.0.9:6443 X509Certificate True <age>]\n%s", row, name, out)
+	if row := tableRow(out, name); len(row) != 7 || !slices.Equal(row[:5], []string{name, "Direct", "https://127.0.0.9:6443", "X509Certificate", "True"}) {
+		t.Errorf("table row = %v, want [%s Direct https://127.0.0.9:6443 X509Certificate True <reachable> <age>]\n%s", row, name, out)
 	}
 
 	// YAML: status, a redacted last-applied annotation, no material.
@@ -125,6 +125,30 @@ func TestAPIExplainAndDiscovery(t *testing.T) {
 	out = mustKubectl(t, hub, "explain", "cgw.status.credential")
 	if !strings.Contains(out, "notAfter") || !strings.Contains(out, "subject") {
 		t.Errorf("kubectl explain cgw.status.credential:\n%s", out)
+	}
+	// Every level of spec and status is described, and no sentence says the
+	// same twice (a field's description followed by its type's).
+	for _, path := range []string{"", ".metadata", ".spec", ".spec.endpoint", ".spec.credential", ".spec.credential.x509", ".spec.impersonation",
+		".status", ".status.conditions", ".status.credential", ".status.reachability"} {
+		out := mustKubectl(t, hub, "explain", "clustergateway"+path)
+		if strings.Contains(out, "<no description>") {
+			t.Errorf("kubectl explain clustergateway%s has a field without a description:\n%s", path, out)
+		}
+		desc := out
+		if i := strings.Index(desc, "DESCRIPTION:"); i >= 0 {
+			desc = desc[i:]
+		}
+		if i := strings.Index(desc, "FIELDS:"); i >= 0 {
+			desc = desc[:i]
+		}
+		seen := map[string]bool{}
+		for _, sentence := range strings.Split(strings.Join(strings.Fields(desc), " "), ". ") {
+			key := strings.ToLower(strings.TrimSuffix(sentence, "."))
+			if len(key) > 20 && seen[key] {
+				t.Errorf("kubectl explain clustergateway%s repeats %q:\n%s", path, sentence, out)
+			}
+			seen[key] = true
+		}
 	}
 
 	// Discovery: the verbs and subresources docs/api.md lists.
@@ -493,13 +517,13 @@ func TestAPIMalformedSecret(t *testing.T) {
 	// The table shows them not ready, and the good gateways still ready.
 	out := mustKubectl(t, hub, "get", "cgw")
 	for _, c := range cases {
-		if row := tableRow(out, c.name); len(row) < 2 || row[len(row)-2] != "False" {
+		if row := tableRow(out, c.name); len(row) < 3 || row[len(row)-3] != "False" {
 			t.Errorf("row of %s = %v, want READY False\n%s", c.name, row, out)
 		}
 	}
 	for _, m := range env.Managed {
 		row := tableRow(out, m.GatewayName)
-		if len(row) != 6 || row[4] != "True" || row[2] != m.URL {
+		if len(row) != 7 || row[4] != "True" || row[2] != m.URL {
 			t.Errorf("row of %s = %v, want address %s and READY True\n%s", m.GatewayName, row, m.URL, out)
 		}
 	}

@@ -32,7 +32,7 @@ func TestIsolation(t *testing.T) {
 	args := append(append([]string{}, env.GatewayArgs...),
 		fmt.Sprintf("--max-requests-per-cluster=%d", slots), fmt.Sprintf("--max-queued-per-cluster=%d", queued),
 		// Long enough that nothing but the test ends the slow requests.
-		"--queue-wait-timeout=5m", "--request-timeout=5m")
+		"--queue-wait-timeout=5m", "--request-timeout=5m", "--upstream-response-header-timeout=5m")
 	restartGateway(t, args)
 	t.Cleanup(func() { restartGateway(t, nil) })
 

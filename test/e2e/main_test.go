@@ -36,7 +36,14 @@ var gatewayArgs = []string{
 	// cluster is reported as such (503), not as a request timeout.
 	"--dial-timeout=3s",
 	"--endpoint-deny-cidrs=169.254.0.0/16,fe80::/10,fd00:ec2::254/128,127.0.0.1/32,::1/128",
+	// Probe often, so reachability changes show within seconds.
+	"--probe-interval=1s", "--probe-timeout=2s", "--probe-failure-threshold=2", "--probe-max-backoff=4s",
+	// Longer than the request timeout, which cuts ordinary requests first.
+	"--upstream-response-header-timeout=" + upstreamHeaderTimeout.String(),
 }
+
+// upstreamHeaderTimeout is the suite gateway's --upstream-response-header-timeout.
+const upstreamHeaderTimeout = 15 * time.Second
 
 // hubRequestTimeout is the hub's and the gateway's --request-timeout: small,
 // so tests of "ordinary requests are still cut" do not wait a minute.

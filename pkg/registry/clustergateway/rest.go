@@ -31,13 +31,15 @@ import (
 type REST struct {
 	store  *gateways.Store
 	policy *endpointpolicy.Policy
+	health Reachability // nil: no Reachable condition
 	rest.TableConvertor
 }
 
 // NewREST returns the storage of the clustergateways resource; writes that
-// point at an IP literal the endpoint policy denies are refused.
-func NewREST(store *gateways.Store, policy *endpointpolicy.Policy) *REST {
-	return &REST{store: store, policy: policy, TableConvertor: tableConvertor{}}
+// point at an IP literal the endpoint policy denies are refused, and reads
+// show what health (if not nil) knows of each cluster.
+func NewREST(store *gateways.Store, policy *endpointpolicy.Policy, health Reachability) *REST {
+	return &REST{store: store, policy: policy, health: health, TableConvertor: tableConvertor{}}
 }
 
 var (
@@ -65,24 +67,42 @@ func (r *REST) ShortNames() []string    { return []string{"cgw"} }
 func (r *REST) Categories() []string    { return []string{"all-clusters"} }
 func (r *REST) GetSingularName() string { return "clustergateway" }
 
-// Get reads the gateway from the cache.
-func (r *REST) Get(_ context.Context, name string, _ *metav1.GetOptions) (runtime.Object, error) {
-	g, err := r.store.Get(name)
+// Get reads the gateway: without a resourceVersion from the hub (the most
+// recent, as on any Kubernetes API: a write through another replica is never
+// missed), with one ("0" included) from this replica's cache.
+func (r *REST) Get(ctx context.Context, name string, options *metav1.GetOptions) (runtime.Object, error) {
+	var g *gateways.Gateway
+	var err error
+	if options == nil || options.ResourceVersion == "" {
+		g, err = r.store.GetFresh(ctx, name)
+	} else {
+		g, err = r.store.Get(name)
+	}
 	if err != nil {
 		return nil, err
 	}
-	return g.Public().DeepCopy(), nil
+	return r.withReachability(g.Public().DeepCopy()), nil
 }
 
-// List reads the cache; labels and metadata.name select.
-func (r *REST) List(_ context.Context, options *metainternalversion.ListOptions) (runtime.Object, error) {
+// List lists the gateways; labels and metadata.name select. The first page
+// of a list without a resourceVersion is read from the hub (the most recent,
+// see Get); any other from this replica's cache (continue tokens page the
+// cache in name order: they are not snapshots).
+func (r *REST) List(ctx context.Context, options *metainternalversion.ListOptions) (runtime.Object, error) {
 	labelSel, fieldSel := selectors(options)
 	if err := checkSelector(labelSel); err != nil {
 		return nil, err
 	}
-	gws, rv, err := r.store.List(labelSel)
+	var gws []*gateways.Gateway
+	var rv string
+	var err error
+	if options == nil || (options.ResourceVersion == "" && options.Continue == "") {
+		gws, rv, err = r.store.ListFresh(ctx, labelSel)
+	} else {
+		gws, rv, err = r.store.List(labelSel)
+	}
 	if err != nil {
-		return nil, apierrors.NewInternalError(err)
+		return nil, err
 	}
 	matched := gws[:0]
 	for _, g := range gws {
@@ -102,7 +122,7 @@ func (r *REST) List(_ context.Context, options *metainternalversion.ListOptions)
 	list := &v1alpha1.ClusterGatewayList{ListMeta: metav1.ListMeta{ResourceVersion: rv, Continue: next, RemainingItemCount: remaining}}
 	list.Items = make([]v1alpha1.ClusterGateway, 0, len(pageItems))
 	for _, g := range pageItems {
-		list.Items = append(list.Items, *g.Public().DeepCopy())
+		list.Items = append(list.Items, *r.withReachability(g.Public().DeepCopy()))
 	}
 	return list, nil
 }
@@ -142,7 +162,7 @@ func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptio
 	// The options were validated (and, for a watch from "now", defaulted to
 	// sendInitialEvents=true with resourceVersionMatch=NotOlderThan) by this
 	// server's handler exactly as the hub will: they are passed on unchanged.
-	return r.store.Watch(ctx, gateways.WatchOptions{
+	w, err := r.store.Watch(ctx, gateways.WatchOptions{
 		Labels:               labelSel,
 		Fields:               fieldSel,
 		ResourceVersion:      options.ResourceVersion,
@@ -151,6 +171,22 @@ func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptio
 		SendInitialEvents:    options.SendInitialEvents,
 		TimeoutSeconds:       options.TimeoutSeconds,
 	})
+	if err != nil {
+		return nil, err
+	}
+	// A watch from a resourceVersion gets no initial events: the gateways
+	// the client already has (from its list) are the ones whose
+	// reachability changes it must hear of.
+	var seed []*v1alpha1.ClusterGateway
+	if rv := options.ResourceVersion; rv != "" && rv != "0" && (options.SendInitialEvents == nil || !*options.SendInitialEvents) {
+		gws, _, _ := r.store.List(labelSel)
+		for _, g := range gws {
+			if fieldSel.Matches(fields.Set{"metadata.name": g.Name()}) {
+				seed = append(seed, g.Public())
+			}
+		}
+	}
+	return r.watchReachability(w, seed), nil
 }
 
 // Create validates the gateway and writes its Secret.
@@ -191,10 +227,10 @@ func prepareForCreate(gw *v1alpha1.ClusterGateway) {
 // kept when the credential type is unchanged.
 func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc,
 	updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
-	existing, err := r.store.Get(name)
+	existing, err := r.store.GetFresh(ctx, name) // writes start from the most recent version, whichever replica wrote it
 	if err != nil {
 		if !apierrors.IsNotFound(err) {
-			return nil, false, apierrors.NewInternalError(err)
+			return nil, false, err // a Status already (the hub's, or why it could not be asked)
 		}
 		if !forceAllowCreate {
 			return nil, false, apierrors.NewNotFound(resource, name)
@@ -356,12 +392,12 @@ func keepMaterial(gw, old *v1alpha1.ClusterGateway) field.ErrorList {
 
 // Delete removes the gateway's Secret.
 func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions) (runtime.Object, bool, error) {
-	existing, err := r.store.Get(name)
+	existing, err := r.store.GetFresh(ctx, name) // writes start from the most recent version, whichever replica wrote it
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, false, apierrors.NewNotFound(resource, name)
 		}
-		return nil, false, apierrors.NewInternalError(err)
+		return nil, false, err
 	}
 	obj := existing.Public().DeepCopy()
 	if deleteValidation != nil {

@@ -3,6 +3,7 @@ package clustergateway
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,13 +16,22 @@ import (
 // tableConvertor prints the columns `kubectl get clustergateways` shows.
 type tableConvertor struct{}
 
+// columns are what `kubectl get clustergateways` prints; those of priority 1
+// only with -o wide.
 var columns = []metav1.TableColumnDefinition{
 	{Name: "Name", Type: "string", Format: "name", Description: "Name of the gateway: the managed cluster's name on the hub"},
 	{Name: "Endpoint", Type: "string", Description: "How the cluster is reached: Direct or Konnectivity"},
 	{Name: "Address", Type: "string", Description: "The cluster's API server address"},
 	{Name: "Credential", Type: "string", Description: "How the gateway authenticates: X509Certificate or BearerToken"},
 	{Name: "Ready", Type: "string", Description: "Whether the stored endpoint and credential are usable"},
+	{Name: "Reachable", Type: "string", Description: "Whether the cluster answers the gateway's probes (True, False, Unknown)"},
 	{Name: "Age", Type: "string", Description: "Time since the gateway was created"},
+	{Name: "Reason", Type: "string", Priority: 1, Description: "Why the cluster is reachable or not, from the last probe"},
+	{Name: "Version", Type: "string", Priority: 1, Description: "The cluster's Kubernetes version, from its /version"},
+	{Name: "Latency", Type: "string", Priority: 1, Description: "How long the last good probe took"},
+	{Name: "Server Name", Type: "string", Priority: 1, Description: "The name the cluster's certificate is verified against, if not the address's host"},
+	{Name: "Proxy", Type: "string", Priority: 1, Description: "The forward proxy the cluster is dialed through (without its credentials)"},
+	{Name: "Cert Expiry", Type: "string", Priority: 1, Description: "When the stored client certificate expires"},
 }
 
 func (tableConvertor) ConvertToTable(_ context.Context, obj runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
@@ -44,18 +54,41 @@ func (tableConvertor) ConvertToTable(_ context.Context, obj runtime.Object, tabl
 	}
 	for i := range items {
 		gw := &items[i]
-		ready := "Unknown"
+		ready, reachable, reason := "Unknown", "Unknown", "<none>"
 		if c := meta.FindStatusCondition(gw.Status.Conditions, v1alpha1.ConditionReady); c != nil {
 			ready = string(c.Status)
+		}
+		if c := meta.FindStatusCondition(gw.Status.Conditions, v1alpha1.ConditionReachable); c != nil {
+			reachable, reason = string(c.Status), c.Reason
 		}
 		age := "<unknown>"
 		if !gw.CreationTimestamp.IsZero() {
 			age = duration.HumanDuration(metav1.Now().Sub(gw.CreationTimestamp.Time))
 		}
+		version, latency, expiry := "<none>", "<none>", "<none>"
+		if r := gw.Status.Reachability; r != nil {
+			if r.ServerVersion != "" {
+				version = r.ServerVersion
+			}
+			if r.Latency != nil {
+				latency = r.Latency.Duration.String()
+			}
+		}
+		if c := gw.Status.Credential; c != nil && c.NotAfter != nil {
+			expiry = c.NotAfter.UTC().Format(time.RFC3339)
+		}
 		table.Rows = append(table.Rows, metav1.TableRow{
-			Cells:  []interface{}{gw.Name, string(gw.Spec.Endpoint.Type), gw.Spec.Endpoint.Address, string(gw.Spec.Credential.Type), ready, age},
+			Cells: []interface{}{gw.Name, string(gw.Spec.Endpoint.Type), gw.Spec.Endpoint.Address, string(gw.Spec.Credential.Type), ready, reachable, age,
+				reason, version, latency, orNone(gw.Spec.Endpoint.ServerName), orNone(gw.Spec.Endpoint.ProxyURL), expiry},
 			Object: runtime.RawExtension{Object: gw},
 		})
 	}
 	return table, nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "<none>"
+	}
+	return s
 }

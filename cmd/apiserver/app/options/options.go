@@ -7,8 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
 
@@ -16,6 +21,7 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/apiserver"
 	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
 	"github.com/clustergateway/cluster-gateway/pkg/fairness"
+	"github.com/clustergateway/cluster-gateway/pkg/health"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 	"github.com/clustergateway/cluster-gateway/pkg/pool/konnectivity"
 )
@@ -28,11 +34,14 @@ type Options struct {
 
 	SecretNamespace       string
 	AuthorizeProxySubpath bool
+	ShutdownStreamDrain   time.Duration
+	CertCacheSize         int
 
 	Pool         *pool.Options
 	Konnectivity *konnectivity.Options
 	Endpoints    *endpointpolicy.Options
 	Fairness     *fairness.Options
+	Health       *health.Options
 }
 
 // NewOptions returns the defaults.
@@ -45,14 +54,17 @@ func NewOptions() *Options {
 	rec.Features.EnablePriorityAndFairness = false
 	rec.SecureServing.BindPort = 8443
 	return &Options{
-		Recommended:     rec,
-		ServerRun:       genericoptions.NewServerRunOptions(),
-		Logs:            logsapi.NewLoggingConfiguration(),
-		SecretNamespace: "cluster-gateway-system",
-		Pool:            pool.NewOptions(),
-		Konnectivity:    konnectivity.NewOptions(),
-		Endpoints:       endpointpolicy.NewOptions(),
-		Fairness:        fairness.NewOptions(),
+		Recommended:         rec,
+		ServerRun:           genericoptions.NewServerRunOptions(),
+		Logs:                logsapi.NewLoggingConfiguration(),
+		SecretNamespace:     "cluster-gateway-system",
+		ShutdownStreamDrain: 20 * time.Second,
+		CertCacheSize:       4096,
+		Pool:                pool.NewOptions(),
+		Konnectivity:        konnectivity.NewOptions(),
+		Endpoints:           endpointpolicy.NewOptions(),
+		Health:              health.NewOptions(),
+		Fairness:            fairness.NewOptions(),
 	}
 }
 
@@ -66,10 +78,13 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs := fss.FlagSet("gateway")
 	fs.StringVar(&o.SecretNamespace, "secret-namespace", o.SecretNamespace, "Hub namespace whose Secrets labelled gateway.clustergateway.io/cluster-gateway=true are the ClusterGateways.")
 	fs.BoolVar(&o.AuthorizeProxySubpath, "authorize-proxy-subpath", o.AuthorizeProxySubpath, "Also authorize each proxied request's inner verb, resource, namespace and name (or non-resource path) against the hub for the caller.")
+	fs.DurationVar(&o.ShutdownStreamDrain, "shutdown-stream-drain", o.ShutdownStreamDrain, "On shutdown, after --shutdown-delay-duration, proxied watches end cleanly (clients re-watch elsewhere) and exec, attach and port-forward streams get this long to end before they are cut. terminationGracePeriodSeconds must cover the delay, this drain and --request-timeout.")
+	fs.IntVar(&o.CertCacheSize, "authentication-certificate-cache-size", o.CertCacheSize, "Verified client-certificate chains (the hub's front-proxy certificate, users' own) kept so a connection's certificate is verified once, not per request; 0 verifies every request. An entry ends at its chain's expiry, and a changed CA bundle is used at once.")
 	o.Endpoints.AddFlags(fs)
 	o.Pool.AddFlags(fss.FlagSet("pool"))
 	o.Konnectivity.AddFlags(fss.FlagSet("konnectivity"))
 	o.Fairness.AddFlags(fss.FlagSet("per-cluster limits"))
+	o.Health.AddFlags(fss.FlagSet("health"))
 	return fss
 }
 
@@ -81,11 +96,18 @@ func (o *Options) Validate() error {
 	if o.SecretNamespace == "" {
 		errs = append(errs, errors.New("--secret-namespace must not be empty"))
 	}
+	if o.CertCacheSize < 0 {
+		errs = append(errs, fmt.Errorf("--authentication-certificate-cache-size must not be negative, not %d", o.CertCacheSize))
+	}
+	if o.ShutdownStreamDrain < 0 {
+		errs = append(errs, fmt.Errorf("--shutdown-stream-drain must not be negative, not %v", o.ShutdownStreamDrain))
+	}
 	errs = append(errs, o.Endpoints.Validate()...)
 	errs = append(errs, o.Pool.Validate()...)
 	errs = append(errs, o.Konnectivity.Validate()...)
 	errs = append(errs, o.Fairness.Validate()...)
 	errs = append(errs, o.validateLimits()...)
+	errs = append(errs, o.Health.Validate()...)
 	return errors.Join(errs...)
 }
 
@@ -111,8 +133,16 @@ func (o *Options) ServerConfig() (*apiserver.Config, error) {
 		Pool:                  *o.Pool,
 		Konnectivity:          *o.Konnectivity,
 		Fairness:              *o.Fairness,
+		Health:                *o.Health,
+		ShutdownStreamDrain:   o.ShutdownStreamDrain,
 	}
 	cfg.Extra.Pool.Endpoints = endpoints
+	cfg.Extra.CertCacheSize = o.CertCacheSize
+	if o.CertCacheSize > 0 {
+		if cfg.Extra.ClientCA, err = o.clientCA(cfg.Generic.ClientConfig); err != nil {
+			return nil, err
+		}
+	}
 	return cfg, nil
 }
 
@@ -134,8 +164,29 @@ func (o *Options) validateLimits() []error {
 		{"--max-mutating-requests-inflight", o.ServerRun.MaxMutatingRequestsInFlight},
 	} {
 		if g.n > 0 && per >= g.n {
-			errs = append(errs, fmt.Errorf("--max-requests-per-cluster + --max-queued-per-cluster (%d) must be less than %s (%d), or one saturated cluster takes every slot; keep it well under (see docs/metrics.md, per-cluster limits)", per, g.flag, g.n))
+			errs = append(errs, fmt.Errorf("--max-requests-per-cluster + --max-queued-per-cluster (%d) must be less than %s (%d), or one saturated cluster takes every slot; keep it well under (docs/isolation.md)", per, g.flag, g.n))
 		}
 	}
 	return errs
+}
+
+// clientCA is the CA of users' client certificates, as the generic server's
+// delegated authentication finds it: --client-ca-file, else the hub's
+// extension-apiserver-authentication ConfigMap (a controller pkg/apiserver runs).
+func (o *Options) clientCA(hub *rest.Config) (dynamiccertificates.CAContentProvider, error) {
+	a := o.Recommended.Authentication
+	if a == nil {
+		return nil, nil
+	}
+	if a.ClientCert.ClientCA != "" {
+		return a.ClientCert.GetClientCAContentProvider()
+	}
+	if a.SkipInClusterLookup || hub == nil {
+		return nil, nil
+	}
+	client, err := kubernetes.NewForConfig(hub)
+	if err != nil {
+		return nil, err
+	}
+	return dynamiccertificates.NewDynamicCAFromConfigMapController("client-ca-cached", metav1.NamespaceSystem, "extension-apiserver-authentication", "client-ca-file", client)
 }

@@ -48,14 +48,24 @@ const (
 // hub at clustergateways/{name}/proxy/{path}. It is stored as a labelled Secret
 // in the gateway's secret namespace; credential material is write-only.
 type ClusterGateway struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// Standard object metadata. The name is the managed cluster's name on the
+	// hub; labels and annotations are kept in the gateway's own Secret data.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   ClusterGatewaySpec   `json:"spec"`
+	// Spec says where the managed cluster's API server is, how the gateway
+	// authenticates to it, and whose identity the cluster sees.
+	Spec ClusterGatewaySpec `json:"spec"`
+	// Status is computed on every read and cannot be written: whether the
+	// stored gateway is usable (Ready) and whether the cluster answers
+	// (Reachable).
+	// +optional
 	Status ClusterGatewayStatus `json:"status,omitempty"`
 }
 
-// ClusterGatewaySpec says where a managed cluster is and how to authenticate to it.
+// ClusterGatewaySpec is validated as a whole on every write (docs/api.md has
+// the rules).
 type ClusterGatewaySpec struct {
 	// Endpoint is where the managed cluster's API server is and how to reach it.
 	Endpoint Endpoint `json:"endpoint"`
@@ -66,7 +76,8 @@ type ClusterGatewaySpec struct {
 	Impersonation Impersonation `json:"impersonation,omitempty"`
 }
 
-// Endpoint is where a managed cluster's API server is.
+// Endpoint decides where the stored credential is sent: an update that
+// changes any of its fields must send the credential again.
 type Endpoint struct {
 	// Type is Direct (dial the address, optionally through proxyURL) or
 	// Konnectivity (dial the address through the gateway's konnectivity proxy-server).
@@ -93,9 +104,10 @@ type Endpoint struct {
 	ProxyURL string `json:"proxyURL,omitempty"`
 }
 
-// Credential is how the gateway authenticates to a managed cluster. The material
-// (certificate, key, token) is write-only: accepted on create and update, never
-// returned by the API; an update that omits it keeps the stored material.
+// The material of a Credential (certificate, key, token) is write-only:
+// accepted on create and update, never returned by the API. An update that
+// omits it keeps the stored material, as long as the endpoint and the
+// impersonation mode stay the same.
 type Credential struct {
 	// Type is X509Certificate or BearerToken.
 	Type CredentialType `json:"type"`
@@ -107,7 +119,9 @@ type Credential struct {
 	BearerToken string `json:"bearerToken,omitempty"`
 }
 
-// X509Credential is a PEM client certificate and its private key.
+// X509Credential's certificate and private key are PEM, must belong
+// together, and the certificate must allow client authentication and be
+// valid when written.
 type X509Credential struct {
 	// Certificate is the PEM client certificate (chain).
 	Certificate []byte `json:"certificate,omitempty"`
@@ -115,7 +129,8 @@ type X509Credential struct {
 	PrivateKey []byte `json:"privateKey,omitempty"`
 }
 
-// Impersonation says whose identity the managed cluster sees.
+// Impersonation of the caller needs the stored credential to hold the
+// impersonate permission on the managed cluster.
 type Impersonation struct {
 	// Mode is None (the gateway's own credential) or Caller (impersonate the hub
 	// caller). Defaults to None.
@@ -123,10 +138,17 @@ type Impersonation struct {
 	Mode ImpersonationMode `json:"mode,omitempty"`
 }
 
-// ClusterGatewayStatus is computed from the stored object on every read.
+// Each gateway replica computes ClusterGatewayStatus itself: Ready from the
+// stored object, Reachable from its own probes, so replicas may briefly
+// disagree on Reachable.
 type ClusterGatewayStatus struct {
-	// Conditions: Ready is False, with a reason and message, when the stored
-	// data cannot be used to reach the cluster.
+	// Conditions of the gateway. Ready is True when the stored endpoint and
+	// credential are usable, False with a reason and message when not.
+	// Reachable is True when the cluster answered the gateway's last probes
+	// of its /readyz, False when it did not (reason DialFailed, TLSFailed,
+	// HTTPError or NoAnswer; proxied requests then fail at once with 503),
+	// Unknown before the first probe or when the gateway is not Ready. Each
+	// gateway replica probes on its own.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -134,9 +156,13 @@ type ClusterGatewayStatus struct {
 	// Credential describes the stored credential without revealing it.
 	// +optional
 	Credential *CredentialStatus `json:"credential,omitempty"`
+	// Reachability has the details of the last probe of the cluster.
+	// +optional
+	Reachability *ReachabilityStatus `json:"reachability,omitempty"`
 }
 
-// CredentialStatus describes a stored credential without revealing it.
+// CredentialStatus shows only a client certificate's subject and expiry; of a
+// bearer token it shows nothing.
 type CredentialStatus struct {
 	// Subject is the client certificate's subject, for X509Certificate.
 	// +optional
@@ -144,6 +170,21 @@ type CredentialStatus struct {
 	// NotAfter is when the client certificate expires, for X509Certificate.
 	// +optional
 	NotAfter *metav1.Time `json:"notAfter,omitempty"`
+}
+
+// ReachabilityStatus: probes ask /readyz and /version every --probe-interval,
+// through the gateway's own transport and with the stored credential.
+type ReachabilityStatus struct {
+	// LastProbeTime is when the cluster was last probed.
+	// +optional
+	LastProbeTime *metav1.Time `json:"lastProbeTime,omitempty"`
+	// Latency is how long the last successful probe took, through the
+	// gateway's transport to the cluster's /readyz.
+	// +optional
+	Latency *metav1.Duration `json:"latency,omitempty"`
+	// ServerVersion is the cluster's Kubernetes version, from its /version.
+	// +optional
+	ServerVersion string `json:"serverVersion,omitempty"`
 }
 
 // Condition types and reasons.
@@ -154,6 +195,16 @@ const (
 	ReasonInvalidSecret   = "InvalidSecret"
 	ReasonCertExpired     = "CredentialExpired"
 	ReasonCertNotYetValid = "CredentialNotYetValid"
+
+	ConditionReachable = "Reachable"
+
+	ReasonReachable       = "Reachable"       // /readyz answered 200
+	ReasonDialFailed      = "DialFailed"      // no connection: refused, unroutable, tunnel down, denied, timed out
+	ReasonTLSFailed       = "TLSFailed"       // connected, but the TLS handshake failed (e.g. untrusted certificate)
+	ReasonHTTPError       = "HTTPError"       // /readyz answered, but not 200 (e.g. 401, 500)
+	ReasonNoAnswer        = "NoAnswer"        // connected, but no answer within the probe timeout
+	ReasonNotProbed       = "NotProbedYet"    // not probed since the gateway was created or changed
+	ReasonGatewayNotReady = "GatewayNotReady" // the stored gateway is not Ready: nothing to probe
 )
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -161,8 +212,11 @@ const (
 // ClusterGatewayList is a list of ClusterGateways.
 type ClusterGatewayList struct {
 	metav1.TypeMeta `json:",inline"`
+	// Standard list metadata.
+	// +optional
 	metav1.ListMeta `json:"metadata,omitempty"`
 
+	// Items are the ClusterGateways, without their credential material.
 	Items []ClusterGateway `json:"items"`
 }
 
@@ -184,7 +238,9 @@ type ClusterGatewayProxyOptions struct {
 // the managed cluster's API server answers /readyz through the gateway, with
 // the gateway's own transport and credential, right now.
 type ClusterGatewayHealth struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// The gateway's name, uid and resourceVersion at the time of the probe.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
 	// Healthy is true when /readyz answered 200 ok.

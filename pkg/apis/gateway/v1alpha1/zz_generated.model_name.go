@@ -72,6 +72,11 @@ func (in Impersonation) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ReachabilityStatus) OpenAPIModelName() string {
+	return "com.github.clustergateway.cluster-gateway.pkg.apis.gateway.v1alpha1.ReachabilityStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in X509Credential) OpenAPIModelName() string {
 	return "com.github.clustergateway.cluster-gateway.pkg.apis.gateway.v1alpha1.X509Credential"
 }

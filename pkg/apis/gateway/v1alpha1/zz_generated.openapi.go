@@ -41,6 +41,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		CredentialStatus{}.OpenAPIModelName():             schema_pkg_apis_gateway_v1alpha1_CredentialStatus(ref),
 		Endpoint{}.OpenAPIModelName():                     schema_pkg_apis_gateway_v1alpha1_Endpoint(ref),
 		Impersonation{}.OpenAPIModelName():                schema_pkg_apis_gateway_v1alpha1_Impersonation(ref),
+		ReachabilityStatus{}.OpenAPIModelName():           schema_pkg_apis_gateway_v1alpha1_ReachabilityStatus(ref),
 		X509Credential{}.OpenAPIModelName():               schema_pkg_apis_gateway_v1alpha1_X509Credential(ref),
 		v1.APIGroup{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_APIGroup(ref),
 		v1.APIGroupList{}.OpenAPIModelName():              schema_pkg_apis_meta_v1_APIGroupList(ref),
@@ -122,20 +123,23 @@ func schema_pkg_apis_gateway_v1alpha1_ClusterGateway(ref common.ReferenceCallbac
 					},
 					"metadata": {
 						SchemaProps: spec.SchemaProps{
-							Default: map[string]interface{}{},
-							Ref:     ref(v1.ObjectMeta{}.OpenAPIModelName()),
+							Description: "Standard object metadata. The name is the managed cluster's name on the hub; labels and annotations are kept in the gateway's own Secret data.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1.ObjectMeta{}.OpenAPIModelName()),
 						},
 					},
 					"spec": {
 						SchemaProps: spec.SchemaProps{
-							Default: map[string]interface{}{},
-							Ref:     ref(ClusterGatewaySpec{}.OpenAPIModelName()),
+							Description: "Spec says where the managed cluster's API server is, how the gateway authenticates to it, and whose identity the cluster sees.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(ClusterGatewaySpec{}.OpenAPIModelName()),
 						},
 					},
 					"status": {
 						SchemaProps: spec.SchemaProps{
-							Default: map[string]interface{}{},
-							Ref:     ref(ClusterGatewayStatus{}.OpenAPIModelName()),
+							Description: "Status is computed on every read and cannot be written: whether the stored gateway is usable (Ready) and whether the cluster answers (Reachable).",
+							Default:     map[string]interface{}{},
+							Ref:         ref(ClusterGatewayStatus{}.OpenAPIModelName()),
 						},
 					},
 				},
@@ -170,8 +174,9 @@ func schema_pkg_apis_gateway_v1alpha1_ClusterGatewayHealth(ref common.ReferenceC
 					},
 					"metadata": {
 						SchemaProps: spec.SchemaProps{
-							Default: map[string]interface{}{},
-							Ref:     ref(v1.ObjectMeta{}.OpenAPIModelName()),
+							Description: "The gateway's name, uid and resourceVersion at the time of the probe.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1.ObjectMeta{}.OpenAPIModelName()),
 						},
 					},
 					"healthy": {
@@ -234,13 +239,15 @@ func schema_pkg_apis_gateway_v1alpha1_ClusterGatewayList(ref common.ReferenceCal
 					},
 					"metadata": {
 						SchemaProps: spec.SchemaProps{
-							Default: map[string]interface{}{},
-							Ref:     ref(v1.ListMeta{}.OpenAPIModelName()),
+							Description: "Standard list metadata.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1.ListMeta{}.OpenAPIModelName()),
 						},
 					},
 					"items": {
 						SchemaProps: spec.SchemaProps{
-							Type: []string{"array"},
+							Description: "Items are the ClusterGateways, without their credential material.",
+							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
 									SchemaProps: spec.SchemaProps{
@@ -297,7 +304,7 @@ func schema_pkg_apis_gateway_v1alpha1_ClusterGatewaySpec(ref common.ReferenceCal
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "ClusterGatewaySpec says where a managed cluster is and how to authenticate to it.",
+				Description: "ClusterGatewaySpec is validated as a whole on every write (docs/api.md has the rules).",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"endpoint": {
@@ -334,7 +341,7 @@ func schema_pkg_apis_gateway_v1alpha1_ClusterGatewayStatus(ref common.ReferenceC
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "ClusterGatewayStatus is computed from the stored object on every read.",
+				Description: "Each gateway replica computes ClusterGatewayStatus itself: Ready from the stored object, Reachable from its own probes, so replicas may briefly disagree on Reachable.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"conditions": {
@@ -347,7 +354,7 @@ func schema_pkg_apis_gateway_v1alpha1_ClusterGatewayStatus(ref common.ReferenceC
 							},
 						},
 						SchemaProps: spec.SchemaProps{
-							Description: "Conditions: Ready is False, with a reason and message, when the stored data cannot be used to reach the cluster.",
+							Description: "Conditions of the gateway. Ready is True when the stored endpoint and credential are usable, False with a reason and message when not. Reachable is True when the cluster answered the gateway's last probes of its /readyz, False when it did not (reason DialFailed, TLSFailed, HTTPError or NoAnswer; proxied requests then fail at once with 503), Unknown before the first probe or when the gateway is not Ready. Each gateway replica probes on its own.",
 							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
@@ -364,11 +371,17 @@ func schema_pkg_apis_gateway_v1alpha1_ClusterGatewayStatus(ref common.ReferenceC
 							Ref:         ref(CredentialStatus{}.OpenAPIModelName()),
 						},
 					},
+					"reachability": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Reachability has the details of the last probe of the cluster.",
+							Ref:         ref(ReachabilityStatus{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			CredentialStatus{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName()},
+			CredentialStatus{}.OpenAPIModelName(), ReachabilityStatus{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName()},
 	}
 }
 
@@ -376,7 +389,7 @@ func schema_pkg_apis_gateway_v1alpha1_Credential(ref common.ReferenceCallback) c
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "Credential is how the gateway authenticates to a managed cluster. The material (certificate, key, token) is write-only: accepted on create and update, never returned by the API; an update that omits it keeps the stored material.",
+				Description: "The material of a Credential (certificate, key, token) is write-only: accepted on create and update, never returned by the API. An update that omits it keeps the stored material, as long as the endpoint and the impersonation mode stay the same.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"type": {
@@ -414,7 +427,7 @@ func schema_pkg_apis_gateway_v1alpha1_CredentialStatus(ref common.ReferenceCallb
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "CredentialStatus describes a stored credential without revealing it.",
+				Description: "CredentialStatus shows only a client certificate's subject and expiry; of a bearer token it shows nothing.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"subject": {
@@ -442,7 +455,7 @@ func schema_pkg_apis_gateway_v1alpha1_Endpoint(ref common.ReferenceCallback) com
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "Endpoint is where a managed cluster's API server is.",
+				Description: "Endpoint decides where the stored credential is sent: an update that changes any of its fields must send the credential again.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"type": {
@@ -500,7 +513,7 @@ func schema_pkg_apis_gateway_v1alpha1_Impersonation(ref common.ReferenceCallback
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "Impersonation says whose identity the managed cluster sees.",
+				Description: "Impersonation of the caller needs the stored credential to hold the impersonate permission on the managed cluster.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"mode": {
@@ -517,11 +530,45 @@ func schema_pkg_apis_gateway_v1alpha1_Impersonation(ref common.ReferenceCallback
 	}
 }
 
+func schema_pkg_apis_gateway_v1alpha1_ReachabilityStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ReachabilityStatus: probes ask /readyz and /version every --probe-interval, through the gateway's own transport and with the stored credential.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"lastProbeTime": {
+						SchemaProps: spec.SchemaProps{
+							Description: "LastProbeTime is when the cluster was last probed.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"latency": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Latency is how long the last successful probe took, through the gateway's transport to the cluster's /readyz.",
+							Ref:         ref(v1.Duration{}.OpenAPIModelName()),
+						},
+					},
+					"serverVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ServerVersion is the cluster's Kubernetes version, from its /version.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1.Duration{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
+	}
+}
+
 func schema_pkg_apis_gateway_v1alpha1_X509Credential(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "X509Credential is a PEM client certificate and its private key.",
+				Description: "X509Credential's certificate and private key are PEM, must belong together, and the certificate must allow client authentication and be valid when written.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"certificate": {

@@ -1,0 +1,225 @@
+// Package certauth authenticates requests by client certificate, as the
+// generic API server's delegated authenticators do (the hub's front-proxy
+// certificate with request headers, and users' own certificates), but
+// verifies each certificate chain once rather than on every request: a TLS
+// connection carries the same peer certificates for its whole life, and
+// chain verification was the largest share of the gateway's CPU per request.
+//
+// A verified chain is kept in a bounded LRU keyed by the leaf and
+// intermediate certificates and by the CA pool it was verified against. The
+// pool is compared by identity: the dynamic CA providers hand out a new pool
+// when the CA bundle changes, so a rotated bundle is used on the very next
+// request, and a connection reused across the change is verified again. An
+// entry ends at the earliest notAfter of its chain. Of failures, only "signed
+// by an unknown authority" is kept (it depends on the chain and the pool, not
+// on the time): a user's certificate is first tried as the front proxy's, as
+// the generic server does, and that refusal need not be worked out again.
+package certauth
+
+import (
+	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/request/headerrequest"
+	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	"k8s.io/component-base/metrics"
+)
+
+// Cache holds verified chains.
+type Cache struct {
+	lru                         *lru.Cache[key, *verified]
+	now                         func() time.Time
+	hits, misses, verifications atomic.Int64
+}
+
+type key struct {
+	certs [sha256.Size]byte // leaf and intermediates, as presented, and the key usages
+	roots *x509.CertPool    // by identity; held here, so its address cannot be reused while cached
+}
+
+type verified struct {
+	chains   [][]*x509.Certificate
+	err      error // an x509.UnknownAuthorityError: the chain is not the pool's
+	notAfter time.Time
+}
+
+// NewCache returns a cache of at most size chains.
+func NewCache(size int) (*Cache, error) {
+	l, err := lru.New[key, *verified](size)
+	if err != nil {
+		return nil, fmt.Errorf("certificate cache: %w", err)
+	}
+	return &Cache{lru: l, now: time.Now}, nil
+}
+
+// Stats are the cache's counters: lookups that hit, lookups that missed,
+// and chain verifications done (misses that were verified).
+func (c *Cache) Stats() (hits, misses, verifications int64, size int) {
+	return c.hits.Load(), c.misses.Load(), c.verifications.Load(), c.lru.Len()
+}
+
+// verify returns the chains of peer (leaf first) under opts, from the cache
+// or by verifying them.
+func (c *Cache) verify(peer []*x509.Certificate, opts x509.VerifyOptions) ([][]*x509.Certificate, error) {
+	h := sha256.New()
+	for _, cert := range peer {
+		h.Write(cert.Raw)
+	}
+	// The usages asked for are part of what was verified.
+	for _, u := range opts.KeyUsages {
+		h.Write([]byte{0, byte(u)})
+	}
+	k := key{roots: opts.Roots}
+	h.Sum(k.certs[:0])
+	now := c.now()
+	if v, ok := c.lru.Get(k); ok && now.Before(v.notAfter) {
+		c.hits.Add(1)
+		return v.chains, v.err
+	}
+	c.misses.Add(1)
+	if opts.Intermediates == nil && len(peer) > 1 {
+		opts.Intermediates = x509.NewCertPool()
+		for _, intermediate := range peer[1:] {
+			opts.Intermediates.AddCert(intermediate)
+		}
+	}
+	opts.CurrentTime = now
+	c.verifications.Add(1)
+	chains, err := peer[0].Verify(opts)
+	var unknown x509.UnknownAuthorityError
+	if errors.As(err, &unknown) {
+		// No certificate of the pool can have signed this chain: true
+		// for as long as both are the same, whatever the time. Kept, so
+		// that a user's certificate is not tried against the front-proxy
+		// CA on every request.
+		c.lru.Add(k, &verified{err: err, notAfter: peer[0].NotAfter})
+		return nil, err
+	}
+	if err != nil {
+		return nil, err
+	}
+	notAfter := peer[0].NotAfter
+	for _, chain := range chains {
+		for _, cert := range chain {
+			if cert.NotAfter.Before(notAfter) {
+				notAfter = cert.NotAfter
+			}
+		}
+	}
+	c.lru.Add(k, &verified{chains: chains, notAfter: notAfter})
+	return chains, nil
+}
+
+// ClientCert authenticates a user by client certificate, as
+// x509.NewDynamic with CommonNameUserConversion does.
+func (c *Cache) ClientCert(ca dynamiccertificates.CAContentProvider) authenticator.Request {
+	return authenticator.RequestFunc(func(req *http.Request) (*authenticator.Response, bool, error) {
+		if req.TLS == nil || len(req.TLS.PeerCertificates) == 0 {
+			return nil, false, nil
+		}
+		opts, ok := ca.VerifyOptions()
+		if !ok {
+			return nil, false, nil
+		}
+		chains, err := c.verify(req.TLS.PeerCertificates, opts)
+		if err != nil {
+			return nil, false, fmt.Errorf("verifying certificate with subject %q failed: %w", req.TLS.PeerCertificates[0].Subject, err)
+		}
+		var lastErr error
+		for _, chain := range chains {
+			resp, ok, err := x509request.CommonNameUserConversion.User(chain)
+			if err != nil {
+				lastErr = err
+				continue
+			}
+			if ok {
+				return resp, ok, nil
+			}
+		}
+		return nil, false, lastErr
+	})
+}
+
+// RequestHeader authenticates a request a front proxy (the hub's
+// aggregator) makes on a user's behalf: its certificate must chain to the
+// request-header CA and have an allowed common name; the user is then read
+// from the headers, as headerrequest.NewDynamicVerifyOptionsSecure does.
+func (c *Cache) RequestHeader(rh RequestHeaderConfig) authenticator.Request {
+	headers := headerrequest.NewDynamic(rh.UsernameHeaders, rh.UIDHeaders, rh.GroupHeaders, rh.ExtraHeaderPrefixes)
+	return authenticator.RequestFunc(func(req *http.Request) (*authenticator.Response, bool, error) {
+		if req.TLS == nil || len(req.TLS.PeerCertificates) == 0 {
+			return nil, false, nil
+		}
+		opts, ok := rh.CAContentProvider.VerifyOptions()
+		if !ok {
+			return nil, false, nil
+		}
+		if _, err := c.verify(req.TLS.PeerCertificates, opts); err != nil {
+			return nil, false, err
+		}
+		if err := allowed(req.TLS.PeerCertificates[0].Subject, rh.AllowedClientNames.Value()); err != nil {
+			return nil, false, err
+		}
+		return headers.AuthenticateRequest(req)
+	})
+}
+
+// RequestHeaderConfig is what RequestHeader needs of the generic server's
+// request-header configuration (authenticatorfactory.RequestHeaderConfig).
+type RequestHeaderConfig struct {
+	CAContentProvider                                              dynamiccertificates.CAContentProvider
+	AllowedClientNames                                             headerrequest.StringSliceProvider
+	UsernameHeaders, UIDHeaders, GroupHeaders, ExtraHeaderPrefixes headerrequest.StringSliceProvider
+}
+
+func allowed(subject pkix.Name, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	for _, n := range names {
+		if n == subject.CommonName {
+			return nil
+		}
+	}
+	return fmt.Errorf("x509: subject with cn=%s is not in the allowed list", subject.CommonName)
+}
+
+// Collector exposes the cache's counters as metrics, read at scrape time.
+func (c *Cache) Collector() metrics.StableCollector {
+	d := func(name, help string) *metrics.Desc {
+		return metrics.NewDesc("cluster_gateway_authentication_certificate_cache_"+name, help, nil, nil, metrics.ALPHA, "")
+	}
+	return &collector{c: c,
+		hits:    d("hits_total", "Client-certificate chains found verified in the cache (no chain verification for the request)."),
+		misses:  d("misses_total", "Client-certificate chains not in the cache (or expired, or under a changed CA bundle), verified for the request. A chain is looked up once per CA it is tried against (front proxy, then users' client CA)."),
+		entries: d("entries", "Verified chains held (bounded by --authentication-certificate-cache-size)."),
+	}
+}
+
+type collector struct {
+	metrics.BaseStableCollector
+	c                     *Cache
+	hits, misses, entries *metrics.Desc
+}
+
+func (m *collector) DescribeWithStability(ch chan<- *metrics.Desc) {
+	ch <- m.hits
+	ch <- m.misses
+	ch <- m.entries
+}
+
+func (m *collector) CollectWithStability(ch chan<- metrics.Metric) {
+	hits, misses, _, size := m.c.Stats()
+	ch <- metrics.NewLazyConstMetric(m.hits, metrics.CounterValue, float64(hits))
+	ch <- metrics.NewLazyConstMetric(m.misses, metrics.CounterValue, float64(misses))
+	ch <- metrics.NewLazyConstMetric(m.entries, metrics.GaugeValue, float64(size))
+}

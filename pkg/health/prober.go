@@ -1,0 +1,248 @@
+// Package health probes every ClusterGateway's cluster through the gateway's
+// own transport and keeps the result in memory: the Reachable condition the
+// API shows, and what lets the proxy fail fast for a cluster known to be down.
+// A bounded set of workers takes clusters from one delaying queue (no
+// goroutine per cluster), with jitter, and backs off from clusters that keep
+// failing. Nothing is written to the hub per probe.
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+	"github.com/clustergateway/cluster-gateway/pkg/gateways"
+)
+
+// Outcome is what one probe found.
+type Outcome struct {
+	// Reason is v1alpha1.ReasonReachable when the cluster answered /readyz
+	// with 200, else why not (ReasonDialFailed, ReasonTLSFailed,
+	// ReasonHTTPError, ReasonNoAnswer), or ReasonGatewayNotReady when the
+	// stored gateway cannot be used (nothing was sent).
+	Reason        string
+	Message       string
+	Latency       time.Duration
+	ServerVersion string
+}
+
+// ProbeFunc probes the named cluster within ctx.
+type ProbeFunc func(ctx context.Context, name string) Outcome
+
+// Result is what the prober knows of a cluster: the Reachable condition and
+// the last probe.
+type Result struct {
+	Status             metav1.ConditionStatus
+	Reason, Message    string
+	LastTransitionTime time.Time
+	LastProbeTime      time.Time
+	Latency            time.Duration
+	ServerVersion      string
+}
+
+// Prober probes the gateways of a store. Run runs it.
+type Prober struct {
+	opts    Options
+	probe   ProbeFunc
+	queue   workqueue.TypedDelayingInterface[string]
+	metrics *Metrics
+	now     func() time.Time
+
+	mu      sync.RWMutex
+	states  map[string]*state
+	watches map[*Subscription]struct{}
+}
+
+type state struct {
+	result               Result
+	successes, failures  int
+	interval             time.Duration // until the next probe, backed off while failing
+	generation, probedAt uint64        // a probe's outcome counts only for the generation it started in
+}
+
+// New returns a prober of the store's gateways: it follows the store from
+// here on (a new gateway is probed at once, a changed one again, a deleted
+// one no more).
+func New(opts Options, store *gateways.Store, probe ProbeFunc) (*Prober, error) {
+	if err := errors.Join(opts.Validate()...); err != nil {
+		return nil, fmt.Errorf("health: %w", err)
+	}
+	p := &Prober{
+		opts:    opts,
+		probe:   probe,
+		queue:   workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "cluster_gateway_probes"}),
+		now:     time.Now,
+		states:  map[string]*state{},
+		watches: map[*Subscription]struct{}{},
+	}
+	p.metrics = newMetrics(p)
+	if err := store.OnChange(func(old, new *gateways.Gateway) {
+		switch {
+		case new == nil:
+			p.remove(old.Name())
+		case old == nil, old.Ready != new.Ready, !gateways.SameTransport(old, new), old.Object.Spec.Endpoint.Type != new.Object.Spec.Endpoint.Type:
+			p.reset(new.Name()) // reached differently: what was known no longer holds
+		case old.Object.Spec.Credential.BearerToken != new.Object.Spec.Credential.BearerToken:
+			p.ProbeNow(new.Name()) // a new token may fix what the old one could not
+		}
+	}); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Interval is how often a reachable cluster is probed.
+func (p *Prober) Interval() time.Duration { return p.opts.Interval }
+
+// Metrics are the prober's metrics, to register with the server's registry.
+func (p *Prober) Metrics() *Metrics { return p.metrics }
+
+// Run probes until ctx is done, with opts.Workers workers, and returns when
+// they have stopped.
+func (p *Prober) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for range p.opts.Workers {
+		wg.Go(func() {
+			for {
+				name, shutdown := p.queue.Get()
+				if shutdown {
+					return
+				}
+				p.probeOne(ctx, name)
+				p.queue.Done(name)
+			}
+		})
+	}
+	<-ctx.Done()
+	p.queue.ShutDown()
+	wg.Wait()
+}
+
+// Get returns what is known of the named cluster.
+func (p *Prober) Get(name string) (Result, bool) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	st, ok := p.states[name]
+	if !ok {
+		return Result{}, false
+	}
+	return st.result, true
+}
+
+// ProbeNow probes the named cluster soon, e.g. after a proxied request failed
+// to reach it: a cluster that just went down is noticed without waiting for
+// its interval.
+func (p *Prober) ProbeNow(name string) {
+	p.mu.RLock()
+	_, ok := p.states[name]
+	p.mu.RUnlock()
+	if ok {
+		p.queue.Add(name)
+	}
+}
+
+// reset starts a cluster over as Unknown (new, or its gateway changed) and
+// probes it at once.
+func (p *Prober) reset(name string) {
+	p.mu.Lock()
+	st, ok := p.states[name]
+	if !ok {
+		st = &state{}
+		p.states[name] = st
+	}
+	gen := st.generation + 1
+	*st = state{generation: gen, interval: p.opts.Interval, result: Result{
+		Status: metav1.ConditionUnknown, Reason: v1alpha1.ReasonNotProbed,
+		Message: "the cluster has not been probed since the gateway was created or changed", LastTransitionTime: p.now(),
+	}}
+	p.mu.Unlock()
+	p.notify(name)
+	p.queue.Add(name)
+}
+
+func (p *Prober) remove(name string) {
+	p.mu.Lock()
+	delete(p.states, name)
+	p.mu.Unlock()
+}
+
+// probeOne probes a cluster, folds the outcome into its state and schedules
+// the next probe.
+func (p *Prober) probeOne(ctx context.Context, name string) {
+	p.mu.RLock()
+	st, ok := p.states[name]
+	var gen uint64
+	if ok {
+		gen = st.generation
+	}
+	p.mu.RUnlock()
+	if !ok {
+		return // deleted meanwhile: no more probes
+	}
+	pctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
+	start := p.now()
+	out := p.probe(pctx, name)
+	cancel()
+	if ctx.Err() != nil {
+		return // stopping: the outcome says nothing about the cluster
+	}
+	p.metrics.observe(out, p.now().Sub(start))
+
+	p.mu.Lock()
+	st, ok = p.states[name]
+	if !ok || st.generation != gen {
+		p.mu.Unlock()
+		return // deleted or changed while probing: reset has scheduled a fresh probe
+	}
+	changed := p.fold(st, out)
+	next := st.interval
+	p.mu.Unlock()
+	if changed {
+		p.notify(name)
+	}
+	// ±10% jitter, so clusters added together are not probed in lockstep.
+	p.queue.AddAfter(name, time.Duration(float64(next)*(0.9+0.2*rand.Float64())))
+}
+
+// fold applies an outcome to a state under p.mu and says whether the
+// condition's status changed.
+func (p *Prober) fold(st *state, out Outcome) bool {
+	r := &st.result
+	r.LastProbeTime = p.now()
+	before := r.Status
+	switch out.Reason {
+	case v1alpha1.ReasonReachable:
+		st.successes++
+		st.failures = 0
+		st.interval = p.opts.Interval
+		r.Latency, r.ServerVersion = out.Latency, out.ServerVersion
+		if r.Status == metav1.ConditionTrue || r.Status == metav1.ConditionUnknown || st.successes >= p.opts.SuccessThreshold {
+			r.Status, r.Reason, r.Message = metav1.ConditionTrue, out.Reason, out.Message
+		}
+	case v1alpha1.ReasonGatewayNotReady:
+		st.successes, st.failures = 0, 0
+		st.interval = p.opts.MaxBackoff // nothing to probe until the gateway changes
+		r.Status, r.Reason, r.Message = metav1.ConditionUnknown, out.Reason, out.Message
+	default:
+		st.failures++
+		st.successes = 0
+		if st.failures >= p.opts.FailureThreshold {
+			r.Status, r.Reason, r.Message = metav1.ConditionFalse, out.Reason, out.Message
+			st.interval = min(2*st.interval, p.opts.MaxBackoff)
+		} else if r.Status == metav1.ConditionUnknown {
+			r.Reason, r.Message = out.Reason, out.Message // still deciding: say why
+		}
+	}
+	if r.Status != before {
+		r.LastTransitionTime = r.LastProbeTime
+		return true
+	}
+	return false
+}

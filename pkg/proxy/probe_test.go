@@ -1,0 +1,126 @@
+package proxy
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+	"github.com/clustergateway/cluster-gateway/pkg/health"
+	"github.com/clustergateway/cluster-gateway/pkg/pool"
+)
+
+// The prober's probe tells a refused connection, an untrusted certificate,
+// an HTTP error and a cluster that does not answer apart, against real
+// servers on loopback, and reads the version of one that answers.
+func TestProbeClusterClassifies(t *testing.T) {
+	block := make(chan struct{})
+	t.Cleanup(func() { close(block) })
+	var agents sync.Map
+	ok := newTLSUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		agents.Store(r.UserAgent(), true)
+		if r.URL.Path == "/version" {
+			_, _ = w.Write([]byte(`{"gitVersion":"v1.37.2"}`))
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	}))
+	failing := newTLSUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "[-]etcd failed", http.StatusInternalServerError)
+	}))
+	silent := newTLSUpstream(t, http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-block }))
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "https://" + l.Addr().String()
+	l.Close()
+
+	px := newFixtureProxy(t,
+		tokenSecret("ok", ok.URL, upstreamCA(ok), "t", "Caller"),
+		tokenSecret("failing", failing.URL, upstreamCA(failing), "t", "None"),
+		tokenSecret("silent", silent.URL, upstreamCA(silent), "t", "None"),
+		tokenSecret("untrusted", ok.URL, upstreamCA(failing), "t", "None"),
+		tokenSecret("refused", closed, upstreamCA(ok), "t", "None"),
+		tokenSecret("unusable", "http://127.0.0.1:1", nil, "t", "None"))
+	for name, want := range map[string]string{
+		"ok": v1alpha1.ReasonReachable, "failing": v1alpha1.ReasonHTTPError, "silent": v1alpha1.ReasonNoAnswer,
+		"untrusted": v1alpha1.ReasonTLSFailed, "refused": v1alpha1.ReasonDialFailed, "unusable": v1alpha1.ReasonGatewayNotReady,
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		out := px.ProbeCluster(ctx, name)
+		cancel()
+		if out.Reason != want {
+			t.Errorf("%s: %s (%s), want %s", name, out.Reason, out.Message, want)
+		}
+		if name == "ok" && (out.ServerVersion != "v1.37.2" || out.Latency <= 0) {
+			t.Errorf("ok: version %q latency %v", out.ServerVersion, out.Latency)
+		}
+		if name == "failing" && !strings.Contains(out.Message, "500") {
+			t.Errorf("failing: message %q does not give the status", out.Message)
+		}
+	}
+	if _, named := agents.Load(proberUserAgent); !named || !strings.HasPrefix(proberUserAgent, "cluster-gateway-prober/") {
+		t.Errorf("the prober's requests were not sent as %s", proberUserAgent)
+	}
+	// Probes go around the pool: they must not evict users' entries.
+	if st := px.opts.Pool.Stats(); st.Live != 0 || st.Created != 0 {
+		t.Errorf("probes left %d live entries (%d created), want the pool untouched", st.Live, st.Created)
+	}
+}
+
+type fakeHealth struct{ result health.Result }
+
+func (f *fakeHealth) Get(string) (health.Result, bool) { return f.result, true }
+func (f *fakeHealth) ProbeNow(string)                  {}
+func (f *fakeHealth) Interval() time.Duration          { return 20 * time.Second }
+
+// A cluster the prober knows to be unreachable fails at once with 503 and
+// Retry-After, naming the probe's reason, and nothing is sent to it.
+func TestFailFastWhenUnreachable(t *testing.T) {
+	up := newCapture(t)
+	h := &fakeHealth{result: health.Result{Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonDialFailed, Message: "connection refused", LastTransitionTime: time.Now()}}
+	px := newFixtureProxyWith(t, func(o *Options) { o.Health = h }, tokenSecret("c", up.srv.URL, upstreamCA(up.srv), "t", "None"))
+	rec := serveAs(px, "c", "/api", alice, httptest.NewRequest(http.MethodGet, "/x", nil))
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") != "20" || !strings.Contains(rec.Body.String(), "DialFailed: connection refused") {
+		t.Fatalf("%d Retry-After=%q %s; want 503 with Retry-After 20 naming the probe's reason", rec.Code, rec.Header().Get("Retry-After"), rec.Body)
+	}
+	if n := len(up.requests()); n != 0 {
+		t.Fatalf("the cluster received %d requests", n)
+	}
+	h.result.Status = metav1.ConditionTrue
+	if rec := serveAs(px, "c", "/api", alice, httptest.NewRequest(http.MethodGet, "/x", nil)); rec.Code != http.StatusOK {
+		t.Fatalf("once reachable: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// A cluster that accepts a request and never answers does not hold it: a
+// watch (exempt from the request timeout) gets 504 once the response-header
+// timeout passes.
+func TestSilentClusterBoundsAWatch(t *testing.T) {
+	block := make(chan struct{})
+	t.Cleanup(func() { close(block) })
+	silent := newTLSUpstream(t, http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-block }))
+	px := newFixtureProxyWith(t, func(o *Options) {
+		po := pool.NewOptions()
+		po.ResponseHeaderTimeout = 300 * time.Millisecond
+		pl, err := pool.New(*po)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pl.Close)
+		o.Pool = pl
+	}, tokenSecret("silent", silent.URL, upstreamCA(silent), "t", "None"))
+	req := httptest.NewRequest(http.MethodGet, "/x?watch=true", nil)
+	rec := serveAs(px, "silent", "/api/v1/namespaces/default/configmaps", alice, req)
+	if rec.Code != http.StatusGatewayTimeout || !strings.Contains(rec.Body.String(), "--upstream-response-header-timeout") {
+		t.Fatalf("%d %s; want 504 naming the response-header timeout", rec.Code, rec.Body)
+	}
+}
