@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -68,6 +70,7 @@ type isoPhase struct {
 	InFlight     float64 // limiter gauges at the end of the phase (last round)
 	Queued       float64
 	GatewayCPU   time.Duration
+	CPU          map[string]time.Duration // by process, over the steady load
 	Elapsed      time.Duration
 	NoisyFirstEr string
 }
@@ -170,13 +173,16 @@ func runIsolation(ctx context.Context, env *localenv.Env, gw *gatewayAdmin, o is
 			return nil, err
 		}
 		loads := []isoLoad{{steady, gwURL(res.Steady)}, {control, m1.URL + requestPath}}
-		noisy := make([]*http.Client, 0, o.NoisyUsers)
+		noisy := make([]*http.Client, 0, o.NoisyUsers) // for the warm-up only
 		for _, u := range users[1:] {
 			cl, err := mtlsClient(env.Gateway.CA.CertPEM, u.Cert)
 			if err != nil {
 				return nil, err
 			}
 			noisy = append(noisy, cl)
+		}
+		neighbour := func(ctx context.Context) (*noisyChild, error) {
+			return startNoisy(ctx, env, users[1:], gwURL(res.SlowCluster), o.Noisy)
 		}
 		// Pool entries, connections and the hub's authorization answers first.
 		clients := append([]*http.Client{steady, control}, noisy...)
@@ -194,14 +200,14 @@ func runIsolation(ctx context.Context, env *localenv.Env, gw *gatewayAdmin, o is
 		}
 		for round := range rounds {
 			alone := func() error {
-				if err := isoRun(ctx, gw, env, &c.Alone, loads, nil, "", o); err != nil {
+				if err := isoRun(ctx, gw, env, &c.Alone, loads, nil, o); err != nil {
 					return err
 				}
 				logf("isolation: %s, round %d/%d alone: p99 %s (control %s)", c.Name, round+1, rounds, fmtDur(c.Alone.RoundP99[round]), fmtDur(c.Alone.ControlP99[round]))
 				return nil
 			}
 			with := func() error {
-				if err := isoRun(ctx, gw, env, &c.Noisy, loads, noisy, gwURL(res.SlowCluster), o); err != nil {
+				if err := isoRun(ctx, gw, env, &c.Noisy, loads, neighbour, o); err != nil {
 					return err
 				}
 				logf("isolation: %s, round %d/%d with the neighbour: p99 %s (control %s), %d steady 429s so far; neighbour %d ok, %d 429 so far",
@@ -246,38 +252,47 @@ type isoLoad struct {
 }
 
 // isoRun is one phase: the steady loads (through the gateway, and the
-// control direct to the cluster) for o.Phase at once, with noisy workers
-// saturating slowURL first when noisy is set, then drained again.
-func isoRun(ctx context.Context, gw *gatewayAdmin, env *localenv.Env, ph *isoPhase, loads []isoLoad, noisy []*http.Client, slowURL string, o isolationOptions) error {
-	nctx, stopNoisy := context.WithCancel(ctx)
-	defer stopNoisy()
-	var wg sync.WaitGroup
-	var ok, tooMany, other atomic.Int64
-	var firstErr atomic.Value
-	if len(noisy) > 0 {
-		for i := range o.Noisy {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				noisyWorker(nctx, noisy[i%len(noisy)], slowURL, &ok, &tooMany, &other, &firstErr)
-			}()
+// control direct to the cluster) for o.Phase at once, with the noisy
+// neighbour (a process of its own) saturating the slow cluster first when
+// neighbour is set, then stopped and drained again.
+func isoRun(ctx context.Context, gw *gatewayAdmin, env *localenv.Env, ph *isoPhase, loads []isoLoad, neighbour func(context.Context) (*noisyChild, error), o isolationOptions) (err error) {
+	var n *noisyChild
+	if neighbour != nil {
+		if n, err = neighbour(ctx); err != nil {
+			return err
 		}
+		defer func() {
+			if n != nil {
+				err = errors.Join(err, n.stop())
+			}
+		}()
 		select {
 		case <-time.After(o.Warm):
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
-	ok.Store(0)
-	tooMany.Store(0)
-	other.Store(0)
+	var n0 noisyCounts
+	if n != nil {
+		if n0, err = n.counts(); err != nil {
+			return err
+		}
+	}
 	m0, err := gw.metrics(ctx)
 	if err != nil {
 		return err
 	}
 	pid := env.Gateway.Process.Pid()
-	cpu0, err := procCPU(pid)
+	pids := map[string]int{"gateway": pid, "hub": env.Hub.Process.Pid(), "etcd": env.Etcd.Pid(),
+		env.Managed[0].Name: env.Managed[0].Process.Pid(), env.Managed[1].Name: env.Managed[1].Process.Pid()}
+	if n != nil {
+		pids["neighbour"] = n.cmd.Process.Pid
+	}
+	cpu0, err := cpuOf(pids)
 	if err != nil {
+		return err
+	}
+	if cpu0["machine"], err = machineCPU(); err != nil {
 		return err
 	}
 	start := time.Now()
@@ -289,20 +304,35 @@ func isoRun(ctx context.Context, gw *gatewayAdmin, env *localenv.Env, ph *isoPha
 	}
 	lw.Wait()
 	ph.Elapsed += time.Since(start)
-	cpu1, err := procCPU(pid)
+	cpu1, err := cpuOf(pids)
 	if err != nil {
+		return err
+	}
+	if cpu1["machine"], err = machineCPU(); err != nil {
 		return err
 	}
 	m1, err := gw.metrics(ctx)
 	if err != nil {
 		return err
 	}
-	ph.GatewayCPU += cpu1 - cpu0
-	ph.NoisyOK += ok.Load()
-	ph.Noisy429 += tooMany.Load()
-	ph.NoisyOther += other.Load()
-	if e, _ := firstErr.Load().(string); e != "" && ph.NoisyFirstEr == "" {
-		ph.NoisyFirstEr = e
+	ph.GatewayCPU += cpu1["gateway"] - cpu0["gateway"]
+	if ph.CPU == nil {
+		ph.CPU = map[string]time.Duration{}
+	}
+	for role := range cpu1 {
+		ph.CPU[role] += cpu1[role] - cpu0[role]
+	}
+	if n != nil {
+		n1, err := n.counts()
+		if err != nil {
+			return err
+		}
+		ph.NoisyOK += n1.OK - n0.OK
+		ph.Noisy429 += n1.TooMany - n0.TooMany
+		ph.NoisyOther += n1.Other - n0.Other
+		if ph.NoisyFirstEr == "" {
+			ph.NoisyFirstEr = n1.FirstErr
+		}
 	}
 	ph.FairFull += m1[mFairFull] - m0[mFairFull]
 	ph.FairTimeout += m1[mFairTimeout] - m0[mFairTimeout]
@@ -313,8 +343,12 @@ func isoRun(ctx context.Context, gw *gatewayAdmin, env *localenv.Env, ph *isoPha
 	ph.Steady.add(rs[0])
 	ph.Control.add(rs[1])
 
-	stopNoisy()
-	wg.Wait()
+	if n != nil {
+		err, n = n.stop(), nil
+		if err != nil {
+			return err
+		}
+	}
 	// The next phase starts with nothing of this one still held.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -516,4 +550,25 @@ func flagDefaults(ctx context.Context, bin string, flags ...string) (map[string]
 		defaults[f] = string(m[1])
 	}
 	return defaults, nil
+}
+
+// machineCPU is the busy CPU time of the whole machine: user, nice, system,
+// irq and softirq from the first line of /proc/stat (not idle, iowait or
+// steal; guest time is already in user).
+func machineCPU() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0, fmt.Errorf("/proc/stat begins %q", line)
+	}
+	var busy float64
+	for _, i := range []int{1, 2, 3, 6, 7} {
+		n, _ := strconv.ParseFloat(f[i], 64)
+		busy += n
+	}
+	return time.Duration(busy / clockTicks * float64(time.Second)), nil
 }

@@ -39,6 +39,12 @@ const requestPath = "/api/v1/namespaces/default"
 func logf(format string, args ...any) { log.Printf(format, args...) }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "-"+noisyChildFlag {
+		if err := noisyChildMain(os.Args[2:]); err != nil {
+			log.Fatalf("noisy neighbour: %v", err)
+		}
+		return
+	}
 	var o options
 	flag.StringVar(&o.StateDir, "state-dir", "_output/bench", "fresh state directory for the local environment (removed first)")
 	flag.StringVar(&o.BinDir, "bin", "_output/bin", "kube-apiserver, kubectl, etcd, proxy-server, proxy-agent and cluster-gateway")

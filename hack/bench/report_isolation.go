@@ -12,7 +12,7 @@ func (r *report) isolationSection(b *strings.Builder) {
 	d := res.Defaults
 	fmt.Fprintf(b, "## 4. Isolation: a slow, saturated cluster next to a steady one\n\n")
 	fmt.Fprintf(b, "ClusterGateway `%s` reaches %s through a delaying HTTP CONNECT proxy (hack/localenv `StartDelayingProxy`) that hands on everything the cluster sends %s after it arrived: "+
-		"every request to it takes at least that long, as on a far or overloaded cluster. %d noisy workers, spread over %d hub users, GET `%s` through it in a loop from a random start within the first second and, on a 429, wait as its Retry-After says (as client-go does). "+
+		"every request to it takes at least that long, as on a far or overloaded cluster. %d noisy workers in a process of their own (another tenant's clients), spread over %d hub users, GET `%s` through it in a loop from a random start within the first second and, on a 429, wait as its Retry-After says (as client-go does). "+
 		"Meanwhile a steady open-loop load of %d requests/s, as one more user, GETs the same object of `%s` (Direct), and, as a control for this machine's own noise, as many go straight to its kube-apiserver (%s) at the same time. "+
 		"The gateway's clients call its own port with client certificates of hub users that are not in system:masters, so the generic server's in-flight limit applies to them; "+
 		"this section runs the gateway with `--max-requests-inflight=%d`, small enough for the noisy workers to exhaust. "+
@@ -39,6 +39,31 @@ func (r *report) isolationSection(b *strings.Builder) {
 		n := &c.Noisy
 		fmt.Fprintf(b, "| %s | %d / %d / %d | %.0f / %.0f | %.0f | %.0f / %.0f | %s → %s |\n", c.Name, n.NoisyOK, n.Noisy429, n.NoisyOther,
 			n.FairFull, n.FairTimeout, n.Global429, n.InFlight, n.Queued, cpuShare(c.Alone.GatewayCPU, c.Alone.Elapsed), cpuShare(n.GatewayCPU, n.Elapsed))
+	}
+	roles := []string{"machine", "gateway", "bench", "neighbour", "hub", "etcd", res.SteadyUpstream, res.SlowUpstream}
+	fmt.Fprintf(b, "\nCPU over the steady loads, in CPUs (CPU time over wall time, both summed over the rounds): `machine` is the busy time of the whole machine from /proc/stat (user, nice, system, irq and softirq; this machine's other work included), "+
+		"the other columns one process each, utime+stime from /proc/<pid>/stat: `bench` is this process (the steady and control clients, the delaying proxy that carries the neighbour's traffic to %s, the metric scrapes), "+
+		"`neighbour` the child process of the noisy workers (it runs only in the phases with the neighbour), then the hub's kube-apiserver, etcd and the two managed kube-apiservers. "+
+		"The environment's other processes (the Konnectivity cluster's kube-apiserver, proxy-server and agent) are in `machine` only.\n\n| gateway | phase |", res.SlowUpstream)
+	for _, r := range roles {
+		fmt.Fprintf(b, " %s |", r)
+	}
+	b.WriteString("\n|---|---|" + strings.Repeat("---:|", len(roles)) + "\n")
+	for _, c := range res.Configs {
+		for _, row := range []struct {
+			name string
+			ph   *isoPhase
+		}{{"alone", &c.Alone}, {"with the neighbour", &c.Noisy}} {
+			fmt.Fprintf(b, "| %s | %s |", c.Name, row.name)
+			for _, r := range roles {
+				if cpu, ok := row.ph.CPU[r]; ok {
+					fmt.Fprintf(b, " %s |", cpuShare(cpu, row.ph.Elapsed))
+				} else {
+					b.WriteString(" – |")
+				}
+			}
+			b.WriteString("\n")
+		}
 	}
 	b.WriteString("\nThe steady load's p50 and p99 are over its 200s in all rounds; `p99 by round` shows the spread. " +
 		"The control bypasses the gateway: where its p99 rises with the steady load's, the cause is the CPUs (this machine's other work, or the neighbour's clients and 429s competing for them), not a shared resource inside the gateway. " +
