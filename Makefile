@@ -174,11 +174,14 @@ local-down: ## Stop the background local environment and wait for it to exit.
 	echo "pid $$pid still running after 60s; see $(LOCAL_STATE)/local-env.log"; exit 1
 
 # Benchmarks of the proxied request path: the in-process Go benchmarks of
-# pkg/proxy, then loads side by side and memory per pooled cluster in a fresh
-# local environment under _output/bench. Writes and prints docs/performance.md.
-# BENCH_FLAGS passes more flags to hack/bench (e.g. -duration 20s).
+# pkg/proxy, then loads side by side, memory per pooled cluster, and a slow
+# saturated cluster next to a steady one (isolation) in a fresh local
+# environment under _output/bench. Writes and prints docs/performance.md.
+# BENCH_FLAGS passes more flags to hack/bench (e.g. -duration 20s); with
+# BENCH_FLAGS="-only isolation" only that section runs, and its report goes
+# to _output/bench/performance-isolation.md, not docs/.
 .PHONY: bench
-bench: tools build ## Benchmark the proxy path (about 5 minutes); writes docs/performance.md.
+bench: tools build ## Benchmark the proxy path (about 8 minutes); writes docs/performance.md.
 	cd hack && $(GO) build -o $(BIN)/bench ./bench
 	$(BIN)/bench -go $(GO) -bin $(patsubst $(CURDIR)/%,%,$(BIN)) -state-dir $(patsubst $(CURDIR)/%,%,$(OUTPUT))/bench -out docs/performance.md $(BENCH_FLAGS)
 

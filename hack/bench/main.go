@@ -29,6 +29,8 @@ type options struct {
 	BenchTime                 string
 	SkipGoBench, SkipEnv      bool
 	GatewayProfile            string
+	Only                      string // one section alone: "isolation"
+	Isolation                 isolationOptions
 }
 
 // requestPath is the object every load GETs (a Kubernetes GET of one object).
@@ -37,6 +39,12 @@ const requestPath = "/api/v1/namespaces/default"
 func logf(format string, args ...any) { log.Printf(format, args...) }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "-"+noisyChildFlag {
+		if err := noisyChildMain(os.Args[2:]); err != nil {
+			log.Fatalf("noisy neighbour: %v", err)
+		}
+		return
+	}
 	var o options
 	flag.StringVar(&o.StateDir, "state-dir", "_output/bench", "fresh state directory for the local environment (removed first)")
 	flag.StringVar(&o.BinDir, "bin", "_output/bin", "kube-apiserver, kubectl, etcd, proxy-server, proxy-agent and cluster-gateway")
@@ -52,7 +60,24 @@ func main() {
 	flag.BoolVar(&o.SkipGoBench, "skip-go-bench", false, "skip the in-process Go benchmarks")
 	flag.BoolVar(&o.SkipEnv, "skip-env", false, "skip the local environment (loads and memory)")
 	flag.StringVar(&o.GatewayProfile, "gateway-profile", "gateway-cpu.pprof", "CPU profile of the gateway during the first gateway-port round, in the state dir (empty: none)")
+	flag.StringVar(&o.Only, "only", "", `run one section alone ("isolation") and write its report into the state dir instead of -out`)
+	flag.DurationVar(&o.Isolation.Delay, "isolation-delay", time.Second, "isolation: delay the slow cluster's forward proxy adds to everything the cluster sends")
+	flag.IntVar(&o.Isolation.Noisy, "isolation-noisy", 200, "isolation: workers saturating the slow cluster")
+	flag.IntVar(&o.Isolation.NoisyUsers, "isolation-noisy-users", 8, "isolation: hub users the noisy workers are spread over")
+	flag.IntVar(&o.Isolation.Rate, "isolation-rate", 50, "isolation: steady requests per second to the other cluster (and as many direct to it, the control)")
+	flag.DurationVar(&o.Isolation.Phase, "isolation-phase", 4*time.Second, "isolation: steady load per phase (alone, with the neighbour) and round")
+	flag.DurationVar(&o.Isolation.Warm, "isolation-warm", 2*time.Second, "isolation: noisy load before the steady load is measured")
+	flag.IntVar(&o.Isolation.Rounds, "isolation-rounds", 10, "isolation: interleaved rounds of both phases, per gateway configuration")
+	flag.IntVar(&o.Isolation.InFlight, "isolation-inflight", 150, "isolation: the gateway's --max-requests-inflight, small enough for the noisy workers to exhaust")
 	flag.Parse()
+	if o.Only != "" && o.Only != "isolation" {
+		log.Fatalf("-only %q: the only section that runs alone is \"isolation\"", o.Only)
+	}
+	if o.Only != "" {
+		// A partial report never replaces the whole one.
+		o.Out = filepath.Join(o.StateDir, "performance-"+o.Only+".md")
+		o.SkipGoBench = true
+	}
 	log.SetFlags(log.Ltime)
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -101,10 +126,11 @@ func runEnv(ctx context.Context, o options, rep *report) (err error) {
 	}
 	// Room for every bench gateway plus localenv's own: none may be evicted.
 	capacity := o.Gateways + 100
+	gatewayArgs := []string{"--pool-capacity=" + strconv.Itoa(capacity)}
 	env, err := localenv.Start(ctx, localenv.Options{
 		StateDir:    o.StateDir,
 		BinDir:      o.BinDir,
-		GatewayArgs: []string{"--pool-capacity=" + strconv.Itoa(capacity)},
+		GatewayArgs: gatewayArgs,
 		Logf:        func(f string, a ...any) { logf("localenv: "+f, a...) },
 	})
 	if err != nil {
@@ -118,6 +144,19 @@ func runEnv(ctx context.Context, o options, rep *report) (err error) {
 	if err != nil {
 		return err
 	}
+	if o.Only != "isolation" {
+		if err := runLoadsAndPooled(ctx, o, env, gw, rep); err != nil {
+			return err
+		}
+	}
+	logf("isolation: a slow cluster saturated next to a steady one")
+	rep.Isolation, err = runIsolation(ctx, env, gw, o.Isolation, gatewayArgs)
+	return err
+}
+
+// runLoadsAndPooled runs sections 2 and 3: the loads side by side, then
+// memory per pooled cluster.
+func runLoadsAndPooled(ctx context.Context, o options, env *localenv.Env, gw *gatewayAdmin, rep *report) error {
 	targets, closeTargets, err := buildTargets(env)
 	if err != nil {
 		return err

@@ -13,6 +13,7 @@ type report struct {
 	GoBench    *goBench
 	Targets    []*target
 	Pooled     *pooledResult
+	Isolation  *isolationResult
 	EnvStartup time.Duration
 	Capacity   int
 	Total      time.Duration
@@ -48,6 +49,9 @@ func (r *report) markdown() string {
 	}
 	if r.Pooled != nil {
 		r.pooledSection(&b)
+	}
+	if r.Isolation != nil {
+		r.isolationSection(&b)
 	}
 	r.interpretation(&b)
 	return b.String()

@@ -55,6 +55,7 @@ type Env struct {
 
 	// Forward proxies in this process for ClusterGateways with a proxyURL.
 	HTTPProxy, SOCKS5Proxy *ForwardProxy
+	delayingProxies        []*ForwardProxy // StartDelayingProxy's, under mu
 
 	frontProxyClient *KeyPair
 	spawn            *spawner

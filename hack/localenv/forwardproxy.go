@@ -26,6 +26,9 @@ type ForwardProxy struct {
 	open    atomic.Int64 // upstream connections not closed yet
 	refused atomic.Int64 // dials refused (not loopback) or failed
 
+	delay   time.Duration // added to everything the destination sends (StartDelayingProxy)
+	delayed atomic.Int64  // chunks that went through the delay line
+
 	ln        net.Listener
 	clients   connSet      // accepted from the gateway (or any client)
 	upstreams connSet      // dialed for tunnels
@@ -82,6 +85,9 @@ func (p *ForwardProxy) dial(ctx context.Context, network, addr string) (net.Conn
 	}
 	p.carried.Add(1)
 	p.open.Add(1)
+	if p.delay > 0 {
+		c = newDelayLine(c, p.delay, &p.delayed)
+	}
 	return p.upstreams.add(c, func() { p.open.Add(-1) }), nil
 }
 
@@ -92,11 +98,15 @@ const ForwardProxyIP = "127.0.0.252"
 
 // newForwardProxy listens on ForwardProxyIP and opens its log in the state dir.
 func (e *Env) newForwardProxy(kind string) (*ForwardProxy, error) {
+	return e.newForwardProxyLogging(kind, "forward-proxy-"+kind)
+}
+
+func (e *Env) newForwardProxyLogging(kind, logName string) (*ForwardProxy, error) {
 	l, err := net.Listen("tcp", ForwardProxyIP+":0")
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.Create(filepath.Join(e.StateDir, "logs", "forward-proxy-"+kind+".log"))
+	f, err := os.Create(filepath.Join(e.StateDir, "logs", logName+".log"))
 	if err != nil {
 		l.Close()
 		return nil, err
@@ -120,7 +130,10 @@ func (e *Env) startForwardProxies() error {
 
 func (e *Env) stopForwardProxies() error {
 	var errs []error
-	for _, p := range []*ForwardProxy{e.HTTPProxy, e.SOCKS5Proxy} {
+	e.mu.Lock()
+	proxies := append([]*ForwardProxy{e.HTTPProxy, e.SOCKS5Proxy}, e.delayingProxies...)
+	e.mu.Unlock()
+	for _, p := range proxies {
 		if p != nil {
 			errs = append(errs, p.Close())
 		}

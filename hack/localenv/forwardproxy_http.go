@@ -22,6 +22,12 @@ func (e *Env) startHTTPConnectProxy() (*ForwardProxy, error) {
 	if err != nil {
 		return nil, err
 	}
+	serveHTTPConnect(p)
+	return p, nil
+}
+
+// serveHTTPConnect serves CONNECT on p's listener until p.stop.
+func serveHTTPConnect(p *ForwardProxy) {
 	gp := goproxy.NewProxyHttpServer()
 	gp.Logger = log.New(p.logFile, "", log.LstdFlags|log.Lmicroseconds)
 	// Takes precedence over ConnectDial, which NewProxyHttpServer points at
@@ -46,5 +52,4 @@ func (e *Env) startHTTPConnectProxy() (*ForwardProxy, error) {
 		}
 		return err
 	}
-	return p, nil
 }

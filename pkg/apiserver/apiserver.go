@@ -26,6 +26,7 @@ import (
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/certauth"
+	"github.com/clustergateway/cluster-gateway/pkg/fairness"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/health"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
@@ -45,6 +46,9 @@ type ExtraConfig struct {
 	// Konnectivity reaches Konnectivity endpoints through a proxy-server when
 	// its Address is set. Its RetireGrace and DialTimeout are the pool's.
 	Konnectivity konnectivity.Options
+	// Fairness bounds each cluster's proxied requests in flight and queues
+	// the rest fairly among callers; the zero value bounds nothing.
+	Fairness fairness.Options
 	// Health probes every cluster (the Reachable condition, fail-fast 503s).
 	Health health.Options
 	// ShutdownStreamDrain is how long, on shutdown, upgraded streams (exec,
@@ -78,6 +82,7 @@ type Server struct {
 	Store   *gateways.Store
 	Pool    *pool.Pool
 	Tunnel  *konnectivity.Manager // nil without a proxy-server
+	Limiter *fairness.Limiter
 	Prober  *health.Prober
 	// CertCache verifies client-certificate chains once; nil when off.
 	CertCache *certauth.Cache
@@ -119,6 +124,10 @@ func (c *Config) New() (*Server, error) {
 	if s.Pool, err = pool.New(c.Extra.Pool); err != nil {
 		return nil, err
 	}
+	if s.Limiter, err = fairness.New(c.Extra.Fairness); err != nil {
+		s.stop()
+		return nil, err
+	}
 	popts := proxy.Options{
 		Store:                 s.Store,
 		Pool:                  s.Pool,
@@ -126,6 +135,7 @@ func (c *Config) New() (*Server, error) {
 		ResponseHeaderTimeout: c.Extra.Pool.ResponseHeaderTimeout,
 		Authorizer:            g.Authorization.Authorizer,
 		AuthorizeSubpath:      c.Extra.AuthorizeProxySubpath,
+		Limiter:               s.Limiter,
 	}
 	if k := c.Extra.Konnectivity; k.Enabled() {
 		k.RetireGrace, k.DialTimeout = c.Extra.Pool.RetireGrace, c.Extra.Pool.DialTimeout
@@ -218,6 +228,7 @@ func (s *Server) registerMetrics(r metrics.KubeRegistry, px *proxy.Proxy) error 
 		r.CustomMustRegister(s.CertCache.Collector())
 	}
 	px.Metrics().Register(r)
+	s.Limiter.Metrics().Register(r)
 	s.Prober.Metrics().Register(r)
 	if s.Tunnel != nil {
 		s.Tunnel.Metrics().Register(r)

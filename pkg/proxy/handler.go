@@ -24,6 +24,7 @@ import (
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
+	"github.com/clustergateway/cluster-gateway/pkg/fairness"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/health"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
@@ -66,6 +67,9 @@ type Options struct {
 	// UpgradeAwareHandler dials and reads itself.
 	DialTimeout           time.Duration
 	ResponseHeaderTimeout time.Duration
+	// Limiter bounds each cluster's requests in flight and queues the rest
+	// fairly among callers; nil: no per-cluster bound.
+	Limiter *fairness.Limiter
 }
 
 func (p *Proxy) upgradeSetupTimeout() time.Duration {
@@ -179,6 +183,14 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 		writeStatus(w, req, err)
 		return
 	}
+	release, err := p.opts.Limiter.Acquire(req.Context(), name, u.GetName(), limitKind(kindOf(req, in)))
+	if err != nil {
+		if req.Context().Err() == nil { // else nobody is listening
+			writeStatus(w, req, err)
+		}
+		return
+	}
+	defer release()
 	target, err := p.target(gw)
 	if err != nil {
 		writeStatus(w, req, err)

@@ -8,6 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 	genericfilters "k8s.io/apiserver/pkg/server/filters"
+
+	"github.com/clustergateway/cluster-gateway/pkg/fairness"
 )
 
 var defaultLongRunning = genericfilters.BasicLongRunningRequestCheck(sets.NewString("watch"), sets.NewString())
@@ -53,4 +55,13 @@ func kindOf(r *http.Request, in *apirequest.RequestInfo) string {
 		}
 	}
 	return kindRequest
+}
+
+// limitKind is what a kind of request counts against in the per-cluster
+// limiter: upgrades are long-running like streams.
+func limitKind(kind string) fairness.Kind {
+	if kind == kindRequest {
+		return fairness.Request
+	}
+	return fairness.Stream
 }

@@ -1,6 +1,6 @@
 // Package options holds the gateway's flags: the generic API server's and
-// each component's own (pool, konnectivity, endpoint policy), validated in
-// one pass and turned into the server's configuration.
+// each component's own (pool, konnectivity, endpoint policy, per-cluster
+// limits), validated in one pass and turned into the server's configuration.
 package options
 
 import (
@@ -20,6 +20,7 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/apiserver"
 	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
+	"github.com/clustergateway/cluster-gateway/pkg/fairness"
 	"github.com/clustergateway/cluster-gateway/pkg/health"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 	"github.com/clustergateway/cluster-gateway/pkg/pool/konnectivity"
@@ -39,6 +40,7 @@ type Options struct {
 	Pool         *pool.Options
 	Konnectivity *konnectivity.Options
 	Endpoints    *endpointpolicy.Options
+	Fairness     *fairness.Options
 	Health       *health.Options
 }
 
@@ -62,6 +64,7 @@ func NewOptions() *Options {
 		Konnectivity:        konnectivity.NewOptions(),
 		Endpoints:           endpointpolicy.NewOptions(),
 		Health:              health.NewOptions(),
+		Fairness:            fairness.NewOptions(),
 	}
 }
 
@@ -80,6 +83,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	o.Endpoints.AddFlags(fs)
 	o.Pool.AddFlags(fss.FlagSet("pool"))
 	o.Konnectivity.AddFlags(fss.FlagSet("konnectivity"))
+	o.Fairness.AddFlags(fss.FlagSet("per-cluster limits"))
 	o.Health.AddFlags(fss.FlagSet("health"))
 	return fss
 }
@@ -101,6 +105,8 @@ func (o *Options) Validate() error {
 	errs = append(errs, o.Endpoints.Validate()...)
 	errs = append(errs, o.Pool.Validate()...)
 	errs = append(errs, o.Konnectivity.Validate()...)
+	errs = append(errs, o.Fairness.Validate()...)
+	errs = append(errs, o.validateLimits()...)
 	errs = append(errs, o.Health.Validate()...)
 	return errors.Join(errs...)
 }
@@ -126,6 +132,7 @@ func (o *Options) ServerConfig() (*apiserver.Config, error) {
 		AuthorizeProxySubpath: o.AuthorizeProxySubpath,
 		Pool:                  *o.Pool,
 		Konnectivity:          *o.Konnectivity,
+		Fairness:              *o.Fairness,
 		Health:                *o.Health,
 		ShutdownStreamDrain:   o.ShutdownStreamDrain,
 	}
@@ -137,6 +144,30 @@ func (o *Options) ServerConfig() (*apiserver.Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// validateLimits refuses per-cluster bounds that let one saturated cluster
+// take every in-flight slot of the generic server: an ordinary request holds
+// one while in flight or queued.
+func (o *Options) validateLimits() []error {
+	f := o.Fairness
+	if f.MaxRequests == 0 {
+		return nil
+	}
+	per := f.MaxRequests + f.MaxQueued
+	var errs []error
+	for _, g := range []struct {
+		flag string
+		n    int
+	}{
+		{"--max-requests-inflight", o.ServerRun.MaxRequestsInFlight},
+		{"--max-mutating-requests-inflight", o.ServerRun.MaxMutatingRequestsInFlight},
+	} {
+		if g.n > 0 && per >= g.n {
+			errs = append(errs, fmt.Errorf("--max-requests-per-cluster + --max-queued-per-cluster (%d) must be less than %s (%d), or one saturated cluster takes every slot; keep it well under (docs/isolation.md)", per, g.flag, g.n))
+		}
+	}
+	return errs
 }
 
 // clientCA is the CA of users' client certificates, as the generic server's

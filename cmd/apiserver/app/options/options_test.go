@@ -23,6 +23,12 @@ func TestValidate(t *testing.T) {
 			want: []string{"--konnectivity-server-address must be host:port"}},
 		{args: []string{"--endpoint-deny-cidrs=169.254.0.0"}, want: []string{"--endpoint-deny-cidrs"}},
 		{args: []string{"--secret-namespace="}, want: []string{"--secret-namespace must not be empty"}},
+		{args: []string{"--max-requests-per-cluster=0", "--max-streams-per-cluster=0", "--max-queued-per-cluster=0", "--queue-wait-timeout=0"}}, // no bounds
+		{args: []string{"--max-requests-per-cluster=-1", "--max-queued-per-cluster=-2"},
+			want: []string{"--max-requests-per-cluster must not be negative", "--max-queued-per-cluster must not be negative"}},
+		{args: []string{"--queue-wait-timeout=0"}, want: []string{"--queue-wait-timeout must be positive when --max-queued-per-cluster is"}},
+		{args: []string{"--max-requests-per-cluster=150", "--max-queued-per-cluster=50"},
+			want: []string{"--max-requests-per-cluster + --max-queued-per-cluster (200) must be less than --max-mutating-requests-inflight (200)"}},
 	} {
 		o := NewOptions()
 		fs := o.Flags()

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/clustergateway/cluster-gateway/hack/localenv"
+)
+
+// The noisy neighbour runs in a process of its own, as another tenant's
+// clients would: in the bench process its goroutines would share a Go
+// scheduler with the steady load's client and delay it.
+
+// noisyCounts is what the neighbour saw so far.
+type noisyCounts struct {
+	OK, TooMany, Other int64
+	FirstErr           string
+}
+
+// noisyChildFlag makes the bench binary run as the neighbour.
+const noisyChildFlag = "isolation-noisy-child"
+
+// noisyChildMain runs workers against -url as the users of -certs/-keys
+// until its stdin ends; each line on stdin is answered with the counts as
+// one JSON line on stdout.
+func noisyChildMain(args []string) error {
+	fs := flag.NewFlagSet(noisyChildFlag, flag.ContinueOnError)
+	url := fs.String("url", "", "URL every worker GETs")
+	caFile := fs.String("ca", "", "CA bundle of the gateway")
+	certs := fs.String("certs", "", "comma-separated client certificate files, one client each")
+	keys := fs.String("keys", "", "their keys, in the same order")
+	workers := fs.Int("workers", 1, "workers, spread over the clients")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ca, err := os.ReadFile(*caFile)
+	if err != nil {
+		return err
+	}
+	cs, ks := strings.Split(*certs, ","), strings.Split(*keys, ",")
+	if len(cs) != len(ks) || *certs == "" {
+		return errors.New("-certs and -keys must list the same number of files")
+	}
+	var clients []*http.Client
+	for i := range cs {
+		kp := &localenv.KeyPair{}
+		if kp.CertPEM, err = os.ReadFile(cs[i]); err != nil {
+			return err
+		}
+		if kp.KeyPEM, err = os.ReadFile(ks[i]); err != nil {
+			return err
+		}
+		c, err := mtlsClient(ca, kp)
+		if err != nil {
+			return err
+		}
+		clients = append(clients, c)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var ok, tooMany, other atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	for i := range *workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			noisyWorker(ctx, clients[i%len(clients)], *url, &ok, &tooMany, &other, &firstErr)
+		}()
+	}
+	in, out := bufio.NewScanner(os.Stdin), json.NewEncoder(os.Stdout)
+	for in.Scan() {
+		e, _ := firstErr.Load().(string)
+		if err := out.Encode(noisyCounts{OK: ok.Load(), TooMany: tooMany.Load(), Other: other.Load(), FirstErr: e}); err != nil {
+			break
+		}
+	}
+	cancel()
+	wg.Wait()
+	return nil
+}
+
+// noisyChild is the running neighbour.
+type noisyChild struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Scanner
+}
+
+// startNoisy starts the neighbour: workers GETting url as users.
+func startNoisy(ctx context.Context, env *localenv.Env, users []*localenv.User, url string, workers int) (*noisyChild, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	var certs, keys []string
+	for _, u := range users {
+		certs, keys = append(certs, u.Cert.CertFile), append(keys, u.Cert.KeyFile)
+	}
+	cmd := exec.CommandContext(ctx, self, "-"+noisyChildFlag, "-url", url, "-ca", env.Gateway.CA.CertFile,
+		"-certs", strings.Join(certs, ","), "-keys", strings.Join(keys, ","), "-workers", fmt.Sprint(workers))
+	// Should this process die without stopping it, the neighbour's stdin
+	// ends with it, and so does the neighbour; a cancelled ctx kills it.
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		stdin.Close()
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil { // closes both pipes
+		return nil, fmt.Errorf("start the noisy neighbour %s: %w", self, err)
+	}
+	return &noisyChild{cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout)}, nil
+}
+
+// counts asks the neighbour what it saw so far. A neighbour that does not
+// answer within noisyAnswer is killed by its pid, which ends the read.
+func (n *noisyChild) counts() (noisyCounts, error) {
+	var c noisyCounts
+	pid := n.cmd.Process.Pid
+	if _, err := io.WriteString(n.stdin, "counts\n"); err != nil {
+		return c, fmt.Errorf("the noisy neighbour (pid %d): %w", pid, err)
+	}
+	t := time.AfterFunc(noisyAnswer, func() { _ = n.cmd.Process.Kill() })
+	defer t.Stop()
+	if !n.out.Scan() {
+		return c, fmt.Errorf("the noisy neighbour (pid %d) stopped answering: %v", pid, n.out.Err())
+	}
+	if err := json.Unmarshal(n.out.Bytes(), &c); err != nil {
+		return c, fmt.Errorf("the noisy neighbour (pid %d) answered %q: %w", pid, n.out.Bytes(), err)
+	}
+	return c, nil
+}
+
+// noisyAnswer bounds the neighbour's answer to counts and its exit after stop.
+const noisyAnswer = 30 * time.Second
+
+// stop ends the neighbour (its stdin) and waits for it; if it has not ended
+// within noisyAnswer, it is killed by its pid. Either way it has exited
+// (and been waited for) when stop returns.
+func (n *noisyChild) stop() error {
+	n.stdin.Close()
+	done := make(chan error, 1)
+	go func() { done <- n.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("the noisy neighbour (pid %d): %w", n.cmd.Process.Pid, err)
+		}
+		return nil
+	case <-time.After(noisyAnswer):
+		_ = n.cmd.Process.Kill()
+		return fmt.Errorf("the noisy neighbour (pid %d) did not stop; killed: %v", n.cmd.Process.Pid, <-done)
+	}
+}

@@ -1,0 +1,362 @@
+package fairness
+
+import (
+	"container/list"
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+)
+
+// Kind is what a request counts against: each has its own slots and queue.
+type Kind int
+
+const (
+	Request Kind = iota // ordinary: held to the request timeout
+	Stream              // long-running: watch, logs -f, exec, attach, port-forward
+	numKinds
+)
+
+// Kinds are the kinds, in label order.
+var Kinds = [numKinds]Kind{Request, Stream}
+
+func (k Kind) String() string {
+	if k == Stream {
+		return "stream"
+	}
+	return "request"
+}
+
+// MinRetryAfterSeconds is the least Retry-After of a refusal (the generic
+// server's max-in-flight filter always gives 1): client-go waits as long as
+// Retry-After says and retries. A slow cluster's refusals say more, so that
+// its clients do not come back before a slot can be free.
+const MinRetryAfterSeconds = 1
+
+// Limiter holds the per-cluster slots and queues. It starts no goroutine.
+type Limiter struct {
+	opts    Options
+	metrics *Metrics
+	clock   clock.Clock
+
+	mu       sync.Mutex
+	clusters map[string]*clusterState // only clusters with a request in flight or queued
+	refused  [numKinds][numReasons]int64
+	waited   [numKinds]int64
+}
+
+// New returns a limiter; it refuses options that Validate refuses.
+func New(opts Options) (*Limiter, error) {
+	return newWithClock(opts, clock.RealClock{})
+}
+
+func newWithClock(opts Options, clk clock.Clock) (*Limiter, error) {
+	if errs := opts.Validate(); len(errs) > 0 {
+		return nil, fmt.Errorf("fairness: %v", errs)
+	}
+	l := &Limiter{opts: opts, clock: clk, clusters: map[string]*clusterState{}}
+	l.metrics = newMetrics(l)
+	return l, nil
+}
+
+// Metrics are the limiter's metrics, to register with the server's registry.
+func (l *Limiter) Metrics() *Metrics { return l.metrics }
+
+func (l *Limiter) limit(k Kind) int {
+	if k == Stream {
+		return l.opts.MaxStreams
+	}
+	return l.opts.MaxRequests
+}
+
+type clusterState struct {
+	lanes [numKinds]lane
+}
+
+func (c *clusterState) idle() bool {
+	for i := range c.lanes {
+		if c.lanes[i].inFlight > 0 || c.lanes[i].queued > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// lane is one kind's slots and queue for one cluster. The queue holds one
+// FIFO per caller; the callers with waiters take turns (round-robin), so a
+// caller with a hundred queued requests delays another's by one at most.
+type lane struct {
+	inFlight int
+	queued   int
+	refusing bool          // since the first refusal of a saturation, until the queue empties
+	hold     time.Duration // moving average of how long a slot is held, for Retry-After
+	turns    list.List     // of *callerQueue with waiters, next turn first
+	callers  map[string]*callerQueue
+}
+
+type callerQueue struct {
+	name    string
+	waiters list.List // of *waiter, oldest first
+	turn    *list.Element
+}
+
+type waiter struct {
+	ready   chan struct{} // closed when granted
+	granted bool
+	q       *callerQueue
+	elem    *list.Element
+}
+
+func (ln *lane) enqueue(caller string) *waiter {
+	if ln.callers == nil {
+		ln.callers = map[string]*callerQueue{}
+	}
+	q := ln.callers[caller]
+	if q == nil {
+		q = &callerQueue{name: caller}
+		q.turn = ln.turns.PushBack(q)
+		ln.callers[caller] = q
+	}
+	w := &waiter{ready: make(chan struct{}), q: q}
+	w.elem = q.waiters.PushBack(w)
+	ln.queued++
+	return w
+}
+
+// remove takes a waiter out of the queue, and its caller out of the turns
+// when it has no other.
+func (ln *lane) remove(w *waiter) {
+	q := w.q
+	q.waiters.Remove(w.elem)
+	ln.queued--
+	if q.waiters.Len() == 0 {
+		ln.turns.Remove(q.turn)
+		delete(ln.callers, q.name)
+	}
+}
+
+// dispatch grants free slots to waiters, one per caller in turn.
+func (ln *lane) dispatch(limit int) {
+	for ln.inFlight < limit && ln.queued > 0 {
+		q := ln.turns.Front().Value.(*callerQueue)
+		w := q.waiters.Front().Value.(*waiter)
+		ln.remove(w)
+		if q.waiters.Len() > 0 {
+			ln.turns.MoveToBack(q.turn) // its next request waits for the others' turns
+		}
+		w.granted = true
+		ln.inFlight++
+		close(w.ready)
+	}
+}
+
+// dropIfIdle forgets a cluster with nothing in flight or queued.
+func (l *Limiter) dropIfIdle(cluster string, c *clusterState) {
+	if c.idle() && l.clusters[cluster] == c {
+		delete(l.clusters, cluster)
+	}
+}
+
+// Acquire takes a slot of kind for cluster on behalf of caller (the hub user
+// name), waiting in the cluster's queue if every slot is taken. It returns
+// the func that gives the slot back (call it once the request is over), or a
+// 429 Status error with Retry-After when the queue is full or the wait ran
+// out, or ctx's error when ctx ended first. A nil Limiter bounds nothing.
+func (l *Limiter) Acquire(ctx context.Context, cluster, caller string, kind Kind) (release func(), err error) {
+	if l == nil || l.limit(kind) == 0 {
+		return func() {}, nil
+	}
+	limit := l.limit(kind)
+	l.mu.Lock()
+	c := l.clusters[cluster]
+	if c == nil {
+		c = &clusterState{}
+		l.clusters[cluster] = c
+	}
+	ln := &c.lanes[kind]
+	if ln.inFlight < limit && ln.queued == 0 {
+		ln.inFlight++
+		l.mu.Unlock()
+		return l.releaser(cluster, c, kind), nil
+	}
+	if ln.queued >= l.opts.MaxQueued {
+		l.refused[kind][reasonQueueFull]++
+		queued, retry, first := ln.queued, l.retryAfter(ln, limit), !ln.refusing
+		ln.refusing = true
+		l.mu.Unlock()
+		err := l.refusal(cluster, kind, reasonQueueFull, queued, retry)
+		if first {
+			logSaturated(cluster, kind, err)
+		}
+		return nil, err
+	}
+	w := ln.enqueue(caller)
+	l.mu.Unlock()
+
+	start := l.clock.Now()
+	timer := l.clock.NewTimer(l.opts.QueueWait)
+	defer timer.Stop()
+	ended := reasonTimeout
+	select {
+	case <-w.ready:
+		l.noteWait(kind, start)
+		return l.releaser(cluster, c, kind), nil
+	case <-timer.C():
+	case <-ctx.Done():
+		ended = reasonCanceled
+	}
+	l.mu.Lock()
+	if w.granted {
+		// Granted just as the wait ended: the slot is this request's.
+		l.mu.Unlock()
+		l.noteWait(kind, start)
+		release := l.releaser(cluster, c, kind)
+		if ended == reasonCanceled {
+			release()
+			return nil, context.Cause(ctx)
+		}
+		return release, nil
+	}
+	ln.remove(w)
+	l.refused[kind][ended]++
+	queued, retry, first := ln.queued, l.retryAfter(ln, limit), !ln.refusing && ended == reasonTimeout
+	ln.refusing = ln.refusing || ended == reasonTimeout
+	l.dropIfIdle(cluster, c)
+	l.mu.Unlock()
+	l.noteWait(kind, start)
+	if ended == reasonCanceled {
+		return nil, fmt.Errorf("waiting for a slot of cluster %q: %w", cluster, context.Cause(ctx))
+	}
+	err = l.refusal(cluster, kind, reasonTimeout, queued, retry)
+	if first {
+		logSaturated(cluster, kind, err)
+	}
+	return nil, err
+}
+
+// logSaturated logs the first refusal of a saturation: once per episode,
+// not per request, so a storm of 429s does not flood the log.
+func logSaturated(cluster string, kind Kind, err error) {
+	klog.InfoS("Cluster saturated: answering 429 until its queue empties", "cluster", cluster, "kind", kind, "first", err)
+}
+
+func (l *Limiter) noteWait(kind Kind, start time.Time) {
+	l.mu.Lock()
+	l.waited[kind]++
+	l.mu.Unlock()
+	l.metrics.observeWait(kind, l.clock.Since(start))
+}
+
+// retryAfter is how long, in whole seconds, the requests queued now would
+// take to get a slot at the pace slots were given back so far: at least
+// MinRetryAfterSeconds, at most the queue wait. Called with l.mu held.
+func (l *Limiter) retryAfter(ln *lane, limit int) int {
+	wait := time.Duration(ln.queued+1) * ln.hold / time.Duration(limit)
+	return int(max(MinRetryAfterSeconds, min(math.Ceil(wait.Seconds()), math.Floor(l.opts.QueueWait.Seconds()))))
+}
+
+// releaser gives the slot back once, and hands it to the next waiter.
+func (l *Limiter) releaser(cluster string, c *clusterState, kind Kind) func() {
+	var once sync.Once
+	granted := l.clock.Now()
+	return func() {
+		once.Do(func() {
+			held := l.clock.Since(granted)
+			l.mu.Lock()
+			ln := &c.lanes[kind]
+			if ln.hold == 0 {
+				ln.hold = held
+			} else {
+				ln.hold += (held - ln.hold) / 8
+			}
+			ln.inFlight--
+			ln.dispatch(l.limit(kind))
+			if ln.queued == 0 {
+				ln.refusing = false
+			}
+			l.dropIfIdle(cluster, c)
+			l.mu.Unlock()
+		})
+	}
+}
+
+// Why a request left a queue without a slot.
+type reason int
+
+const (
+	reasonQueueFull reason = iota // refused at once: the queue was full
+	reasonTimeout                 // waited --queue-wait-timeout
+	reasonCanceled                // the request ended while waiting (client gone, request timeout)
+	numReasons
+)
+
+func (r reason) String() string {
+	return [...]string{"queue_full", "timeout", "canceled"}[r]
+}
+
+// refusal is the 429 a client sees: it names the cluster, the limit and the
+// flag that sets it, with Retry-After.
+func (l *Limiter) refusal(cluster string, kind Kind, r reason, queued, retryAfter int) error {
+	what, flag := "ordinary requests", "--max-requests-per-cluster"
+	if kind == Stream {
+		what, flag = "long-running requests (watch, logs -f, exec, attach, port-forward)", "--max-streams-per-cluster"
+	}
+	var msg string
+	switch r {
+	case reasonQueueFull:
+		msg = fmt.Sprintf("too many requests to cluster %q: its %d slots for %s are taken (the gateway's %s) and %d more are waiting (--max-queued-per-cluster); retry after %ds",
+			cluster, l.limit(kind), what, flag, queued, retryAfter)
+	default:
+		msg = fmt.Sprintf("too many requests to cluster %q: waited %v (the gateway's --queue-wait-timeout) for one of its %d slots for %s (%s); retry after %ds",
+			cluster, l.opts.QueueWait, l.limit(kind), what, flag, retryAfter)
+	}
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status:  metav1.StatusFailure,
+		Code:    http.StatusTooManyRequests,
+		Reason:  metav1.StatusReasonTooManyRequests,
+		Message: msg,
+		Details: &metav1.StatusDetails{
+			Name: cluster, Group: v1alpha1.GroupName, Kind: "clustergateways",
+			RetryAfterSeconds: int32(retryAfter),
+		},
+	}}
+}
+
+// Stats is a snapshot of the limiter (its metrics, see Metrics), by kind.
+type Stats struct {
+	InFlight  [numKinds]int // requests holding a slot
+	Queued    [numKinds]int // requests waiting for one
+	Saturated [numKinds]int // clusters with every slot of the kind taken
+	Clusters  int           // clusters with a request in flight or queued: the limiter's only state
+	// Refused counts requests that left a queue without a slot, by reason:
+	// queue full, wait timed out, or canceled (the client or its deadline).
+	Refused [numKinds][numReasons]int64
+	Waited  [numKinds]int64 // requests that had to queue, whatever the outcome
+}
+
+// Stats returns a snapshot; its cost grows with the clusters in use now.
+func (l *Limiter) Stats() Stats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := Stats{Clusters: len(l.clusters), Refused: l.refused, Waited: l.waited}
+	for _, c := range l.clusters {
+		for _, k := range Kinds {
+			ln := &c.lanes[k]
+			s.InFlight[k] += ln.inFlight
+			s.Queued[k] += ln.queued
+			if limit := l.limit(k); limit > 0 && ln.inFlight >= limit {
+				s.Saturated[k]++
+			}
+		}
+	}
+	return s
+}

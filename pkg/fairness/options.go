@@ -1,0 +1,66 @@
+package fairness
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// Options bound each cluster. NewOptions has the defaults, AddFlags the
+// flags, Validate the rules; New refuses what Validate refuses.
+type Options struct {
+	// MaxRequests is the most ordinary requests in flight to one cluster;
+	// 0: no bound (and no queue) for them.
+	MaxRequests int
+	// MaxStreams is the most long-running requests (watch, logs -f, exec,
+	// attach, port-forward) in flight to one cluster; 0: no bound.
+	MaxStreams int
+	// MaxQueued is the most requests of one kind waiting for a slot of one
+	// cluster; beyond it they are refused at once. 0: no queue.
+	MaxQueued int
+	// QueueWait bounds the time a request waits in the queue.
+	QueueWait time.Duration
+}
+
+// NewOptions returns the defaults. An ordinary request holds one of the
+// generic server's --max-requests-inflight slots (default 400) while it is
+// in flight or queued, so MaxRequests+MaxQueued (48) is kept well under it:
+// eight clusters saturated at once still leave room for the others.
+func NewOptions() *Options {
+	return &Options{
+		MaxRequests: 16,
+		MaxStreams:  500,
+		MaxQueued:   32,
+		QueueWait:   10 * time.Second,
+	}
+}
+
+// AddFlags adds the per-cluster limits' flags.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.IntVar(&o.MaxRequests, "max-requests-per-cluster", o.MaxRequests, "Most ordinary proxied requests in flight to one cluster; more wait in its queue (0: no bound). Keep it plus --max-queued-per-cluster well under --max-requests-inflight and --max-mutating-requests-inflight: each held or queued request takes one of those slots.")
+	fs.IntVar(&o.MaxStreams, "max-streams-per-cluster", o.MaxStreams, "Most long-running proxied requests (watch, logs -f, exec, attach, port-forward) in flight to one cluster; counted apart from ordinary requests (0: no bound).")
+	fs.IntVar(&o.MaxQueued, "max-queued-per-cluster", o.MaxQueued, "Most requests of one kind (ordinary or long-running) waiting for a slot of one cluster, served round-robin among hub users; beyond it the gateway answers 429 with Retry-After (0: no queue).")
+	fs.DurationVar(&o.QueueWait, "queue-wait-timeout", o.QueueWait, "Longest a proxied request waits in its cluster's queue before the gateway answers 429 with Retry-After.")
+}
+
+// Validate refuses values the limiter cannot work with.
+func (o *Options) Validate() []error {
+	var errs []error
+	for _, v := range []struct {
+		flag string
+		n    int
+	}{
+		{"--max-requests-per-cluster", o.MaxRequests},
+		{"--max-streams-per-cluster", o.MaxStreams},
+		{"--max-queued-per-cluster", o.MaxQueued},
+	} {
+		if v.n < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative (0: no bound), not %d", v.flag, v.n))
+		}
+	}
+	if o.MaxQueued > 0 && o.QueueWait <= 0 {
+		errs = append(errs, fmt.Errorf("--queue-wait-timeout must be positive when --max-queued-per-cluster is, not %v", o.QueueWait))
+	}
+	return errs
+}
