@@ -20,11 +20,7 @@ import (
 func TestNoEntryLeftForADeletedGateway(t *testing.T) {
 	up := newCapture(t)
 	client := fake.NewClientset(tokenSecret("c", up.srv.URL, upstreamCA(up.srv), "t", "None"))
-	store := gateways.NewStore(client, fixtureNamespace)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); store.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	store := runStore(t, fixtureNamespace, client)
 	pl := newTestPool(t, 4, 2*time.Second, nil)
 	px, err := New(Options{Store: store, Pool: pl, Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()})
 	if err != nil {
@@ -40,7 +36,7 @@ func TestNoEntryLeftForADeletedGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if err := client.CoreV1().Secrets(fixtureNamespace).Delete(ctx, "c", metav1.DeleteOptions{}); err != nil {
+	if err := client.CoreV1().Secrets(fixtureNamespace).Delete(context.Background(), "c", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {

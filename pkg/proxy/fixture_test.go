@@ -15,6 +15,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
@@ -60,7 +61,14 @@ func startStore(t testing.TB, namespace string, secrets ...*corev1.Secret) *gate
 	for _, s := range secrets {
 		objs = append(objs, s)
 	}
-	store := gateways.NewStore(fake.NewClientset(objs...), namespace)
+	return runStore(t, namespace, fake.NewClientset(objs...))
+}
+
+// runStore runs a gateway store over client's Secrets until the test ends,
+// for tests that change the Secrets through client.
+func runStore(t testing.TB, namespace string, client kubernetes.Interface) *gateways.Store {
+	t.Helper()
+	store := gateways.NewStore(client, namespace)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); store.Run(ctx) }()

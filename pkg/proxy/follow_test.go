@@ -24,17 +24,12 @@ func TestProxyFollowsTheStore(t *testing.T) {
 	other := newTLSUpstream(t, http.NotFoundHandler())
 	sec := tokenSecret("c", up.URL, upstreamCA(up), "t1", "None")
 	client := fake.NewClientset(sec)
-	store := gateways.NewStore(client, fixtureNamespace)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); store.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	store := runStore(t, fixtureNamespace, client)
 	pl := newTestPool(t, 4, 2*time.Second, nil)
 	px, err := New(Options{Store: store, Pool: pl, Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	testpoll.EventuallyTrue(t, 30*time.Second, "the store to sync", store.HasSynced)
 
 	get := func() {
 		t.Helper()
@@ -47,7 +42,7 @@ func TestProxyFollowsTheStore(t *testing.T) {
 		s := sec.DeepCopy()
 		s.ResourceVersion = rv
 		mutate(s.Data)
-		if _, err := client.CoreV1().Secrets(fixtureNamespace).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+		if _, err := client.CoreV1().Secrets(fixtureNamespace).Update(context.Background(), s, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		sec = s
@@ -67,7 +62,7 @@ func TestProxyFollowsTheStore(t *testing.T) {
 	update("3", func(d map[string][]byte) { d[gateways.KeyCABundle] = append(upstreamCA(up), upstreamCA(other)...) })
 	testpoll.EventuallyTrue(t, 30*time.Second, "the rotated entry to be retired without a request", func() bool { return retired(pool.ReasonRotated) == 1 && pl.Stats().Live == 0 })
 	get()
-	if err := client.CoreV1().Secrets(fixtureNamespace).Delete(ctx, "c", metav1.DeleteOptions{}); err != nil {
+	if err := client.CoreV1().Secrets(fixtureNamespace).Delete(context.Background(), "c", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	testpoll.EventuallyTrue(t, 30*time.Second, "the deleted gateway's entry to be retired", func() bool { return retired(pool.ReasonDeleted) == 1 && pl.Stats().Live == 0 })
