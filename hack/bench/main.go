@@ -51,7 +51,7 @@ func main() {
 	flag.StringVar(&o.BenchTime, "bench-time", "1s", "-benchtime of the Go benchmarks")
 	flag.BoolVar(&o.SkipGoBench, "skip-go-bench", false, "skip the in-process Go benchmarks")
 	flag.BoolVar(&o.SkipEnv, "skip-env", false, "skip the local environment (loads and memory)")
-	flag.StringVar(&o.GatewayProfile, "gateway-profile", "gateway-cpu.pprof", "CPU profile of the gateway during the first gateway-port round, in the state dir (empty: none)")
+	flag.StringVar(&o.GatewayProfile, "gateway-profile", "gateway-cpu.pprof", "CPU profile of the gateway during the first gateway-port round, in the state dir; the hub and Konnectivity rounds' go to <name>-hub.pprof and <name>-konn.pprof (empty: none)")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
 
@@ -104,7 +104,7 @@ func runEnv(ctx context.Context, o options, rep *report) (err error) {
 	env, err := localenv.Start(ctx, localenv.Options{
 		StateDir:    o.StateDir,
 		BinDir:      o.BinDir,
-		GatewayArgs: []string{"--pool-capacity=" + strconv.Itoa(capacity)},
+		GatewayArgs: append([]string{"--pool-capacity=" + strconv.Itoa(capacity)}, workersGatewayArgs(o.Concurrency)...),
 		Logf:        func(f string, a ...any) { logf("localenv: "+f, a...) },
 	})
 	if err != nil {
@@ -123,7 +123,11 @@ func runEnv(ctx context.Context, o options, rep *report) (err error) {
 		return err
 	}
 	defer closeTargets()
+	if targets, err = extendTargets(ctx, env, targets); err != nil {
+		return err
+	}
 	rep.Targets = targets
+	rep.GatewayArgs = env.Gateway.Args
 	profile := ""
 	if o.GatewayProfile != "" {
 		profile = filepath.Join(o.StateDir, o.GatewayProfile)
@@ -131,12 +135,10 @@ func runEnv(ctx context.Context, o options, rep *report) (err error) {
 	if err := runLoads(ctx, gw, targets, o.Concurrency, o.Rounds, o.Duration, o.Warm, profile); err != nil {
 		return err
 	}
-	if profile != "" {
-		rep.ProfilePath = profile
-		if rep.Profile, err = profileBreakdown(ctx, o.Go, profile); err != nil {
-			logf("cannot read the gateway profile %s: %v", profile, err)
-		}
+	if rep.AuthzIdle, err = measureAuthzSteady(ctx, gw, targets, o.Concurrency, o.Warm); err != nil {
+		return err
 	}
+	rep.Profiles = readProfiles(ctx, o.Go, profile, targets)
 	if o.Gateways > 0 {
 		logf("memory per pooled cluster: %d ClusterGateways", o.Gateways)
 		if rep.Pooled, err = measurePooled(ctx, env, gw, o.Gateways, o.Concurrency, o.StateDir); err != nil {

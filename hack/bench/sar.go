@@ -1,0 +1,271 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Delegated authorization: the gateway asks the hub whether a caller may use
+// clustergateways/proxy with a SubjectAccessReview, and k8s.io/apiserver's
+// webhook authorizer caches the answer (allowed for
+// --authorization-webhook-cache-authorized-ttl, denied for
+// --authorization-webhook-cache-unauthorized-ttl, 10 s each by default, in an
+// LRU of 8192 entries that no flag sets). Each load counts both ends: the
+// gateway's calls and the SubjectAccessReviews the hub received.
+const (
+	mDelegatedAuthz = "apiserver_delegated_authz_request_total" // gateway: SARs it sent, by code
+	mHubRequests    = "apiserver_request_total"                 // hub: requests by resource, verb, code...
+)
+
+// authzCount is both counters at one moment.
+type authzCount struct {
+	HubSARs   float64 // hub apiserver_request_total{resource="subjectaccessreviews"}, all label sets
+	Delegated float64 // gateway apiserver_delegated_authz_request_total, all codes
+}
+
+// authzDelta is what a load added to them.
+type authzDelta struct{ HubSARs, Delegated float64 }
+
+func (d *authzDelta) add(before, after authzCount) {
+	d.HubSARs += after.HubSARs - before.HubSARs
+	d.Delegated += after.Delegated - before.Delegated
+}
+
+// perThousand is n per 1,000 requests.
+func perThousand(n float64, requests int) float64 {
+	if requests == 0 {
+		return 0
+	}
+	return n * 1000 / float64(requests)
+}
+
+// sumOf adds the samples of name over all its label sets.
+func sumOf(m map[string]float64, name string) float64 {
+	var sum float64
+	for k, v := range m {
+		if k == name || strings.HasPrefix(k, name+"{") {
+			sum += v
+		}
+	}
+	return sum
+}
+
+// authzCounts reads the hub's SubjectAccessReview count and the gateway's
+// delegated authorization count. Both scrapes are by system:masters users,
+// whom neither authorizer asks about, so they add no review themselves.
+func (g *gatewayAdmin) authzCounts(ctx context.Context) (authzCount, error) {
+	s, err := g.state(ctx)
+	if err != nil {
+		return authzCount{}, err
+	}
+	sars, err := g.hubSARs(ctx)
+	return authzCount{HubSARs: sars, Delegated: s.Delegated}, err
+}
+
+// hubSARs sums apiserver_request_total{resource="subjectaccessreviews"} of
+// the hub kube-apiserver. Its /metrics is large, so only those lines are
+// read, as text.
+func (g *gatewayAdmin) hubSARs(ctx context.Context) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.env.Hub.URL+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := g.hub.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("GET hub /metrics: %s", resp.Status)
+	}
+	return sumSamples(bufio.NewScanner(resp.Body), mHubRequests, `resource="subjectaccessreviews"`)
+}
+
+// sumSamples adds the values of name's samples whose labels contain label.
+func sumSamples(sc *bufio.Scanner, name, label string) (float64, error) {
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	var sum float64
+	for sc.Scan() {
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, name+"{")
+		if !ok || !strings.Contains(rest, label) {
+			continue
+		}
+		i := strings.LastIndexByte(rest, '}')
+		if i < 0 {
+			return 0, fmt.Errorf("malformed sample %q", line)
+		}
+		f := strings.Fields(rest[i+1:])
+		if len(f) == 0 {
+			return 0, fmt.Errorf("malformed sample %q", line)
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			return 0, fmt.Errorf("sample %q: %w", line, err)
+		}
+		sum += v
+	}
+	return sum, sc.Err()
+}
+
+// The webhook authorizer's cache TTLs: flags of the gateway (k8s.io/apiserver's
+// DelegatingAuthorizationOptions), 10 s each by default. Its size has no flag.
+const (
+	flagAllowTTL    = "authorization-webhook-cache-authorized-ttl"
+	flagDenyTTL     = "authorization-webhook-cache-unauthorized-ttl"
+	defaultAuthzTTL = 10 * time.Second
+)
+
+// flagValue is the value of --name in args (the last one), or def.
+func flagValue(args []string, name, def string) string {
+	v := def
+	for i, a := range args {
+		if a == "--"+name && i+1 < len(args) {
+			v = args[i+1]
+		} else if rest, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+			v = rest
+		}
+	}
+	return v
+}
+
+// authzWindow is how long measureAuthzSteady loads each gateway path right
+// after its authorization decision was refilled.
+var authzWindow = flag.Duration("authz-window", 3*time.Second,
+	"after the loads, each gateway path is loaded this long right after its cached authorization decision was refilled, "+
+		"counting the hub's SubjectAccessReviews (capped below the authorized TTL; 0 skips it)")
+
+// authzSteady is one gateway path's delegated authorization in a window
+// right after its decision was refilled.
+type authzSteady struct {
+	Requests int
+	Window   time.Duration
+	authzDelta
+}
+
+// measureAuthzSteady loads each gateway path once more, for -authz-window
+// right after a burst in which the gateway asked the hub (so the cached
+// decision is fresh and lives for the whole window), and counts the reviews
+// in that window. During the interleaved rounds a path's decision has
+// usually expired since its previous round (they are further apart than the
+// TTL), and the webhook authorizer does not merge concurrent misses, so each
+// round begins with up to one review per worker; this window shows what
+// follows a refill. Paths with the same caller and attributes (the gateway
+// port and the hub path) share a decision, so a path may have to wait up to
+// a TTL for its refill.
+//
+// It returns the same counts over a window without load: reviews the gateway
+// asks for on its own behalf or other callers' (the hub's aggregator checks
+// and OpenAPI downloads), which the windows under load include too.
+func measureAuthzSteady(ctx context.Context, gw *gatewayAdmin, ts []*target, conc int, warm time.Duration) (*authzSteady, error) {
+	ttl, err := time.ParseDuration(flagValue(gw.env.Gateway.Args, flagAllowTTL, defaultAuthzTTL.String()))
+	if err != nil {
+		return nil, fmt.Errorf("--%s: %w", flagAllowTTL, err)
+	}
+	const step = 250 * time.Millisecond
+	window := min(*authzWindow, ttl-warm-step-time.Second)
+	if *authzWindow <= 0 || window <= 0 {
+		logf("no authorization window after refills (-authz-window %s, authorized TTL %s)", *authzWindow, ttl)
+		return nil, nil
+	}
+	for _, t := range ts {
+		if t.TODO != "" || !gatewayLoads[t.Key] {
+			continue
+		}
+		if err := awaitRefill(ctx, gw, t, conc, warm, step, ttl); err != nil {
+			return nil, err
+		}
+		before, err := gw.authzCounts(ctx)
+		if err != nil {
+			return nil, err
+		}
+		n, _, _, _ := burst(ctx, t, conc, window)
+		after, err := gw.authzCounts(ctx)
+		if err != nil {
+			return nil, err
+		}
+		t.res.Steady.Requests, t.res.Steady.Window = n, window
+		t.res.Steady.add(before, after)
+		logf("authorization after a refill, %-28s %d requests in %s, %.0f SubjectAccessReviews", t.Name, n, window, t.res.Steady.HubSARs)
+	}
+	idle := &authzSteady{Window: window}
+	before, err := gw.authzCounts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(window):
+	}
+	after, err := gw.authzCounts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	idle.add(before, after)
+	logf("authorization without load: %.0f SubjectAccessReviews in %s", idle.HubSARs, window)
+	return idle, nil
+}
+
+// awaitRefill loads t (warm, then in steps) until a burst makes the gateway
+// ask the hub, i.e. until t's cached decision was refilled during it.
+func awaitRefill(ctx context.Context, gw *gatewayAdmin, t *target, conc int, warm, step, ttl time.Duration) error {
+	deadline := time.Now().Add(warm + ttl + 5*time.Second)
+	for d := warm; ; d = step {
+		s0, err := gw.state(ctx)
+		if err != nil {
+			return err
+		}
+		if _, errs, err, _ := burst(ctx, t, conc, d); errs > 0 {
+			return fmt.Errorf("%s: %d errors, first: %v", t.Name, errs, err)
+		}
+		s1, err := gw.state(ctx)
+		if err != nil {
+			return err
+		}
+		if s1.Delegated > s0.Delegated {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("%s: the gateway did not ask the hub within %s of load (authorized TTL %s): is its decision cached longer?", t.Name, warm+ttl, ttl)
+		}
+	}
+}
+
+// gatewayLoads are the loads whose requests the gateway authorizes.
+var gatewayLoads = map[string]bool{"gateway": true, "hub": true, "konn": true, "gateway-many": true}
+
+// steadyWindow is the length of the windows after a refill (0 without any).
+func (r *report) steadyWindow() time.Duration {
+	for _, t := range r.Targets {
+		if t.res.Steady.Window > 0 {
+			return t.res.Steady.Window
+		}
+	}
+	return 0
+}
+
+// gatewayAuthz sums the requests and authorization counters of the loads
+// through the gateway: of their rounds, or of their windows right after a
+// warm-up (steady).
+func (r *report) gatewayAuthz(steady bool) (requests int, sars, delegated float64) {
+	for _, t := range r.Targets {
+		if t.TODO != "" || !gatewayLoads[t.Key] {
+			continue
+		}
+		n, a := t.res.Requests, t.res.Authz
+		if steady {
+			n, a = t.res.Steady.Requests, t.res.Steady.authzDelta
+		}
+		requests += n
+		sars += a.HubSARs
+		delegated += a.Delegated
+	}
+	return requests, sars, delegated
+}
