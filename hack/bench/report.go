@@ -41,6 +41,7 @@ func (r *report) markdown() string {
 	fmt.Fprintf(&b, "- Noise: the CPUs are shared with other work, and the clients, proxies and kube-apiservers all run on them. "+
 		"Every comparison is therefore taken side by side in this one run (one `go test` invocation, medians of %d; loads in %d interleaved rounds), "+
 		"and the ratios mean more than the absolute numbers.\n\n", r.Opts.BenchCount, r.Opts.Rounds)
+	r.goalsSection(&b)
 	if r.GoBench != nil {
 		r.goBenchSection(&b)
 	}
