@@ -154,7 +154,7 @@ func (r *report) goalsSection(b *strings.Builder) {
 			}
 		}
 	}
-	fmt.Fprintf(b, "## Goals\n\nEvery ratio below is computed from this run (sections 1 and 2 have the measurements); %d of the %d goals measured are met.\n\n", met, judged)
+	fmt.Fprintf(b, "## Goals\n\nEvery ratio below is computed from this run (sections 1 and 2 have the measurements). Goals met: %d of the %d measured.\n\n", met, judged)
 	b.WriteString("| goal | measured | met? |\n|---|---|---|\n")
 	for _, g := range gs {
 		name := g.Goal

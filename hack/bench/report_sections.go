@@ -99,10 +99,22 @@ func (r *report) profileSection(b *strings.Builder) {
 	for _, p := range r.Profiles {
 		fmt.Fprintf(b, "Top functions by their own CPU, gateway %s:\n\n| function | own (flat) | cumulative |\n|---|---:|---:|\n", p.What)
 		for _, t := range p.Top {
-			fmt.Fprintf(b, "| `%s` | %.1f%% | %.1f%% |\n", t.Func, t.Flat, t.Cum)
+			fmt.Fprintf(b, "| `%s` | %.1f%% | %.1f%% |\n", shortFunc(t.Func), t.Flat, t.Cum)
 		}
 		b.WriteString("\n")
 	}
+}
+
+// shortFunc elides the type arguments of a generic function's long name.
+func shortFunc(name string) string {
+	if len(name) <= 100 {
+		return name
+	}
+	i, j := strings.IndexByte(name, '['), strings.LastIndexByte(name, ']')
+	if i < 0 || j < i {
+		return name
+	}
+	return name[:i+1] + "…" + name[j:]
 }
 
 func pctStr(v float64) string {
@@ -132,7 +144,7 @@ func (r *report) profileInterpretation(b *strings.Builder) {
 	if p.share("acquire") == 0 {
 		acquire = "below the profile's resolution (no sample)"
 	}
-	fmt.Fprintf(b, "- In the gateway process on its own port, the proxy handler including its upstream round trip is %s of the CPU and `Pool.Acquire` %s; "+
+	fmt.Fprintf(b, "- In the gateway process on its own port, the proxy handler's goroutine is %s of the CPU and `Pool.Acquire` %s; "+
 		"authentication is %s (chain verification %s, pkg/certauth's lookup %s), authorization %s (the delegated authorizer %s), "+
 		"the tracing filter's OpenTelemetry metrics %s, TLS reads and writes %s and %s, garbage collection %s.",
 		pctStr(p.share("serve")), acquire, pctStr(p.share("authn")), pctStr(p.share("verify")), pctStr(p.share("certauth")),
@@ -189,5 +201,25 @@ func (r *report) manyWorkersSection(b *strings.Builder) {
 	}
 	fmt.Fprintf(b, "\nEvery client here is one HTTP/2 connection (as client-go's), and so are the gateway's and the bare proxy's to the cluster. "+
 		"A path held back by its one connection would gain less from %d to %d workers than direct does on the same %d CPUs, with latency growing "+
-		"in proportion to the workers; a path held back by CPU gains as little as direct.\n\n", r.Opts.Concurrency, n, r.Machine.CPUs)
+		"in proportion to the workers; a path held back by CPU gains as little as direct.", r.Opts.Concurrency, n, r.Machine.CPUs)
+	if g, d := r.gain("gateway"), r.gain("direct"); g > 0 && d > 0 {
+		if g >= d {
+			fmt.Fprintf(b, " Here req/s changed by %.2f× on the gateway port and by %.2f× direct: the gateway port scaled no worse than direct, "+
+				"so its one connection to the cluster was not what held it back at %d workers.", g, d, n)
+		} else {
+			fmt.Fprintf(b, " Here req/s changed by %.2f× on the gateway port and by %.2f× direct: the gateway port scaled worse than direct, "+
+				"so its one connection to the cluster, or its own CPU, held it back at %d workers.", g, d, n)
+		}
+	}
+	b.WriteString("\n\n")
+}
+
+// gain is the req/s of key's -workers-many load over its -concurrency load
+// (0 without both).
+func (r *report) gain(key string) float64 {
+	few, many := r.target(key), r.target(key+"-many")
+	if few == nil || many == nil || few.res.rps() == 0 {
+		return 0
+	}
+	return many.res.rps() / few.res.rps()
 }
