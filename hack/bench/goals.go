@@ -119,7 +119,7 @@ func (r *report) goals() []goal {
 		g.Value = perThousand(sars, n)
 		g.Measured = fmt.Sprintf("%.2f (%.0f SARs on the hub, %.0f sent by the gateway, %d requests in %s windows)", g.Value, sars, delegated, n, r.steadyWindow())
 	} else {
-		g.Missing = "no gateway load, or -authz-window 0"
+		g.Missing = "no window after a refill: no gateway load, -authz-window 0, or see the log"
 	}
 	out = append(out, g)
 	return out
@@ -165,5 +165,10 @@ func (r *report) goalsSection(b *strings.Builder) {
 	}
 	b.WriteString("\nCPU per request is each process's CPU over a load divided by its requests (section 2). The bare proxy's is the bench process's CPU " +
 		"per request in the bare row minus that in the direct row (the client alone). The in-process rows compare medians of `BenchmarkProxyGateway` and " +
-		"`BenchmarkBareReverseProxy` from one `go test` run. On shared CPUs a single run can land on either side of a bound that it is close to.\n\n")
+		"`BenchmarkBareReverseProxy` from one `go test` run. On shared CPUs a single run can land on either side of a bound that it is close to.")
+	if len(r.Profiles) > 0 {
+		b.WriteString(" The gateway is CPU-profiled during the first round of its profiled loads (section 2), which adds a little to its CPU there " +
+			"and not to the bare proxy's (`-gateway-profile ''` turns profiling off).")
+	}
+	b.WriteString("\n\n")
 }

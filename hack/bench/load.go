@@ -37,7 +37,7 @@ type loadResult struct {
 	DTunnels         float64                  // konnectivity tunnels built during the loads
 	RoundRPS         []float64                // req/s of each round, to show the spread
 	Authz            authzDelta               // delegated authorization during the loads (sar.go)
-	Steady           authzSteady              // and in a window right after a warm-up (sar.go)
+	Steady           authzSteady              // and in a window right after a refill (sar.go)
 }
 
 func (r *loadResult) rps() float64 {
