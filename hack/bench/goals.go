@@ -113,13 +113,13 @@ func (r *report) goals() []goal {
 		out = append(out, g)
 	}
 
-	g = goal{Goal: fmt.Sprintf("Delegated authorization cached after warm-up: SubjectAccessReviews on the hub ≤ %.0f per 1,000 requests through the gateway, right after a refill", sarLimit),
+	g = goal{Goal: fmt.Sprintf("Delegated authorization cached after warm-up: SubjectAccessReviews on the hub ≤ %.0f per 1,000 requests through the gateway, right after a caller's decision was filled", sarLimit),
 		Limit: sarLimit, Evidence: true}
 	if n, sars, delegated := r.gatewayAuthz(true); n > 0 {
 		g.Value = perThousand(sars, n)
 		g.Measured = fmt.Sprintf("%.2f (%.0f SARs on the hub, %.0f sent by the gateway, %d requests in %s windows)", g.Value, sars, delegated, n, r.steadyWindow())
 	} else {
-		g.Missing = "no window after a refill: no gateway load, -authz-window 0, or see the log"
+		g.Missing = "no window after a fill: no gateway load, or -authz-window 0"
 	}
 	out = append(out, g)
 	return out

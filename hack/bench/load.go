@@ -20,6 +20,7 @@ type target struct {
 	Pids           map[string]int // role -> pid whose CPU is charged to this path
 	TODO           string         // set when the path cannot be measured yet
 	Workers        int            // keep-alive workers of this load; 0: -concurrency
+	FreshClient    *http.Client   // as a caller no load uses, for the window after its decision is filled (sar.go)
 
 	res loadResult
 }
@@ -37,7 +38,7 @@ type loadResult struct {
 	DTunnels         float64                  // konnectivity tunnels built during the loads
 	RoundRPS         []float64                // req/s of each round, to show the spread
 	Authz            authzDelta               // delegated authorization during the loads (sar.go)
-	Steady           authzSteady              // and in a window right after a refill (sar.go)
+	Steady           authzSteady              // and in a window right after a fresh caller's decision was filled (sar.go)
 }
 
 func (r *loadResult) rps() float64 {

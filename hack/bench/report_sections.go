@@ -10,21 +10,21 @@ import (
 func (r *report) authzSection(b *strings.Builder) {
 	b.WriteString("### Delegated authorization during each load\n\n")
 	fmt.Fprintf(b, "| path | workers | requests | gateway authorization calls to the hub | SubjectAccessReviews on the hub | SARs per round | SARs per 1,000 requests "+
-		"| right after a refill: requests | SARs | SARs per 1,000 requests |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		"| fresh caller: SARs filling its decision | then: requests | SARs | SARs per 1,000 requests |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, t := range r.Targets {
 		if t.TODO != "" {
 			continue
 		}
 		a, s := t.res.Authz, t.res.Steady
-		steady := "| – | – | –"
+		steady := "| – | – | – | –"
 		if s.Requests > 0 {
-			steady = fmt.Sprintf("| %d | %.0f | %.2f", s.Requests, s.HubSARs, perThousand(s.HubSARs, s.Requests))
+			steady = fmt.Sprintf("| %.0f | %d | %.0f | %.2f", s.Filled, s.Requests, s.HubSARs, perThousand(s.HubSARs, s.Requests))
 		}
 		fmt.Fprintf(b, "| %s | %d | %d | %.0f | %.0f | %.1f | %.2f %s |\n", t.Name, workersOf(t, r.Opts.Concurrency), t.res.Requests, a.Delegated, a.HubSARs,
 			a.HubSARs/float64(max(1, len(t.res.RoundRPS))), perThousand(a.HubSARs, t.res.Requests), steady)
 	}
 	if i := r.AuthzIdle; i != nil {
-		fmt.Fprintf(b, "| no load for %s (control) | – | – | – | – | – | – | 0 | %.0f (the gateway asked %.0f) | – |\n", i.Window, i.HubSARs, i.Delegated)
+		fmt.Fprintf(b, "| no load for %s (control) | – | – | – | – | – | – | – | 0 | %.0f (the gateway asked %.0f) | – |\n", i.Window, i.HubSARs, i.Delegated)
 	}
 	allowTTL := flagValue(r.GatewayArgs, flagAllowTTL, defaultAuthzTTL.String()+", the default")
 	denyTTL := flagValue(r.GatewayArgs, flagDenyTTL, defaultAuthzTTL.String()+", the default")
@@ -41,18 +41,19 @@ func (r *report) authzSection(b *strings.Builder) {
 		}
 	}
 	if n, sars, _ := r.gatewayAuthz(true); n > 0 {
-		fmt.Fprintf(b, "During the interleaved rounds the gateway paths cost %.1f reviews per round on average: a path's rounds are further apart than the TTL, "+
-			"so its decision has expired when a round begins, and k8s.io/apiserver's webhook authorizer does not merge concurrent misses, so every worker "+
-			"whose request arrives before the first answer is cached sends a review of its own (up to one per worker, as the workers column shows). "+
-			"After the rounds, each gateway path was loaded until the gateway asked the hub once more (its decision refilled) and then for %s more: "+
+		fmt.Fprintf(b, "During the interleaved rounds the gateway paths cost %.1f reviews per round on average. The gateway-port, hub and %d-worker loads ask "+
+			"for the same caller and attributes and so share one decision; the Konnectivity load (another cluster's name) has its own. A round that begins "+
+			"more than a TTL after its decision was last filled begins with a refill, and k8s.io/apiserver's webhook authorizer does not merge "+
+			"concurrent misses, so every worker whose request arrives before the first answer is cached sends a review of its own (up to one per worker). "+
+			"After the rounds, each gateway path was loaded once more as a caller of its own that no load had used (`%s-<load>`, bound alike), "+
+			"so that its warm-up's first requests filled the decision (the column of SARs filling it), and then for %s more: "+
 			"there the gateway paths' %d requests cost %.0f reviews (%.2f per 1,000), the steady state between refills. "+
 			"A client that keeps sending thus costs up to one review per in-flight request per TTL, not one per request.\n\n",
-			roundSARs/float64(max(1, rounds)), r.steadyWindow(), n, sars, perThousand(sars, n))
+			roundSARs/float64(max(1, rounds)), *manyWorkers, benchUser, r.steadyWindow(), n, sars, perThousand(sars, n))
 	}
 	if i := r.AuthzIdle; i != nil {
 		fmt.Fprintf(b, "The control row is a window of the same length without load: %.0f reviews not caused by the loads (the hub also calls the gateway on its own, "+
-			"e.g. to check the APIService). The windows under load can include such reviews too, and one can end the wait for a refill early, "+
-			"so that the window then sees its path's refill.\n\n", i.HubSARs)
+			"e.g. to check the APIService), which the windows under load can include too.\n\n", i.HubSARs)
 	}
 	fmt.Fprintf(b, "The cache's TTLs are gateway flags, `--%s` (here %s) and `--%s` (here %s). "+
 		"Its size is not a flag: k8s.io/apiserver fixes it (an LRU of 8192 decisions, `plugin/pkg/authorizer/webhook`), and the gateway does not change it. "+

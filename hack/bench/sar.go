@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/clustergateway/cluster-gateway/hack/localenv"
 )
 
 // Delegated authorization: the gateway asks the hub whether a caller may use
@@ -136,65 +138,119 @@ func flagValue(args []string, name, def string) string {
 }
 
 // authzWindow is how long measureAuthzSteady loads each gateway path right
-// after its authorization decision was refilled.
+// after its authorization decision was filled.
 var authzWindow = flag.Duration("authz-window", 3*time.Second,
-	"after the loads, each gateway path is loaded this long right after its cached authorization decision was refilled, "+
+	"after the loads, each gateway path is loaded this long right after its cached authorization decision was filled, "+
 		"counting the hub's SubjectAccessReviews (capped below the authorized TTL; 0 skips it)")
 
 // authzSteady is one gateway path's delegated authorization in a window
-// right after its decision was refilled.
+// right after its decision was filled.
 type authzSteady struct {
 	Requests int
 	Window   time.Duration
+	Filled   float64 // reviews of the warm-up that filled the decision
 	authzDelta
 }
 
-// measureAuthzSteady loads each gateway path once more, for -authz-window
-// right after a burst in which the gateway asked the hub (so the cached
-// decision is fresh and lives for the whole window), and counts the reviews
-// in that window. During the interleaved rounds a path's decision has
-// usually expired since its previous round (they are further apart than the
-// TTL), and the webhook authorizer does not merge concurrent misses, so each
-// round begins with up to one review per worker; this window shows what
-// follows a refill. Paths with the same caller and attributes (the gateway
-// port and the hub path) share a decision, so a path may have to wait up to
-// a TTL for its refill.
+// freshCallers gives every gateway load a client of a caller of its own
+// (cluster-gateway-bench-<load>, bound like benchUser) that no load uses:
+// the gateway has no decision cached for it, so the first request of
+// measureAuthzSteady's warm-up surely fills one. The binding is checked
+// now, long (more than a TTL) before that warm-up.
+func freshCallers(ctx context.Context, env *localenv.Env, ts []*target) error {
+	if *authzWindow <= 0 {
+		return nil
+	}
+	args := []string{"create", "clusterrolebinding", benchUser + "-fresh:cluster-gateway:proxy-reader", "--clusterrole=cluster-gateway:proxy-reader"}
+	users := map[string]*localenv.User{}
+	for _, t := range ts {
+		if t.TODO != "" || !gatewayLoads[t.Key] {
+			continue
+		}
+		u, err := env.NewUser(benchUser + "-" + t.Key)
+		if err != nil {
+			return err
+		}
+		users[t.Key] = u
+		args = append(args, "--user="+u.Name)
+	}
+	if len(users) == 0 {
+		return nil
+	}
+	if _, err := env.Kubectl(env.Hub.Kubeconfig, args...); err != nil {
+		return err
+	}
+	for _, t := range ts {
+		u := users[t.Key]
+		if u == nil {
+			continue
+		}
+		ca := env.Gateway.CA.CertPEM
+		if t.Key == "hub" {
+			ca = env.Hub.CA.CertPEM
+		}
+		c, err := mtlsClient(ca, u.Cert)
+		if err != nil {
+			return err
+		}
+		fresh := *t
+		fresh.Client = c
+		if err := waitAllowed(ctx, &fresh); err != nil {
+			return err
+		}
+		c.CloseIdleConnections()
+		t.FreshClient = c
+	}
+	return nil
+}
+
+// measureAuthzSteady loads each gateway path once more as its fresh caller:
+// a warm-up whose first request fills the caller's decision, then
+// -authz-window (well inside the TTL) in which it counts the reviews.
+// During the interleaved rounds a path's decision has usually expired since
+// its previous round (they are further apart than the TTL), and the webhook
+// authorizer does not merge concurrent misses, so each round begins with up
+// to one review per worker; this window shows what follows a fill.
 //
-// It returns the same counts over a window without load: reviews the gateway
-// asks for on its own behalf or other callers' (the hub's aggregator checks
-// and OpenAPI downloads), which the windows under load include too.
+// It returns the same counts over a window without load: reviews not caused
+// by the loads, which the windows under load include too.
 func measureAuthzSteady(ctx context.Context, gw *gatewayAdmin, ts []*target, conc int, warm time.Duration) (*authzSteady, error) {
 	ttl, err := time.ParseDuration(flagValue(gw.env.Gateway.Args, flagAllowTTL, defaultAuthzTTL.String()))
 	if err != nil {
 		return nil, fmt.Errorf("--%s: %w", flagAllowTTL, err)
 	}
-	const step = 250 * time.Millisecond
-	window := min(*authzWindow, ttl-warm-step-time.Second)
+	window := min(*authzWindow, ttl-warm-time.Second)
 	if *authzWindow <= 0 || window <= 0 {
-		logf("no authorization window after refills (-authz-window %s, authorized TTL %s)", *authzWindow, ttl)
+		logf("no authorization window after a fill (-authz-window %s, authorized TTL %s)", *authzWindow, ttl)
 		return nil, nil
 	}
 	for _, t := range ts {
-		if t.TODO != "" || !gatewayLoads[t.Key] {
+		if t.TODO != "" || t.FreshClient == nil {
 			continue
 		}
-		if err := awaitRefill(ctx, gw, t, conc, warm, step, ttl); err != nil {
-			// Not worth the rest of the run: the report shows no window for t.
-			logf("no authorization window for %s: %v", t.Name, err)
-			continue
-		}
-		before, err := gw.authzCounts(ctx)
+		fresh := *t
+		fresh.Client = t.FreshClient
+		c0, err := gw.authzCounts(ctx)
 		if err != nil {
 			return nil, err
 		}
-		n, _, _, _ := burst(ctx, t, conc, window)
-		after, err := gw.authzCounts(ctx)
+		if _, errs, err, _ := burst(ctx, &fresh, conc, warm); errs > 0 {
+			return nil, fmt.Errorf("warm-up of %s as a fresh caller: %d errors, first: %v", t.Name, errs, err)
+		}
+		c1, err := gw.authzCounts(ctx)
 		if err != nil {
 			return nil, err
 		}
-		t.res.Steady.Requests, t.res.Steady.Window = n, window
-		t.res.Steady.add(before, after)
-		logf("authorization after a refill, %-28s %d requests in %s, %.0f SubjectAccessReviews", t.Name, n, window, t.res.Steady.HubSARs)
+		n, _, _, _ := burst(ctx, &fresh, conc, window)
+		c2, err := gw.authzCounts(ctx)
+		if err != nil {
+			return nil, err
+		}
+		t.FreshClient.CloseIdleConnections()
+		s := &t.res.Steady
+		s.Requests, s.Window, s.Filled = n, window, c1.HubSARs-c0.HubSARs
+		s.add(c1, c2)
+		logf("authorization after a fill, %-28s warm-up %.0f SubjectAccessReviews; then %d requests in %s, %.0f", t.Name, s.Filled, n, window, s.HubSARs)
 	}
 	idle := &authzSteady{Window: window}
 	before, err := gw.authzCounts(ctx)
@@ -215,35 +271,10 @@ func measureAuthzSteady(ctx context.Context, gw *gatewayAdmin, ts []*target, con
 	return idle, nil
 }
 
-// awaitRefill loads t (warm, then in steps) until a burst makes the gateway
-// ask the hub, i.e. until t's cached decision was refilled during it.
-func awaitRefill(ctx context.Context, gw *gatewayAdmin, t *target, conc int, warm, step, ttl time.Duration) error {
-	deadline := time.Now().Add(warm + ttl + 5*time.Second)
-	for d := warm; ; d = step {
-		s0, err := gw.state(ctx)
-		if err != nil {
-			return err
-		}
-		if _, errs, err, _ := burst(ctx, t, conc, d); errs > 0 {
-			return fmt.Errorf("%s: %d errors, first: %v", t.Name, errs, err)
-		}
-		s1, err := gw.state(ctx)
-		if err != nil {
-			return err
-		}
-		if s1.Delegated > s0.Delegated {
-			return nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%s: the gateway did not ask the hub within %s of load (authorized TTL %s): is its decision cached longer?", t.Name, warm+ttl, ttl)
-		}
-	}
-}
-
 // gatewayLoads are the loads whose requests the gateway authorizes.
 var gatewayLoads = map[string]bool{"gateway": true, "hub": true, "konn": true, "gateway-many": true}
 
-// steadyWindow is the length of the windows after a refill (0 without any).
+// steadyWindow is the length of the windows after a fill (0 without any).
 func (r *report) steadyWindow() time.Duration {
 	for _, t := range r.Targets {
 		if t.res.Steady.Window > 0 {

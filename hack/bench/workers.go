@@ -83,6 +83,9 @@ func extendTargets(ctx context.Context, env *localenv.Env, ts []*target) ([]*tar
 		}
 		ts = slices.DeleteFunc(ts, func(t *target) bool { return !slices.Contains(keep, t.Key) })
 	}
+	if err := freshCallers(ctx, env, ts); err != nil {
+		return nil, err
+	}
 	return ts, nil
 }
 
