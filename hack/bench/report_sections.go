@@ -52,7 +52,7 @@ func (r *report) authzSection(b *strings.Builder) {
 			roundSARs/float64(max(1, rounds)), *manyWorkers, benchUser, r.steadyWindow(), n, sars, perThousand(sars, n))
 	}
 	if i := r.AuthzIdle; i != nil {
-		fmt.Fprintf(b, "The control row is a window of the same length without load: %.0f reviews not caused by the loads (the hub also calls the gateway on its own, "+
+		fmt.Fprintf(b, "The control row is as long as those windows together, without load: %.0f reviews not caused by the loads (the hub also calls the gateway on its own, "+
 			"e.g. to check the APIService), which the windows under load can include too.\n\n", i.HubSARs)
 	}
 	fmt.Fprintf(b, "The cache's TTLs are gateway flags, `--%s` (here %s) and `--%s` (here %s). "+

@@ -212,8 +212,8 @@ func freshCallers(ctx context.Context, env *localenv.Env, ts []*target) error {
 // authorizer does not merge concurrent misses, so each round begins with up
 // to one review per worker; this window shows what follows a fill.
 //
-// It returns the same counts over a window without load: reviews not caused
-// by the loads, which the windows under load include too.
+// It returns the same counts over a time without load as long as all those
+// windows: reviews not caused by the loads, which the windows include too.
 func measureAuthzSteady(ctx context.Context, gw *gatewayAdmin, ts []*target, conc int, warm time.Duration) (*authzSteady, error) {
 	ttl, err := time.ParseDuration(flagValue(gw.env.Gateway.Args, flagAllowTTL, defaultAuthzTTL.String()))
 	if err != nil {
@@ -224,10 +224,12 @@ func measureAuthzSteady(ctx context.Context, gw *gatewayAdmin, ts []*target, con
 		logf("no authorization window after a fill (-authz-window %s, authorized TTL %s)", *authzWindow, ttl)
 		return nil, nil
 	}
+	windows := 0
 	for _, t := range ts {
 		if t.TODO != "" || t.FreshClient == nil {
 			continue
 		}
+		windows++
 		fresh := *t
 		fresh.Client = t.FreshClient
 		c0, err := gw.authzCounts(ctx)
@@ -252,7 +254,8 @@ func measureAuthzSteady(ctx context.Context, gw *gatewayAdmin, ts []*target, con
 		s.add(c1, c2)
 		logf("authorization after a fill, %-28s warm-up %.0f SubjectAccessReviews; then %d requests in %s, %.0f", t.Name, s.Filled, n, window, s.HubSARs)
 	}
-	idle := &authzSteady{Window: window}
+	// As long as all the windows under load together.
+	idle := &authzSteady{Window: window * time.Duration(max(1, windows))}
 	before, err := gw.authzCounts(ctx)
 	if err != nil {
 		return nil, err
@@ -260,14 +263,14 @@ func measureAuthzSteady(ctx context.Context, gw *gatewayAdmin, ts []*target, con
 	select {
 	case <-ctx.Done():
 		return nil, ctx.Err()
-	case <-time.After(window):
+	case <-time.After(idle.Window):
 	}
 	after, err := gw.authzCounts(ctx)
 	if err != nil {
 		return nil, err
 	}
 	idle.add(before, after)
-	logf("authorization without load: %.0f SubjectAccessReviews in %s", idle.HubSARs, window)
+	logf("authorization without load: %.0f SubjectAccessReviews in %s", idle.HubSARs, idle.Window)
 	return idle, nil
 }
 
