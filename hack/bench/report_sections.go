@@ -94,7 +94,7 @@ func (r *report) profileSection(b *strings.Builder) {
 	}
 	fmt.Fprintf(b, "\nProfiled CPU (pprof's total samples): %s. Client-certificate chains are verified once per connection and then found in pkg/certauth's cache "+
 		"(`--authentication-certificate-cache-size`), the hub's front-proxy certificate included, so `crypto/x509` verification shows only when a new "+
-		"connection or certificate arrives: here %s of the gateway's CPU. Authorization decisions come from the webhook authorizer's cache (above); "+
+		"connection or certificate arrives (in these profiles: %s). Authorization decisions come from the webhook authorizer's cache (above); "+
 		"its share is the cache lookup, which marshals each request's SubjectAccessReview to JSON for the key.\n\n",
 		strings.Join(samples, ", "), strings.Join(verify, ", "))
 	for _, p := range r.Profiles {
