@@ -29,10 +29,12 @@ const (
 
 // gatewayAdmin talks to the gateway's own port as the hub admin, whom the
 // gateway authenticates with the hub's client CA (system:masters is always
-// allowed by its delegated authorizer, so no SubjectAccessReview per request).
+// allowed by its delegated authorizer, so its scrapes cause no
+// SubjectAccessReview; the loads run as a user who is not, see workers.go).
 type gatewayAdmin struct {
 	env    *localenv.Env
 	client *http.Client
+	hub    *http.Client // the hub kube-apiserver as its admin, for its /metrics (sar.go)
 }
 
 func newGatewayAdmin(env *localenv.Env) (*gatewayAdmin, error) {
@@ -40,7 +42,11 @@ func newGatewayAdmin(env *localenv.Env) (*gatewayAdmin, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &gatewayAdmin{env: env, client: c}, nil
+	hub, err := mtlsClient(env.Hub.CA.CertPEM, env.Hub.Admin)
+	if err != nil {
+		return nil, err
+	}
+	return &gatewayAdmin{env: env, client: c, hub: hub}, nil
 }
 
 // mtlsClient is a keep-alive HTTP/2 client trusting caPEM and presenting
@@ -123,6 +129,7 @@ type gwState struct {
 	Entries    float64
 	Retiring   float64
 	OpenConns  float64
+	Delegated  float64 // authorization calls to the hub (sar.go)
 }
 
 func (g *gatewayAdmin) state(ctx context.Context) (gwState, error) {
@@ -138,5 +145,6 @@ func (g *gatewayAdmin) state(ctx context.Context) (gwState, error) {
 		RSS: rss, Heap: m[mHeapInuse], Goroutines: m[mGoroutines],
 		Creations: m[mCreations], Dials: m[mDials], Tunnels: m[mTunnels],
 		Entries: m[mEntries], Retiring: m[mRetiring], OpenConns: m[mOpenConns],
+		Delegated: sumOf(m, mDelegatedAuthz),
 	}, nil
 }

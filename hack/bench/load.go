@@ -19,6 +19,8 @@ type target struct {
 	Upstream       string         // role of the kube-apiserver that answers
 	Pids           map[string]int // role -> pid whose CPU is charged to this path
 	TODO           string         // set when the path cannot be measured yet
+	Workers        int            // keep-alive workers of this load; 0: -concurrency
+	FreshClient    *http.Client   // as a caller no load uses, for the window after its decision is filled (sar.go)
 
 	res loadResult
 }
@@ -35,6 +37,8 @@ type loadResult struct {
 	DDials           float64                  // pool connections dialed during the loads
 	DTunnels         float64                  // konnectivity tunnels built during the loads
 	RoundRPS         []float64                // req/s of each round, to show the spread
+	Authz            authzDelta               // delegated authorization during the loads (sar.go)
+	Steady           authzSteady              // and in a window right after a fresh caller's decision was filled (sar.go)
 }
 
 func (r *loadResult) rps() float64 {
@@ -60,8 +64,11 @@ func (r *loadResult) cpuPerReq(role string) (time.Duration, bool) {
 	return c / time.Duration(r.Requests), true
 }
 
-// burst runs conc keep-alive workers for d and returns what they saw.
+// burst runs conc keep-alive workers (t.Workers if set) for d and returns what they saw.
 func burst(ctx context.Context, t *target, conc int, d time.Duration) (n, errs int, firstErr error, lat []time.Duration) {
+	if t.Workers > 0 {
+		conc = t.Workers
+	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	deadline := time.Now().Add(d)
@@ -119,9 +126,10 @@ func runLoads(ctx context.Context, gw *gatewayAdmin, targets []*target, conc, ro
 				continue
 			}
 			var prof chan error
-			if profile != "" && t.Key == "gateway" && round == 0 {
+			path := profilePath(profile, t.Key)
+			if path != "" && round == 0 {
 				prof = make(chan error, 1)
-				go func() { prof <- gw.cpuProfile(ctx, per, profile) }()
+				go func() { prof <- gw.cpuProfile(ctx, per, path) }()
 			}
 			if err := runRound(ctx, gw, t, conc, per, round == 0, round == rounds-1); err != nil {
 				return err
@@ -130,7 +138,7 @@ func runLoads(ctx context.Context, gw *gatewayAdmin, targets []*target, conc, ro
 				if err := <-prof; err != nil {
 					return err
 				}
-				logf("gateway CPU profile of the %q load written to %s", t.Name, profile)
+				logf("gateway CPU profile of the %q load written to %s", t.Name, path)
 			}
 			logf("round %d/%d %-28s %6.0f req/s so far", round+1, rounds, t.Name, t.res.rps())
 		}
@@ -143,6 +151,10 @@ func runLoads(ctx context.Context, gw *gatewayAdmin, targets []*target, conc, ro
 
 func runRound(ctx context.Context, gw *gatewayAdmin, t *target, conc int, d time.Duration, first, last bool) error {
 	r := &t.res
+	sars0, err := gw.hubSARs(ctx)
+	if err != nil {
+		return err
+	}
 	before, err := gw.state(ctx)
 	if err != nil {
 		return err
@@ -162,6 +174,11 @@ func runRound(ctx context.Context, gw *gatewayAdmin, t *target, conc int, d time
 	if err != nil {
 		return err
 	}
+	sars1, err := gw.hubSARs(ctx)
+	if err != nil {
+		return err
+	}
+	r.Authz.add(authzCount{sars0, before.Delegated}, authzCount{sars1, after.Delegated})
 	if r.CPU == nil {
 		r.CPU = map[string]time.Duration{}
 	}

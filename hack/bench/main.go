@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -59,7 +60,7 @@ func main() {
 	flag.StringVar(&o.BenchTime, "bench-time", "1s", "-benchtime of the Go benchmarks")
 	flag.BoolVar(&o.SkipGoBench, "skip-go-bench", false, "skip the in-process Go benchmarks")
 	flag.BoolVar(&o.SkipEnv, "skip-env", false, "skip the local environment (loads and memory)")
-	flag.StringVar(&o.GatewayProfile, "gateway-profile", "gateway-cpu.pprof", "CPU profile of the gateway during the first gateway-port round, in the state dir (empty: none)")
+	flag.StringVar(&o.GatewayProfile, "gateway-profile", "gateway-cpu.pprof", "CPU profile of the gateway during the first gateway-port round, in the state dir; the hub and Konnectivity rounds' go to <name>-hub.pprof and <name>-konn.pprof (empty: none)")
 	flag.StringVar(&o.Only, "only", "", `run one section alone ("isolation") and write its report into the state dir instead of -out`)
 	flag.DurationVar(&o.Isolation.Delay, "isolation-delay", time.Second, "isolation: delay the slow cluster's forward proxy adds to everything the cluster sends")
 	flag.IntVar(&o.Isolation.Noisy, "isolation-noisy", 200, "isolation: workers saturating the slow cluster")
@@ -127,10 +128,12 @@ func runEnv(ctx context.Context, o options, rep *report) (err error) {
 	// Room for every bench gateway plus localenv's own: none may be evicted.
 	capacity := o.Gateways + 100
 	gatewayArgs := []string{"--pool-capacity=" + strconv.Itoa(capacity)}
+	// The isolation section restarts the gateway with gatewayArgs and its
+	// own limits; the loads' gateway also has room for -workers-many.
 	env, err := localenv.Start(ctx, localenv.Options{
 		StateDir:    o.StateDir,
 		BinDir:      o.BinDir,
-		GatewayArgs: gatewayArgs,
+		GatewayArgs: append(slices.Clone(gatewayArgs), workersGatewayArgs(o.Concurrency)...),
 		Logf:        func(f string, a ...any) { logf("localenv: "+f, a...) },
 	})
 	if err != nil {
@@ -162,7 +165,11 @@ func runLoadsAndPooled(ctx context.Context, o options, env *localenv.Env, gw *ga
 		return err
 	}
 	defer closeTargets()
+	if targets, err = extendTargets(ctx, env, targets); err != nil {
+		return err
+	}
 	rep.Targets = targets
+	rep.GatewayArgs = env.Gateway.Args
 	profile := ""
 	if o.GatewayProfile != "" {
 		profile = filepath.Join(o.StateDir, o.GatewayProfile)
@@ -170,12 +177,10 @@ func runLoadsAndPooled(ctx context.Context, o options, env *localenv.Env, gw *ga
 	if err := runLoads(ctx, gw, targets, o.Concurrency, o.Rounds, o.Duration, o.Warm, profile); err != nil {
 		return err
 	}
-	if profile != "" {
-		rep.ProfilePath = profile
-		if rep.Profile, err = profileBreakdown(ctx, o.Go, profile); err != nil {
-			logf("cannot read the gateway profile %s: %v", profile, err)
-		}
+	if rep.AuthzIdle, err = measureAuthzSteady(ctx, gw, targets, o.Concurrency, o.Warm); err != nil {
+		return err
 	}
+	rep.Profiles = readProfiles(ctx, o.Go, profile, targets)
 	if o.Gateways > 0 {
 		logf("memory per pooled cluster: %d ClusterGateways", o.Gateways)
 		if rep.Pooled, err = measurePooled(ctx, env, gw, o.Gateways, o.Concurrency, o.StateDir); err != nil {

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -15,35 +17,134 @@ type profileShare struct {
 }
 
 // profileFuncs are the parts of the gateway's per-request work worth naming.
+// Client-certificate chains are verified once per connection and cached
+// (pkg/certauth), so crypto/x509's Verify should be near zero in steady state.
 var profileFuncs = []profileShare{
-	{Key: "verify", What: "client-certificate chain verification (authentication)", Func: "crypto/x509.(*Certificate).Verify"},
-	{Key: "verifier", What: "of which the request-header (front-proxy) verifier", Func: "k8s.io/apiserver/pkg/authentication/request/x509.(*Verifier).AuthenticateRequest"},
-	{Key: "serve", What: "the proxy handler, including the upstream round trip", Func: "github.com/clustergateway/cluster-gateway/pkg/proxy.(*Proxy).serve"},
+	{Key: "authn", What: "authentication (the authenticators, not the handlers after them)", Func: "k8s.io/apiserver/pkg/authentication/request/union.(*unionAuthRequestHandler).AuthenticateRequest"},
+	{Key: "certauth", What: "of which pkg/certauth's cached chain lookup (hash of the peer chain, LRU)", Func: "github.com/clustergateway/cluster-gateway/pkg/certauth.(*Cache).verify"},
+	{Key: "verify", What: "of which chain verification (crypto/x509, on cache misses)", Func: "crypto/x509.(*Certificate).Verify"},
+	{Key: "authz", What: "authorization (the authorizers, not the handlers after them)", Func: "k8s.io/apiserver/pkg/authorization/union.unionAuthzHandler.Authorize"},
+	{Key: "webhook", What: "of which the delegated (webhook) authorizer: cache lookup, and SubjectAccessReviews on misses", Func: "k8s.io/apiserver/plugin/pkg/authorizer/webhook.(*WebhookAuthorizer).Authorize"},
+	{Key: "serve", What: "the proxy handler (its own goroutine; the HTTP/2 connections' read loops run apart)", Func: "github.com/clustergateway/cluster-gateway/pkg/proxy.(*Proxy).serve"},
 	{Key: "acquire", What: "of which Pool.Acquire", Func: "github.com/clustergateway/cluster-gateway/pkg/pool.(*Pool).Acquire"},
+	{Key: "otel", What: "OpenTelemetry HTTP server metrics of the generic server's tracing filter", Func: "go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp/internal/semconv.HTTPServer.RecordMetrics"},
+	{Key: "tlsread", What: "TLS reads (client and upstream connections)", Func: "crypto/tls.(*Conn).Read"},
+	{Key: "tlswrite", What: "TLS writes (client and upstream connections)", Func: "crypto/tls.(*Conn).Write"},
 	{Key: "gc", What: "garbage collection (background marking)", Func: "runtime.gcBgMarkWorker"},
 }
 
-// profileBreakdown reads cumulative percentages with `go tool pprof -top -cum`.
-func profileBreakdown(ctx context.Context, goBin, path string) ([]profileShare, error) {
-	out, err := exec.CommandContext(ctx, goBin, "tool", "pprof", "-top", "-cum", "-nodecount=100000", "-nodefraction=0", "-edgefraction=0", path).Output()
+// profiledLoads are the loads during whose first round the gateway is
+// profiled, and what the profile shows.
+var profiledLoads = []struct{ Key, What string }{
+	{"gateway", "on its own port (Direct cluster)"},
+	{"hub", "behind the hub (front-proxy authentication)"},
+	{"konn", "on its own port, to the Konnectivity cluster"},
+}
+
+// profilePath is where the gateway's profile during load key goes: base
+// (-gateway-profile) for the gateway port, base-<key>.pprof for the others;
+// "" when that load is not profiled.
+func profilePath(base, key string) string {
+	if base == "" {
+		return ""
+	}
+	switch key {
+	case "gateway":
+		return base
+	case "hub", "konn":
+		return strings.TrimSuffix(base, ".pprof") + "-" + key + ".pprof"
+	}
+	return ""
+}
+
+// topFunc is one function of a profile: its own (flat) and cumulative share.
+type topFunc struct {
+	Func      string
+	Flat, Cum float64
+}
+
+// pathProfile is the gateway's CPU profile during one load.
+type pathProfile struct {
+	Key, What, Path string
+	Samples         string // pprof's "Total samples = ..." (the CPU profiled)
+	Shares          []profileShare
+	Top             []topFunc // by flat share, highest first
+}
+
+// topFuncs is how many functions of each profile the report lists.
+const topFuncs = 12
+
+// readProfiles reads the profiles runLoads wrote for the loads in ts.
+func readProfiles(ctx context.Context, goBin, base string, ts []*target) []pathProfile {
+	var out []pathProfile
+	for _, pl := range profiledLoads {
+		path := profilePath(base, pl.Key)
+		if path == "" || !slices.ContainsFunc(ts, func(t *target) bool { return t.Key == pl.Key && t.TODO == "" }) {
+			continue
+		}
+		if _, err := os.Stat(path); err != nil {
+			continue
+		}
+		p, err := profileBreakdown(ctx, goBin, path)
+		if err != nil {
+			logf("cannot read the gateway profile %s: %v", path, err)
+			continue
+		}
+		p.Key, p.What = pl.Key, pl.What
+		out = append(out, *p)
+	}
+	return out
+}
+
+// profileBreakdown reads flat and cumulative percentages with `go tool pprof -top`.
+func profileBreakdown(ctx context.Context, goBin, path string) (*pathProfile, error) {
+	out, err := exec.CommandContext(ctx, goBin, "tool", "pprof", "-top", "-nodecount=100000", "-nodefraction=0", "-edgefraction=0", path).Output()
 	if err != nil {
 		return nil, err
 	}
+	p := &pathProfile{Path: path}
 	cum := map[string]float64{}
 	for _, line := range strings.Split(string(out), "\n") {
 		// flat flat% sum% cum cum% name
+		if _, total, ok := strings.Cut(line, "Total samples = "); ok {
+			p.Samples, _, _ = strings.Cut(total, " ")
+		}
 		f := strings.Fields(line)
-		if len(f) < 6 || !strings.HasSuffix(f[4], "%") {
+		if len(f) < 6 || !strings.HasSuffix(f[1], "%") || !strings.HasSuffix(f[4], "%") {
 			continue
 		}
-		if v, err := strconv.ParseFloat(strings.TrimSuffix(f[4], "%"), 64); err == nil {
-			cum[strings.Join(f[5:], " ")] = v
+		flat, err1 := strconv.ParseFloat(strings.TrimSuffix(f[1], "%"), 64)
+		c, err2 := strconv.ParseFloat(strings.TrimSuffix(f[4], "%"), 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		name := strings.Join(f[5:], " ")
+		cum[name] = c
+		p.Top = append(p.Top, topFunc{Func: name, Flat: flat, Cum: c})
+	}
+	slices.SortStableFunc(p.Top, func(a, b topFunc) int {
+		switch {
+		case a.Flat > b.Flat:
+			return -1
+		case a.Flat < b.Flat:
+			return 1
+		}
+		return 0
+	})
+	p.Top = p.Top[:min(len(p.Top), topFuncs)]
+	p.Shares = slices.Clone(profileFuncs)
+	for i := range p.Shares {
+		p.Shares[i].Pct = cum[p.Shares[i].Func]
+	}
+	return p, nil
+}
+
+// share is the cumulative share of key in p (0 when absent).
+func (p *pathProfile) share(key string) float64 {
+	for _, s := range p.Shares {
+		if s.Key == key {
+			return s.Pct
 		}
 	}
-	shares := make([]profileShare, len(profileFuncs))
-	copy(shares, profileFuncs)
-	for i := range shares {
-		shares[i].Pct = cum[shares[i].Func]
-	}
-	return shares, nil
+	return 0
 }

@@ -18,8 +18,9 @@ type report struct {
 	Capacity   int
 	Total      time.Duration
 
-	ProfilePath string
-	Profile     []profileShare
+	Profiles    []pathProfile // the gateway's CPU during loads (profile.go)
+	GatewayArgs []string      // the gateway's flags, for the authorization cache TTLs
+	AuthzIdle   *authzSteady  // SubjectAccessReviews without load (sar.go)
 }
 
 func (r *report) target(key string) *target {
@@ -41,6 +42,7 @@ func (r *report) markdown() string {
 	fmt.Fprintf(&b, "- Noise: the CPUs are shared with other work, and the clients, proxies and kube-apiservers all run on them. "+
 		"Every comparison is therefore taken side by side in this one run (one `go test` invocation, medians of %d; loads in %d interleaved rounds), "+
 		"and the ratios mean more than the absolute numbers.\n\n", r.Opts.BenchCount, r.Opts.Rounds)
+	r.goalsSection(&b)
 	if r.GoBench != nil {
 		r.goBenchSection(&b)
 	}
@@ -76,9 +78,11 @@ func (r *report) loadSection(b *strings.Builder) {
 	o := r.Opts
 	fmt.Fprintf(b, "## 2. Under load in the local environment\n\n")
 	fmt.Fprintf(b, "hack/localenv in a fresh `%s`: etcd, the hub kube-apiserver with aggregation, the gateway behind its APIService (`--pool-capacity=%d`), managed kube-apiservers, "+
-		"and the konnectivity proxy-server and agent; all on 127.0.0.0/8, up in %s. Every path GETs `%s` of the same kind of cluster with %d keep-alive workers sharing one HTTP/2 client "+
-		"(as client-go does), %s per path in %d interleaved rounds after a %s warm-up. The gateway paths authenticate as the hub admin's client certificate.\n\n",
-		o.StateDir, r.Capacity, r.EnvStartup.Round(time.Second), requestPath, o.Concurrency, o.Duration, o.Rounds, o.Warm)
+		"and the konnectivity proxy-server and agent; all on 127.0.0.0/8, up in %s. Every path GETs `%s` of the same kind of cluster with %d keep-alive workers (rows that say otherwise: that many) sharing one HTTP/2 client "+
+		"(as client-go does), %s per path in %d interleaved rounds after a %s warm-up. The gateway paths authenticate with the client certificate of `%s`, "+
+		"a hub user bound to `cluster-gateway:proxy-reader` and not in system:masters (whom the delegated authorizer allows without asking the hub), "+
+		"so every request is authorized as a real user's is.\n\n",
+		o.StateDir, r.Capacity, r.EnvStartup.Round(time.Second), requestPath, o.Concurrency, o.Duration, o.Rounds, o.Warm, benchUser)
 	b.WriteString("| path | req/s | req/s by round | p50 | p99 | errors | CPU/req gateway | CPU/req hub | CPU/req upstream | CPU/req konnectivity (server+agent) | CPU/req bench process |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, t := range r.Targets {
@@ -122,28 +126,10 @@ func (r *report) loadSection(b *strings.Builder) {
 	}
 	b.WriteString("\nCounters are `cluster_gateway_pool_entry_creations_total`, `cluster_gateway_pool_connection_dials_total` and `cluster_gateway_konnectivity_tunnel_builds_total` from the gateway's /metrics, " +
 		"read before and after each round (after the warm-up, which creates the entries and dials the connections). Goroutines are `go_goroutines`.\n\n")
+	r.authzSection(b)
 	r.profileSection(b)
 	r.ratios(b)
-}
-
-func (r *report) profileSection(b *strings.Builder) {
-	if len(r.Profile) == 0 {
-		return
-	}
-	fmt.Fprintf(b, "### Where the gateway's CPU went on its own port\n\nA CPU profile of the gateway during the first round of the gateway-port load (`go tool pprof %s`; profiling costs a little CPU itself), cumulative shares:\n\n", r.ProfilePath)
-	b.WriteString("| part | share of the gateway's CPU |\n|---|---:|\n")
-	for _, s := range r.Profile {
-		pct := fmt.Sprintf("%.1f%%", s.Pct)
-		if s.Pct == 0 {
-			pct = "no sample"
-		}
-		fmt.Fprintf(b, "| %s (`%s`) | %s |\n", s.What, s.Func, pct)
-	}
-	b.WriteString("\nThe generic server authenticates every request: a client certificate is verified against the client CAs " +
-		"(one P-256 signature check per request, as kube-apiserver itself does), and through the hub the front-proxy certificate " +
-		"is verified by the request-header authenticator instead. hack/localenv gives every CA a distinct name, as kubeadm does " +
-		"(`kubernetes`, `front-proxy-ca`): with equal names a verifier also tries the wrong CA's signature first, which once cost " +
-		"a third of the gateway's CPU here.\n\n")
+	r.manyWorkersSection(b)
 }
 
 func (r *report) ratios(b *strings.Builder) {
@@ -221,7 +207,7 @@ func (r *report) interpretation(b *strings.Builder) {
 	b.WriteString("## Interpretation\n\n")
 	var total, created, dials, tunnels float64
 	for _, t := range r.Targets {
-		if t.Key == "gateway" || t.Key == "hub" || t.Key == "konn" {
+		if gatewayLoads[t.Key] {
 			total += float64(t.res.Requests)
 			created += t.res.DCreations
 			dials += t.res.DDials
@@ -245,15 +231,7 @@ func (r *report) interpretation(b *strings.Builder) {
 				"which any aggregated API server pays.\n")
 		}
 	}
-	if share := r.profileShares(); share != nil {
-		acquire := fmt.Sprintf("%.1f%%", share["acquire"])
-		if share["acquire"] == 0 {
-			acquire = "below the profile's resolution (no sample)"
-		}
-		fmt.Fprintf(b, "- In the gateway process on its own port, the proxy handler including its upstream round trip is %.1f%% of the CPU and `Pool.Acquire` %s; "+
-			"client-certificate verification is %.1f%%, %.1f points of it the request-header verifier's doomed attempt that localenv's same-named CAs make expensive.\n",
-			share["serve"], acquire, share["verify"], share["verifier"])
-	}
+	r.profileInterpretation(b)
 	if d, gw := r.target("direct"), r.target("gateway"); d != nil && gw != nil {
 		fmt.Fprintf(b, "- On %d shared CPUs the loads are CPU-bound: req/s measures the total CPU of a path's processes more than any hop's latency. "+
 			"Direct needs only the client and one kube-apiserver; every proxy adds a TLS server, a TLS client and a copy of the body on the same CPUs, "+
@@ -263,18 +241,6 @@ func (r *report) interpretation(b *strings.Builder) {
 		b.WriteString("- Konnectivity was not measured in this run (TODO row above).\n")
 	}
 	b.WriteString("- Not measured: watch and exec streams, large lists through the real clusters, many distinct clusters under load at once, and a dedicated machine.\n")
-}
-
-// profileShares are the profile's shares by key, or nil without a profile.
-func (r *report) profileShares() map[string]float64 {
-	if len(r.Profile) == 0 {
-		return nil
-	}
-	out := map[string]float64{}
-	for _, s := range r.Profile {
-		out[s.Key] = s.Pct
-	}
-	return out
 }
 
 func (r *report) firstErr() *target {

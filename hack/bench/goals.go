@@ -1,0 +1,174 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+)
+
+// goal is one of issue 12's targets, judged from this run's measurements.
+type goal struct {
+	Goal     string  // what is required
+	Limit    float64 // the bound on Value
+	AtLeast  bool    // Value must be >= Limit (else <= Limit)
+	Value    float64 // the measured ratio (or count)
+	Measured string  // how Value was obtained, for the table
+	Missing  string  // why it was not measured; empty when it was
+	Evidence bool    // a check of the bench's own, not a goal of the issue
+}
+
+// met says whether the measurement meets the goal.
+func (g goal) met() bool {
+	if g.AtLeast {
+		return g.Value >= g.Limit
+	}
+	return g.Value <= g.Limit
+}
+
+func (g goal) verdict() string {
+	switch {
+	case g.Missing != "":
+		return "not measured (" + g.Missing + ")"
+	case g.met():
+		return "**met**"
+	default:
+		return "**not met**"
+	}
+}
+
+// goals computes every goal from the loads, the Go benchmarks and the
+// counters of this run.
+func (r *report) goals() []goal {
+	d, bare, gw, hub, konn := r.target("direct"), r.target("bare"), r.target("gateway"), r.target("hub"), r.target("konn")
+	w := r.Opts.Concurrency
+	var out []goal
+
+	g := goal{Goal: fmt.Sprintf("Gateway port, Direct, %d workers: req/s ≥ 0.90× the bare reverse proxy's", w), Limit: 0.90, AtLeast: true}
+	if gw != nil && bare != nil {
+		g.Value = gw.res.rps() / bare.res.rps()
+		g.Measured = fmt.Sprintf("%.2f× (%.0f vs %.0f req/s)", g.Value, gw.res.rps(), bare.res.rps())
+	} else {
+		g.Missing = "gateway or bare load not run"
+	}
+	out = append(out, g)
+
+	g = goal{Goal: fmt.Sprintf("Gateway port, Direct, %d workers: gateway CPU per request ≤ 1.5× the bare proxy's", w), Limit: 1.5}
+	if gw != nil && bare != nil && d != nil {
+		gc, _ := gw.res.cpuPerReq("gateway")
+		bc := bareProxyCPU(bare, d)
+		if bc > 0 {
+			g.Value = ratio(gc, bc)
+			g.Measured = fmt.Sprintf("%.2f× (%s vs %s)", g.Value, fmtDur(gc), fmtDur(bc))
+		} else {
+			g.Missing = "the bare proxy's CPU per request came out ≤ 0"
+		}
+	} else {
+		g.Missing = "gateway, bare or direct load not run"
+	}
+	out = append(out, g)
+
+	g = goal{Goal: "Through the hub: the gateway's CPU per request ≤ 0.5× the hub kube-apiserver's", Limit: 0.5}
+	if hub != nil {
+		gc, ok1 := hub.res.cpuPerReq("gateway")
+		hc, ok2 := hub.res.cpuPerReq("hub")
+		if ok1 && ok2 && hc > 0 {
+			g.Value = ratio(gc, hc)
+			g.Measured = fmt.Sprintf("%.2f× (%s vs %s)", g.Value, fmtDur(gc), fmtDur(hc))
+		} else {
+			g.Missing = "no CPU figures"
+		}
+	} else {
+		g.Missing = "hub load not run"
+	}
+	out = append(out, g)
+
+	g = goal{Goal: "Konnectivity: the gateway's CPU per request ≤ 1.15× its Direct CPU per request (proxy-server and agent not judged)", Limit: 1.15}
+	switch {
+	case konn != nil && gw != nil:
+		kc, _ := konn.res.cpuPerReq("gateway")
+		dc, _ := gw.res.cpuPerReq("gateway")
+		g.Value = ratio(kc, dc)
+		g.Measured = fmt.Sprintf("%.2f× (%s vs %s; proxy-server + agent: %s more)", g.Value, fmtDur(kc), fmtDur(dc), cpuStr(&konn.res, "proxy-server", "proxy-agent"))
+	default:
+		g.Missing = "Konnectivity or gateway load not run"
+	}
+	out = append(out, g)
+
+	for _, body := range []string{"get", "list"} {
+		gn, bn, ga, ba := r.goBenchPair(body)
+		g = goal{Goal: fmt.Sprintf("In process (`%s`): handler ns/op ≤ 1.10× the bare proxy's", body), Limit: 1.10}
+		if gn > 0 && bn > 0 {
+			g.Value = gn / bn
+			g.Measured = fmt.Sprintf("%.2f× (%s vs %s)", g.Value, fmtNs(gn), fmtNs(bn))
+		} else {
+			g.Missing = "Go benchmarks not run"
+		}
+		out = append(out, g)
+		g = goal{Goal: fmt.Sprintf("In process (`%s`): handler allocs/op ≤ the bare proxy's + 20", body), Limit: 20}
+		if gn > 0 && bn > 0 {
+			g.Value = ga - ba
+			g.Measured = fmt.Sprintf("%+.0f (%.0f vs %.0f allocs/op)", g.Value, ga, ba)
+		} else {
+			g.Missing = "Go benchmarks not run"
+		}
+		out = append(out, g)
+	}
+
+	g = goal{Goal: fmt.Sprintf("Delegated authorization cached after warm-up: SubjectAccessReviews on the hub ≤ %.0f per 1,000 requests through the gateway, right after a caller's decision was filled", sarLimit),
+		Limit: sarLimit, Evidence: true}
+	if n, sars, delegated := r.gatewayAuthz(true); n > 0 {
+		g.Value = perThousand(sars, n)
+		g.Measured = fmt.Sprintf("%.2f (%.0f SARs on the hub, %.0f sent by the gateway, %d requests in %s windows)", g.Value, sars, delegated, n, r.steadyWindow())
+	} else {
+		g.Missing = "no window after a fill: no gateway load, or -authz-window 0"
+	}
+	out = append(out, g)
+	return out
+}
+
+// sarLimit is what "≈ 0 SubjectAccessReviews per 1,000 requests" is taken
+// to mean: at most one review per 1,000 requests, i.e. the cache answered
+// 99.9% of them (one review per TTL per caller and attributes is expected).
+const sarLimit = 1.0
+
+// goBenchPair is the handler's and the bare proxy's ns/op and allocs/op
+// medians for body (zeros without Go benchmarks).
+func (r *report) goBenchPair(body string) (gwNs, bareNs, gwAllocs, bareAllocs float64) {
+	gb := r.GoBench
+	if gb == nil {
+		return 0, 0, 0, 0
+	}
+	g, b := "BenchmarkProxyGateway/"+body, "BenchmarkBareReverseProxy/"+body
+	return gb.median(g, nsOp), gb.median(b, nsOp), gb.median(g, allocsOp), gb.median(b, allocsOp)
+}
+
+// goalsSection is the table of issue 12's goals with the verdicts computed
+// from this run.
+func (r *report) goalsSection(b *strings.Builder) {
+	gs := r.goals()
+	met, judged := 0, 0
+	for _, g := range gs {
+		if g.Missing == "" && !g.Evidence {
+			judged++
+			if g.met() {
+				met++
+			}
+		}
+	}
+	fmt.Fprintf(b, "## Goals\n\nEvery ratio below is computed from this run (sections 1 and 2 have the measurements). Goals met: %d of the %d measured.\n\n", met, judged)
+	b.WriteString("| goal | measured | met? |\n|---|---|---|\n")
+	for _, g := range gs {
+		name := g.Goal
+		if g.Evidence {
+			name += " (evidence the bench checks, not a goal of the issue)"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s |\n", name, g.Measured, g.verdict())
+	}
+	b.WriteString("\nCPU per request is each process's CPU over a load divided by its requests (section 2). The bare proxy's is the bench process's CPU " +
+		"per request in the bare row minus that in the direct row (the client alone). The in-process rows compare medians of `BenchmarkProxyGateway` and " +
+		"`BenchmarkBareReverseProxy` from one `go test` run. On shared CPUs a single run can land on either side of a bound that it is close to.")
+	if len(r.Profiles) > 0 {
+		b.WriteString(" The gateway is CPU-profiled during the first round of its profiled loads (section 2), which adds a little to its CPU there " +
+			"and not to the bare proxy's (`-gateway-profile ''` turns profiling off).")
+	}
+	b.WriteString("\n\n")
+}

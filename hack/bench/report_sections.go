@@ -1,0 +1,226 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+)
+
+// authzSection shows, per load, the delegated authorization calls of the
+// gateway and the SubjectAccessReviews the hub received.
+func (r *report) authzSection(b *strings.Builder) {
+	b.WriteString("### Delegated authorization during each load\n\n")
+	fmt.Fprintf(b, "| path | workers | requests | gateway authorization calls to the hub | SubjectAccessReviews on the hub | SARs per round | SARs per 1,000 requests "+
+		"| fresh caller: SARs filling its decision | then: requests | SARs | SARs per 1,000 requests |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, t := range r.Targets {
+		if t.TODO != "" {
+			continue
+		}
+		a, s := t.res.Authz, t.res.Steady
+		steady := "| – | – | – | –"
+		if s.Requests > 0 {
+			steady = fmt.Sprintf("| %.0f | %d | %.0f | %.2f", s.Filled, s.Requests, s.HubSARs, perThousand(s.HubSARs, s.Requests))
+		}
+		fmt.Fprintf(b, "| %s | %d | %d | %.0f | %.0f | %.1f | %.2f %s |\n", t.Name, workersOf(t, r.Opts.Concurrency), t.res.Requests, a.Delegated, a.HubSARs,
+			a.HubSARs/float64(max(1, len(t.res.RoundRPS))), perThousand(a.HubSARs, t.res.Requests), steady)
+	}
+	if i := r.AuthzIdle; i != nil {
+		fmt.Fprintf(b, "| no load for %s (control) | – | – | – | – | – | – | – | 0 | %.0f (the gateway asked %.0f) | – |\n", i.Window, i.HubSARs, i.Delegated)
+	}
+	allowTTL := flagValue(r.GatewayArgs, flagAllowTTL, defaultAuthzTTL.String()+", the default")
+	denyTTL := flagValue(r.GatewayArgs, flagDenyTTL, defaultAuthzTTL.String()+", the default")
+	b.WriteString("\nThe gateway's counter is `apiserver_delegated_authz_request_total` (its /metrics, all codes); the hub's is " +
+		"`apiserver_request_total{resource=\"subjectaccessreviews\"}` (the hub kube-apiserver's /metrics, scraped as its admin), both read before and after " +
+		"each round, i.e. after the warm-up. The gateway asks the hub once per caller and request attributes (user, groups, verb, resource, subresource, " +
+		"name) and k8s.io/apiserver's webhook authorizer caches the answer, so in steady state a load costs about one review per cache TTL, not one per request. " +
+		"The direct and bare rows are the control: nothing there asks the hub.\n\n")
+	rounds, roundSARs := 0, 0.0
+	for _, t := range r.Targets {
+		if t.TODO == "" && gatewayLoads[t.Key] {
+			rounds += len(t.res.RoundRPS)
+			roundSARs += t.res.Authz.HubSARs
+		}
+	}
+	if n, sars, _ := r.gatewayAuthz(true); n > 0 {
+		fmt.Fprintf(b, "During the interleaved rounds the gateway paths cost %.1f reviews per round on average. The gateway-port, hub and %d-worker loads ask "+
+			"for the same caller and attributes and so share one decision; the Konnectivity load (another cluster's name) has its own. A round that begins "+
+			"more than a TTL after its decision was last filled begins with a refill, and k8s.io/apiserver's webhook authorizer does not merge "+
+			"concurrent misses, so every worker whose request arrives before the first answer is cached sends a review of its own (up to one per worker). "+
+			"After the rounds, each gateway path was loaded once more as a caller of its own that no load had used (`%s-<load>`, bound alike), "+
+			"so that its warm-up's first requests filled the decision (the column of SARs filling it), and then for %s more: "+
+			"there the gateway paths' %d requests cost %.0f reviews (%.2f per 1,000), the steady state between refills. "+
+			"A client that keeps sending thus costs up to one review per in-flight request per TTL, not one per request.\n\n",
+			roundSARs/float64(max(1, rounds)), *manyWorkers, benchUser, r.steadyWindow(), n, sars, perThousand(sars, n))
+	}
+	if i := r.AuthzIdle; i != nil {
+		fmt.Fprintf(b, "The control row is as long as those windows together, without load: %.0f reviews not caused by the loads (the hub also calls the gateway on its own, "+
+			"e.g. to check the APIService), which the windows under load can include too.\n\n", i.HubSARs)
+	}
+	fmt.Fprintf(b, "The cache's TTLs are gateway flags, `--%s` (here %s) and `--%s` (here %s). "+
+		"Its size is not a flag: k8s.io/apiserver fixes it (an LRU of 8192 decisions, `plugin/pkg/authorizer/webhook`), and the gateway does not change it. "+
+		"With `--authorize-proxy-subpath` the gateway also authorizes each proxied request's inner verb and resource, one more cached decision per distinct "+
+		"inner request; this run does not set it.\n\n", flagAllowTTL, allowTTL, flagDenyTTL, denyTTL)
+}
+
+// profileSection shows where the gateway's CPU went during each profiled
+// load: named parts (cumulative) side by side, then each profile's top
+// functions by their own CPU.
+func (r *report) profileSection(b *strings.Builder) {
+	if len(r.Profiles) == 0 {
+		return
+	}
+	b.WriteString("### Where the gateway's CPU went\n\nCPU profiles of the gateway during the first round of ")
+	var which []string
+	for _, p := range r.Profiles {
+		which = append(which, fmt.Sprintf("the %s load (`go tool pprof %s`)", p.Key, p.Path))
+	}
+	b.WriteString(strings.Join(which, ", ") + "; profiling costs a little CPU itself, and each profile also covers the gateway /metrics scrape " +
+		"taken as its round begins. Cumulative shares of the gateway's CPU (a function and everything it calls; the named parts overlap where one says \"of which\"):\n\n")
+	b.WriteString("| part |")
+	for _, p := range r.Profiles {
+		fmt.Fprintf(b, " %s |", p.What)
+	}
+	b.WriteString("\n|---|" + strings.Repeat("---:|", len(r.Profiles)) + "\n")
+	for i, f := range profileFuncs {
+		fmt.Fprintf(b, "| %s (`%s`) |", f.What, f.Func)
+		for _, p := range r.Profiles {
+			fmt.Fprintf(b, " %s |", pctStr(p.Shares[i].Pct))
+		}
+		b.WriteString("\n")
+	}
+	var verify, samples []string
+	for _, p := range r.Profiles {
+		verify = append(verify, fmt.Sprintf("%s %s", p.Key, pctStr(p.share("verify"))))
+		samples = append(samples, fmt.Sprintf("%s %s", p.Key, p.Samples))
+	}
+	fmt.Fprintf(b, "\nProfiled CPU (pprof's total samples): %s. Client-certificate chains are verified once per connection and then found in pkg/certauth's cache "+
+		"(`--authentication-certificate-cache-size`), the hub's front-proxy certificate included, so `crypto/x509` verification shows only when a new "+
+		"connection or certificate arrives (in these profiles: %s). Authorization decisions come from the webhook authorizer's cache (above); "+
+		"its share is the cache lookup, which marshals each request's SubjectAccessReview to JSON for the key.\n\n",
+		strings.Join(samples, ", "), strings.Join(verify, ", "))
+	for _, p := range r.Profiles {
+		fmt.Fprintf(b, "Top functions by their own CPU, gateway %s:\n\n| function | own (flat) | cumulative |\n|---|---:|---:|\n", p.What)
+		for _, t := range p.Top {
+			fmt.Fprintf(b, "| `%s` | %.1f%% | %.1f%% |\n", shortFunc(t.Func), t.Flat, t.Cum)
+		}
+		b.WriteString("\n")
+	}
+}
+
+// shortFunc elides the type arguments of a generic function's long name.
+func shortFunc(name string) string {
+	if len(name) <= 100 {
+		return name
+	}
+	i, j := strings.IndexByte(name, '['), strings.LastIndexByte(name, ']')
+	if i < 0 || j < i {
+		return name
+	}
+	return name[:i+1] + "…" + name[j:]
+}
+
+func pctStr(v float64) string {
+	if v == 0 {
+		return "no sample"
+	}
+	return fmt.Sprintf("%.1f%%", v)
+}
+
+// profile is the profile of load key, or nil.
+func (r *report) profile(key string) *pathProfile {
+	for i := range r.Profiles {
+		if r.Profiles[i].Key == key {
+			return &r.Profiles[i]
+		}
+	}
+	return nil
+}
+
+// profileInterpretation is the interpretation's line about the profiles.
+func (r *report) profileInterpretation(b *strings.Builder) {
+	p := r.profile("gateway")
+	if p == nil {
+		return
+	}
+	acquire := pctStr(p.share("acquire"))
+	if p.share("acquire") == 0 {
+		acquire = "below the profile's resolution (no sample)"
+	}
+	fmt.Fprintf(b, "- In the gateway process on its own port, the proxy handler's goroutine is %s of the CPU and `Pool.Acquire` %s; "+
+		"authentication is %s (chain verification %s, pkg/certauth's lookup %s), authorization %s (the delegated authorizer %s), "+
+		"the tracing filter's OpenTelemetry metrics %s, TLS reads and writes %s and %s, garbage collection %s.",
+		pctStr(p.share("serve")), acquire, pctStr(p.share("authn")), pctStr(p.share("verify")), pctStr(p.share("certauth")),
+		pctStr(p.share("authz")), pctStr(p.share("webhook")), pctStr(p.share("otel")),
+		pctStr(p.share("tlsread")), pctStr(p.share("tlswrite")), pctStr(p.share("gc")))
+	if h := r.profile("hub"); h != nil {
+		fmt.Fprintf(b, " Behind the hub: handler %s, authentication %s (verification %s), authorization %s.",
+			pctStr(h.share("serve")), pctStr(h.share("authn")), pctStr(h.share("verify")), pctStr(h.share("authz")))
+	}
+	if k := r.profile("konn"); k != nil {
+		fmt.Fprintf(b, " To the Konnectivity cluster: handler %s (its round trip goes through the gRPC tunnel), authentication %s, authorization %s.",
+			pctStr(k.share("serve")), pctStr(k.share("authn")), pctStr(k.share("authz")))
+	}
+	b.WriteString("\n")
+}
+
+// manyWorkersSection compares the loads with -workers-many workers to the
+// same paths with -concurrency: every client keeps one HTTP/2 connection,
+// and the gateway one pooled connection to the cluster.
+func (r *report) manyWorkersSection(b *strings.Builder) {
+	var lines []string
+	var n int
+	for _, key := range []string{"direct", "bare", "gateway"} {
+		few, many := r.target(key), r.target(key+"-many")
+		if few == nil || many == nil {
+			continue
+		}
+		n = workersOf(many, 0)
+		lines = append(lines, fmt.Sprintf("- %s: %.0f req/s with %d workers vs %.0f with %d (%.2f×); p50 %s vs %s, p99 %s vs %s.",
+			few.Name, many.res.rps(), n, few.res.rps(), r.Opts.Concurrency, many.res.rps()/few.res.rps(),
+			fmtDur(many.res.pct(.5)), fmtDur(few.res.pct(.5)), fmtDur(many.res.pct(.99)), fmtDur(few.res.pct(.99))))
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "### %d workers to one cluster\n\n", n)
+	fmt.Fprintf(b, "The gateway ran with `--%s=%s` so that it forwards all %d at once: with its default bound, %d in flight per cluster and `--max-queued-per-cluster` 32 waiting, "+
+		"it would hold most of them in its queue and answer 429 beyond both, and the row would show the limiter rather than the connection.\n\n",
+		flagMaxPerCluster, flagValue(r.GatewayArgs, flagMaxPerCluster, fmt.Sprint(defaultMaxPerCluster)), n, defaultMaxPerCluster)
+	b.WriteString(strings.Join(lines, "\n") + "\n")
+	gw, bare, d := r.target("gateway-many"), r.target("bare-many"), r.target("direct-many")
+	if gw != nil && bare != nil {
+		fmt.Fprintf(b, "- Gateway port vs bare reverse proxy with %d workers: req/s %.2f×", n, gw.res.rps()/bare.res.rps())
+		if d != nil {
+			gc, _ := gw.res.cpuPerReq("gateway")
+			bc := bareProxyCPU(bare, d)
+			fmt.Fprintf(b, ", CPU per request %s vs ≈ %s (%.2f×)", fmtDur(gc), fmtDur(bc), ratio(gc, bc))
+		}
+		if gw.res.DDials == 0 {
+			fmt.Fprintf(b, "; the gateway dialed no connection during its %d-worker load, so all of it went over the one pooled HTTP/2 connection to the cluster.\n", n)
+		} else {
+			fmt.Fprintf(b, "; the gateway dialed %.0f connections during its %d-worker load (see the pool table).\n", gw.res.DDials, n)
+		}
+	}
+	fmt.Fprintf(b, "\nEvery client here is one HTTP/2 connection (as client-go's), and so are the gateway's and the bare proxy's to the cluster. "+
+		"A path held back by its one connection would gain less from %d to %d workers than direct does on the same %d CPUs, with latency growing "+
+		"in proportion to the workers; a path held back by CPU gains as little as direct.", r.Opts.Concurrency, n, r.Machine.CPUs)
+	if g, d := r.gain("gateway"), r.gain("direct"); g > 0 && d > 0 {
+		if g >= d {
+			fmt.Fprintf(b, " Here req/s changed by %.2f× on the gateway port and by %.2f× direct: the gateway port scaled no worse than direct, "+
+				"so its one connection to the cluster was not what held it back at %d workers.", g, d, n)
+		} else {
+			fmt.Fprintf(b, " Here req/s changed by %.2f× on the gateway port and by %.2f× direct: the gateway port scaled worse than direct, "+
+				"so its one connection to the cluster, or its own CPU, held it back at %d workers.", g, d, n)
+		}
+	}
+	b.WriteString("\n\n")
+}
+
+// gain is the req/s of key's -workers-many load over its -concurrency load
+// (0 without both).
+func (r *report) gain(key string) float64 {
+	few, many := r.target(key), r.target(key+"-many")
+	if few == nil || many == nil || few.res.rps() == 0 {
+		return 0
+	}
+	return many.res.rps() / few.res.rps()
+}
