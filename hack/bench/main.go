@@ -29,6 +29,9 @@ type options struct {
 	BenchTime                 string
 	SkipGoBench, SkipEnv      bool
 	GatewayProfile            string
+	Only                      string // one section alone: "scan"
+	GatewayBin                string // default: BinDir/cluster-gateway
+	ScanGateways              int    // scan.go; 0 skips the scan
 }
 
 // requestPath is the object every load GETs (a Kubernetes GET of one object).
@@ -52,7 +55,13 @@ func main() {
 	flag.BoolVar(&o.SkipGoBench, "skip-go-bench", false, "skip the in-process Go benchmarks")
 	flag.BoolVar(&o.SkipEnv, "skip-env", false, "skip the local environment (loads and memory)")
 	flag.StringVar(&o.GatewayProfile, "gateway-profile", "gateway-cpu.pprof", "CPU profile of the gateway during the first gateway-port round, in the state dir (empty: none)")
+	flag.StringVar(&o.GatewayBin, "gateway-bin", "", "the gateway binary (default: cluster-gateway in -bin), e.g. one built from this checkout")
+	flag.StringVar(&o.Only, "only", "", `run one section alone ("scan"); its report goes to -out if given, else into the state dir`)
+	flag.IntVar(&o.ScanGateways, "scan-gateways", 10000, "ClusterGateways for the scan with the default pool (0 skips it)")
 	flag.Parse()
+	if o.Only != "" {
+		onlySection(&o)
+	}
 	log.SetFlags(log.Ltime)
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -104,6 +113,7 @@ func runEnv(ctx context.Context, o options, rep *report) (err error) {
 	env, err := localenv.Start(ctx, localenv.Options{
 		StateDir:    o.StateDir,
 		BinDir:      o.BinDir,
+		GatewayBin:  o.GatewayBin,
 		GatewayArgs: []string{"--pool-capacity=" + strconv.Itoa(capacity)},
 		Logf:        func(f string, a ...any) { logf("localenv: "+f, a...) },
 	})
@@ -117,6 +127,9 @@ func runEnv(ctx context.Context, o options, rep *report) (err error) {
 	gw, err := newGatewayAdmin(env)
 	if err != nil {
 		return err
+	}
+	if o.Only == "scan" {
+		return runScanStep(ctx, o, env, gw, rep)
 	}
 	targets, closeTargets, err := buildTargets(env)
 	if err != nil {
@@ -143,7 +156,7 @@ func runEnv(ctx context.Context, o options, rep *report) (err error) {
 			return err
 		}
 	}
-	return nil
+	return runScanStep(ctx, o, env, gw, rep)
 }
 
 // buildTargets are the paths to the same object, side by side.

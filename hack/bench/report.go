@@ -13,6 +13,7 @@ type report struct {
 	GoBench    *goBench
 	Targets    []*target
 	Pooled     *pooledResult
+	Scan       *scanResult // scan.go, report_scan.go
 	EnvStartup time.Duration
 	Capacity   int
 	Total      time.Duration
@@ -48,6 +49,9 @@ func (r *report) markdown() string {
 	}
 	if r.Pooled != nil {
 		r.pooledSection(&b)
+	}
+	if r.Scan != nil {
+		r.scanSection(&b)
 	}
 	r.interpretation(&b)
 	return b.String()
@@ -255,7 +259,7 @@ func (r *report) interpretation(b *strings.Builder) {
 			"Direct needs only the client and one kube-apiserver; every proxy adds a TLS server, a TLS client and a copy of the body on the same CPUs, "+
 			"so a proxied path cannot approach direct's req/s here (gateway port %.2f× direct).\n", r.Machine.CPUs, gw.res.rps()/d.res.rps())
 	}
-	if r.target("konn") == nil {
+	if len(r.Targets) > 0 && r.target("konn") == nil { // not with -only
 		b.WriteString("- Konnectivity was not measured in this run (TODO row above).\n")
 	}
 	b.WriteString("- Not measured: watch and exec streams, large lists through the real clusters, many distinct clusters under load at once, and a dedicated machine.\n")
