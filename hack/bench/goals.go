@@ -122,7 +122,7 @@ func (r *report) goals() []goal {
 		g.Missing = "no window after a fill: no gateway load, or -authz-window 0"
 	}
 	out = append(out, g)
-	return out
+	return append(out, r.scanGoals()...)
 }
 
 // sarLimit is what "≈ 0 SubjectAccessReviews per 1,000 requests" is taken
@@ -154,7 +154,7 @@ func (r *report) goalsSection(b *strings.Builder) {
 			}
 		}
 	}
-	fmt.Fprintf(b, "## Goals\n\nEvery ratio below is computed from this run (sections 1 and 2 have the measurements). Goals met: %d of the %d measured.\n\n", met, judged)
+	fmt.Fprintf(b, "## Goals\n\nEvery ratio below is computed from this run (sections 1, 2 and 5 have the measurements). Goals met: %d of the %d measured.\n\n", met, judged)
 	b.WriteString("| goal | measured | met? |\n|---|---|---|\n")
 	for _, g := range gs {
 		name := g.Goal

@@ -30,8 +30,10 @@ type options struct {
 	BenchTime                 string
 	SkipGoBench, SkipEnv      bool
 	GatewayProfile            string
-	Only                      string // one section alone: "isolation"
+	Only                      string // one section alone: "isolation" or "scan"
 	Isolation                 isolationOptions
+	GatewayBin                string // default: BinDir/cluster-gateway
+	ScanGateways              int    // scan.go; 0 skips the scan
 }
 
 // requestPath is the object every load GETs (a Kubernetes GET of one object).
@@ -61,7 +63,9 @@ func main() {
 	flag.BoolVar(&o.SkipGoBench, "skip-go-bench", false, "skip the in-process Go benchmarks")
 	flag.BoolVar(&o.SkipEnv, "skip-env", false, "skip the local environment (loads and memory)")
 	flag.StringVar(&o.GatewayProfile, "gateway-profile", "gateway-cpu.pprof", "CPU profile of the gateway during the first gateway-port round, in the state dir; the hub and Konnectivity rounds' go to <name>-hub.pprof and <name>-konn.pprof (empty: none)")
-	flag.StringVar(&o.Only, "only", "", `run one section alone ("isolation") and write its report into the state dir instead of -out`)
+	flag.StringVar(&o.Only, "only", "", `run one section alone ("isolation" or "scan"); its report goes into the state dir, not -out`)
+	flag.StringVar(&o.GatewayBin, "gateway-bin", "", "the gateway binary (default: cluster-gateway in -bin), e.g. one built from this checkout")
+	flag.IntVar(&o.ScanGateways, "scan-gateways", 10000, "scan: ClusterGateways with the default pool (0 skips the scan)")
 	flag.DurationVar(&o.Isolation.Delay, "isolation-delay", time.Second, "isolation: delay the slow cluster's forward proxy adds to everything the cluster sends")
 	flag.IntVar(&o.Isolation.Noisy, "isolation-noisy", 200, "isolation: workers saturating the slow cluster")
 	flag.IntVar(&o.Isolation.NoisyUsers, "isolation-noisy-users", 8, "isolation: hub users the noisy workers are spread over")
@@ -71,13 +75,8 @@ func main() {
 	flag.IntVar(&o.Isolation.Rounds, "isolation-rounds", 10, "isolation: interleaved rounds of both phases, per gateway configuration")
 	flag.IntVar(&o.Isolation.InFlight, "isolation-inflight", 150, "isolation: the gateway's --max-requests-inflight, small enough for the noisy workers to exhaust")
 	flag.Parse()
-	if o.Only != "" && o.Only != "isolation" {
-		log.Fatalf("-only %q: the only section that runs alone is \"isolation\"", o.Only)
-	}
 	if o.Only != "" {
-		// A partial report never replaces the whole one.
-		o.Out = filepath.Join(o.StateDir, "performance-"+o.Only+".md")
-		o.SkipGoBench = true
+		onlySection(&o)
 	}
 	log.SetFlags(log.Ltime)
 
@@ -133,6 +132,7 @@ func runEnv(ctx context.Context, o options, rep *report) (err error) {
 	env, err := localenv.Start(ctx, localenv.Options{
 		StateDir:    o.StateDir,
 		BinDir:      o.BinDir,
+		GatewayBin:  o.GatewayBin,
 		GatewayArgs: append(slices.Clone(gatewayArgs), workersGatewayArgs(o.Concurrency)...),
 		Logf:        func(f string, a ...any) { logf("localenv: "+f, a...) },
 	})
@@ -147,14 +147,22 @@ func runEnv(ctx context.Context, o options, rep *report) (err error) {
 	if err != nil {
 		return err
 	}
-	if o.Only != "isolation" {
+	if o.Only == "" {
 		if err := runLoadsAndPooled(ctx, o, env, gw, rep); err != nil {
 			return err
 		}
 	}
-	logf("isolation: a slow cluster saturated next to a steady one")
-	rep.Isolation, err = runIsolation(ctx, env, gw, o.Isolation, gatewayArgs)
-	return err
+	if o.Only == "" || o.Only == "isolation" {
+		logf("isolation: a slow cluster saturated next to a steady one")
+		if rep.Isolation, err = runIsolation(ctx, env, gw, o.Isolation, gatewayArgs); err != nil {
+			return err
+		}
+	}
+	if o.Only == "" || o.Only == "scan" {
+		// Last: it restarts the gateway with the default pool.
+		return runScanStep(ctx, o, env, gw, rep)
+	}
+	return nil
 }
 
 // runLoadsAndPooled runs sections 2 and 3: the loads side by side, then

@@ -14,6 +14,7 @@ type report struct {
 	Targets    []*target
 	Pooled     *pooledResult
 	Isolation  *isolationResult
+	Scan       *scanResult // scan.go, report_scan.go
 	EnvStartup time.Duration
 	Capacity   int
 	Total      time.Duration
@@ -54,6 +55,9 @@ func (r *report) markdown() string {
 	}
 	if r.Isolation != nil {
 		r.isolationSection(&b)
+	}
+	if r.Scan != nil {
+		r.scanSection(&b)
 	}
 	r.interpretation(&b)
 	return b.String()
@@ -237,7 +241,7 @@ func (r *report) interpretation(b *strings.Builder) {
 			"Direct needs only the client and one kube-apiserver; every proxy adds a TLS server, a TLS client and a copy of the body on the same CPUs, "+
 			"so a proxied path cannot approach direct's req/s here (gateway port %.2f× direct).\n", r.Machine.CPUs, gw.res.rps()/d.res.rps())
 	}
-	if r.target("konn") == nil {
+	if len(r.Targets) > 0 && r.target("konn") == nil { // not with -only
 		b.WriteString("- Konnectivity was not measured in this run (TODO row above).\n")
 	}
 	b.WriteString("- Not measured: watch and exec streams, large lists through the real clusters, many distinct clusters under load at once, and a dedicated machine.\n")

@@ -25,6 +25,7 @@ type entry struct {
 
 	rt      *http.Transport // HTTP/2-capable, for ordinary requests
 	upgrade *http.Transport // HTTP/1.1 only, for exec/attach/port-forward
+	h2      *h2health       // rt's HTTP/2 connections and their health checks
 
 	rawDial dialFunc // direct, tunnel or proxy; wrapped by dialContext
 
@@ -65,7 +66,7 @@ func (p *Pool) newEntry(t *Target, addr, fp string) (*entry, error) {
 		drained: make(chan struct{}),
 		conns:   make(map[*trackedConn]struct{}),
 	}
-	e.rt, e.upgrade, err = newTransports(tlsCfg, e.dialContext, p.opts)
+	e.rt, e.upgrade, e.h2, err = newTransports(tlsCfg, e.dialContext, p.opts)
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", t.Cluster, err)
 	}
@@ -166,14 +167,21 @@ func (e *entry) markRetiring() <-chan struct{} {
 	return e.drained
 }
 
+// closeIdle closes idle HTTP/1.1 connections. Idle HTTP/2 connections stay
+// until closeAll: x/net closes them only through its own pool type, which
+// h2health wraps, and asking a connection whether it is idle
+// (ClientConn.State) takes its write lock, which a write blocked on a dead
+// peer holds. A retiring entry without leases reaches closeAll at once.
 func (e *entry) closeIdle() {
 	e.rt.CloseIdleConnections()
 	e.upgrade.CloseIdleConnections()
 }
 
 // closeAll cuts every connection, including live streams, and stops new
-// dials. Closing the raw conns makes the transports' read loops exit.
+// dials. Closing the raw conns makes the transports' read loops exit. The
+// health checks stop first: afterwards no timer holds any part of the entry.
 func (e *entry) closeAll() {
+	e.h2.stop()
 	e.mu.Lock()
 	e.dead = true
 	conns := make([]*trackedConn, 0, len(e.conns))

@@ -29,8 +29,11 @@ type Options struct {
 	ResponseHeaderTimeout time.Duration
 	// KeepAlive is the TCP keep-alive period of direct and proxy dials.
 	KeepAlive time.Duration
-	// HTTP2ReadIdleTimeout and HTTP2PingTimeout: a connection silent this
-	// long is pinged, and dropped if the ping gets no answer in time.
+	// HTTP2ReadIdleTimeout and HTTP2PingTimeout: every HTTP/2 connection
+	// is pinged this often and dropped if the ping gets no answer in time,
+	// so a dead one is found within their sum (see h2health: x/net's own
+	// check, which pings only silent connections, keeps closed connections
+	// reachable for HTTP2ReadIdleTimeout).
 	HTTP2ReadIdleTimeout time.Duration
 	HTTP2PingTimeout     time.Duration
 

@@ -19,7 +19,7 @@ const (
 // newTransports builds the two transports of an entry around one tracked
 // dialer. Neither uses http.Transport.Proxy (proxies are dialed by dial) nor
 // the environment's proxy settings: the upgrade path could not honour them.
-func newTransports(tlsCfg *tls.Config, dial dialFunc, o Options) (rt, upgrade *http.Transport, err error) {
+func newTransports(tlsCfg *tls.Config, dial dialFunc, o Options) (rt, upgrade *http.Transport, h2 *h2health, err error) {
 	// Clone before http2 configuration appends "h2" to NextProtos.
 	h1cfg := tlsCfg.Clone()
 	h1cfg.NextProtos = []string{"http/1.1"}
@@ -38,12 +38,15 @@ func newTransports(tlsCfg *tls.Config, dial dialFunc, o Options) (rt, upgrade *h
 	}
 	t2, err := http2.ConfigureTransports(rt)
 	if err != nil {
-		return nil, nil, fmt.Errorf("configure HTTP/2: %w", err)
+		return nil, nil, nil, fmt.Errorf("configure HTTP/2: %w", err)
 	}
 	// Detect dead connections (a silently dropped TCP path would otherwise
-	// hang watches for the kernel's 13-30 minutes), as client-go does.
-	t2.ReadIdleTimeout = o.HTTP2ReadIdleTimeout
-	t2.PingTimeout = o.HTTP2PingTimeout
+	// hang watches for the kernel's 13-30 minutes), as client-go does, but
+	// with the entry's own check: x/net's keeps every closed connection
+	// reachable for ReadIdleTimeout (see h2health).
+	t2.ReadIdleTimeout, t2.PingTimeout = 0, 0
+	h2 = newH2Health(t2.ConnPool, o.HTTP2ReadIdleTimeout, o.HTTP2PingTimeout)
+	t2.ConnPool = h2
 
 	http1 := new(http.Protocols)
 	http1.SetHTTP1(true)
@@ -59,5 +62,5 @@ func newTransports(tlsCfg *tls.Config, dial dialFunc, o Options) (rt, upgrade *h
 		// A non-nil empty map is the documented way to keep HTTP/2 off.
 		TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{},
 	}
-	return rt, upgrade, nil
+	return rt, upgrade, h2, nil
 }

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Tolerance of the "live heap after eviction" goal: the per-entry size is
+// measured once (the pool filled, nothing evicted) and heap figures move by
+// a few MiB between forced GCs.
+const scanHeapTolerance = 1.10
+
+// scanSection is section 5 of the report: memory under a scan of more
+// clusters than the pool holds, the goals of issue 12, and how to size the
+// pool.
+func (r *report) scanSection(b *strings.Builder) {
+	s := r.Scan
+	perHeap, perRSS := s.perEntry()
+	perStoredHeap := (s.Stored.Marked - s.Base.Marked) / float64(s.N)
+	fmt.Fprintf(b, "## 5. Memory under a scan of more clusters than the pool holds\n\n")
+	fmt.Fprintf(b, "The gateway restarted with the default pool (`--pool-capacity` %d; no pool flag among its arguments) and %d ClusterGateways stored "+
+		"(alternately managed-1 and managed-2, distinct names; created and listed in %s). First %d of them get one GET each (the pool fills, nothing is evicted yet); "+
+		"then %d passes each send one GET through the hub (`%s` of every cluster, via the aggregator and the gateway) for every gateway in turn, "+
+		"with %d workers sharing one HTTP/2 client: a controller that lists something in every cluster, with %d× more clusters than the pool holds, "+
+		"so nearly every request evicts an entry and dials a new connection. Peak RSS is VmHWM, reset before each pass (`/proc/<pid>/clear_refs`); "+
+		"the \"(GC)\" columns are read right after a forced GC (`/debug/pprof/heap?gc=1`, whose profiles are saved in the state directory as `gateway-heap-scan-*.pprof`); "+
+		"live heap is what the last GC marked, from the goal it set (`go_memstats_next_gc_bytes` = live + (live + `go_memstats_stack_inuse_bytes`) × GOGC/100, globals left out); "+
+		"heap alloc is `go_memstats_heap_alloc_bytes` (live plus what was allocated since the GC: the prober and in-flight requests keep allocating), "+
+		"heap in use `go_memstats_heap_inuse_bytes` (also the free room of spans holding live objects); "+
+		"the peak heap in use is the highest sampled once a second during the pass. The gateway binary: `%s`.\n\n",
+		s.Capacity, s.N, s.CreateTime.Round(time.Second), s.PooledN, len(s.Passes), requestPath, s.Clients, s.N/s.Capacity, s.GatewayBin)
+
+	b.WriteString("| gateway state | duration | errors | peak RSS | peak heap in use (sampled) | live heap (GC) | heap alloc (GC) | heap in use (GC) | RSS (GC) | pool entries | retiring | open connections | goroutines |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	row := func(name, dur, errs, peak, peakHeap string, g memState) {
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %.0f | %.0f | %.0f | %.0f |\n", name, dur, errs, peak, peakHeap, mib(g.Marked), mib(g.Live), mib(g.Heap), mib(g.RSS), g.Entries, g.Retiring, g.OpenConns, g.Goroutines)
+	}
+	row("fresh gateway", "", "", "", "", s.Base)
+	row(fmt.Sprintf("%d stored", s.N), "", "", "", "", s.Stored)
+	row(fmt.Sprintf("%d pooled (one GET each)", s.PooledN), "", "", "", "", s.Pooled)
+	for i, p := range s.Passes {
+		row(fmt.Sprintf("after pass %d", i+1), p.Duration.Round(100*time.Millisecond).String(), fmt.Sprint(p.Errors), mib(p.PeakRSS), mib(p.PeakHeapSample), p.Settled)
+	}
+	row(fmt.Sprintf("%s after the last pass (no forced GC)", scanAfter), "", "", "", "", s.After)
+	row(fmt.Sprintf("%s after the last pass, after a forced GC", scanAfter), "", "", "", "", s.AfterGC)
+	settledName := fmt.Sprintf("RSS settled, %s after the last pass (no forced GC)", s.SettledAt.Round(time.Second))
+	if !s.Stable {
+		settledName = fmt.Sprintf("RSS still moving, %s after the last pass (no forced GC)", s.SettledAt.Round(time.Second))
+	}
+	row(settledName, "", "", "", "", s.Settled)
+	b.WriteString("\n")
+	if p := s.firstErr(); p != nil {
+		fmt.Fprintf(b, "First request error: `%v`\n\n", p.FirstErr)
+	}
+
+	fmt.Fprintf(b, "- **Per pooled cluster** (pool entry, both transports, parsed credentials, and its one open HTTP/2 connection with its TLS state, buffers and read loop): "+
+		"**%s live heap, %s RSS**: the %d pooled row less the stored row, per entry. Per stored ClusterGateway (its Secret and parsed form in the informer cache, its health state): "+
+		"%s live heap, the stored row less the fresh one.\n",
+		kib(perHeap), kib(perRSS), s.PooledN, kib(perStoredHeap))
+
+	b.WriteString("\nGoals (issue 12), with the default pool:\n\n")
+	peak := s.peakRSS()
+	verdict := func(ok bool) string {
+		if ok {
+			return "**met**"
+		}
+		return "**not met**"
+	}
+	fmt.Fprintf(b, "- Peak RSS at most 300 MB (%s): %s; highest VmHWM %s (%.0f MB): %s from the start to the first pass (creating, listing, filling the pool), then per pass as in the table.\n",
+		mib(scanPeakRSSGoal), verdict(peak <= scanPeakRSSGoal), mib(peak), peak/1e6, mib(s.FillPeak))
+	// After eviction: the scan over, a forced GC (the cleanest figure), and
+	// right after each pass (a forced GC too, with the last requests' and
+	// the prober's work still in flight).
+	ratio := s.shareRatio
+	if s.AfterGC.Entries > 0 {
+		r := ratio(s.AfterGC)
+		fmt.Fprintf(b, "- Live heap after eviction at most the pool's share (entries × measured size, within %.0f%%), %s after the scan, after a forced GC: %s; "+
+			"%s above the stored row for %.0f entries × %s = %s (%.2f×), %.0f entries retiring.\n",
+			(scanHeapTolerance-1)*100, scanAfter, verdict(r <= scanHeapTolerance), mib(s.AfterGC.Marked-s.Stored.Marked), s.AfterGC.Entries, kib(perHeap),
+			mib(perHeap*s.AfterGC.Entries), r, s.AfterGC.Retiring)
+	}
+	if len(s.Passes) > 0 {
+		var rs []string
+		worst := 0.0
+		for _, p := range s.Passes {
+			worst = max(worst, ratio(p.Settled))
+			rs = append(rs, fmt.Sprintf("%.2f×", ratio(p.Settled)))
+		}
+		fmt.Fprintf(b, "- The same right after each pass (forced GC): %s; worst %.2f×, %s.\n", strings.Join(rs, ", "), worst, verdict(worst <= scanHeapTolerance))
+	}
+	if rr, ok := s.settleRatio(); ok {
+		fmt.Fprintf(b, "- RSS within 20%% of the settled figure %s after the scan: %s; %s at %s against %s settled (RSS moved less than 2%% over 30 s, %s after the scan) (%.2f×). "+
+			"For reference, RSS with the pool just filled and nothing evicted was %s.\n",
+			scanAfter, verdict(rr <= 1.2), mib(s.After.RSS), scanAfter, mib(s.Settled.RSS), s.SettledAt.Round(time.Second), rr, mib(s.Pooled.RSS))
+	} else if s.Settled.RSS > 0 {
+		fmt.Fprintf(b, "- RSS within 20%% of the settled figure %s after the scan: **not determined**: RSS had not settled (moved 2%% or more over every 30 s) by %s after the scan; %s at %s, %s at the end.\n",
+			scanAfter, s.SettledAt.Round(time.Second), mib(s.After.RSS), scanAfter, mib(s.Settled.RSS))
+	}
+	fmt.Fprintf(b, "- Per-entry memory reported: %s heap per pooled cluster with an open connection (above).\n\n", kib(perHeap))
+	r.scanSizing(b, perHeap, perStoredHeap)
+}
+
+// scanSizing is the guidance on --pool-capacity, from this run's numbers.
+func (r *report) scanSizing(b *strings.Builder, perHeap, perStoredHeap float64) {
+	s := r.Scan
+	baseRSS := s.Base.RSS
+	estimate := func(capacity, gateways int) float64 {
+		// Live heap of the pool and the store, doubled by the GC's default
+		// goal (GOGC=100), on top of a fresh gateway's RSS.
+		return baseRSS + 2*(float64(capacity)*perHeap+float64(gateways)*perStoredHeap)
+	}
+	b.WriteString("### Sizing `--pool-capacity`\n\n")
+	fmt.Fprintf(b, "In this run each pooled cluster held %s of live heap (its entry, transports, parsed CA bundle and client key pair, "+
+		"and one open HTTP/2 connection after one small GET), and each stored ClusterGateway %s (its Secret and parsed form in the informer cache, "+
+		"its health state). With the default `GOGC=100` the Go runtime lets the heap grow to about twice the live heap before it collects, so estimate\n\n"+
+		"    RSS ≈ %s + 2 × (capacity × %s + ClusterGateways × %s)\n\n"+
+		"(%s: a fresh gateway here). For this run's %d entries and %d gateways that is %s; the measured peak RSS was %s. "+
+		"For %d entries and %d gateways it is %s. ",
+		kib(perHeap), kib(perStoredHeap), mib(baseRSS), kib(perHeap), kib(perStoredHeap), mib(baseRSS),
+		s.Capacity, s.N, mib(estimate(s.Capacity, s.N)), mib(s.peakRSS()), 5000, s.N, mib(estimate(5000, s.N)))
+	b.WriteString("Size the pool to the clusters used within `--pool-idle-ttl` if memory allows: a cluster that is evicted and used again pays a new TLS handshake " +
+		"(through konnectivity, a new tunnel stream too), which the scan above pays on nearly every request. `GOMEMLIMIT` (the chart does not set it) " +
+		"makes the runtime collect more often as the limit nears, instead of letting the heap reach twice the live heap.\n\n")
+}
+
+// perEntry is the heap and RSS per pooled cluster with an open connection.
+func (s *scanResult) perEntry() (heap, rss float64) {
+	if s.PooledN == 0 {
+		return 0, 0
+	}
+	n := float64(s.PooledN)
+	return (s.Pooled.Marked - s.Stored.Marked) / n, (s.Pooled.RSS - s.Stored.RSS) / n
+}
+
+func (s *scanResult) peakRSS() float64 {
+	peak := s.FillPeak
+	for _, p := range s.Passes {
+		peak = max(peak, p.PeakRSS)
+	}
+	return peak
+}
+
+func (s *scanResult) firstErr() *scanPass {
+	for i := range s.Passes {
+		if s.Passes[i].FirstErr != nil {
+			return &s.Passes[i]
+		}
+	}
+	return nil
+}
+
+// shareRatio is g's live heap above the stored row over the pool's share
+// (g's entries × the measured size per entry); 0 when nothing is pooled.
+func (s *scanResult) shareRatio(g memState) float64 {
+	perHeap, _ := s.perEntry()
+	if share := perHeap * g.Entries; share > 0 {
+		return (g.Marked - s.Stored.Marked) / share
+	}
+	return 0
+}
+
+// settleRatio is RSS scanAfter after the scan over the settled RSS; false
+// when RSS did not settle.
+func (s *scanResult) settleRatio() (float64, bool) {
+	if s.Settled.RSS > 0 && s.Stable {
+		return s.After.RSS / s.Settled.RSS, true
+	}
+	return 0, false
+}
+
+// scanGoals are issue 12's memory goals, judged from the scan, for the
+// goals table.
+func (r *report) scanGoals() []goal {
+	s := r.Scan
+	const missing = "no scan in this run (-scan-gateways 0)"
+	peak := goal{Goal: "Scan of 10,000 gateways, default pool: peak RSS ≤ 300 MB", Limit: scanPeakRSSGoal, Missing: missing}
+	heap := goal{Goal: "Scan: live heap after eviction ≤ the pool's share (entries × measured size per entry, within 10%)", Limit: scanHeapTolerance, Missing: missing}
+	settle := goal{Goal: "Scan: RSS one minute after ≤ 1.2× the settled RSS", Limit: 1.2, Missing: missing}
+	if s != nil {
+		peak.Missing, heap.Missing = "", ""
+		peak.Value = s.peakRSS()
+		peak.Measured = fmt.Sprintf("%s (%.0f MB) with %d gateways (section 5)", mib(peak.Value), peak.Value/1e6, s.N)
+		if s.AfterGC.Entries > 0 {
+			heap.Value = s.shareRatio(s.AfterGC)
+			heap.Measured = fmt.Sprintf("%.2f× (%s above the stored gateways for %.0f entries)", heap.Value, mib(s.AfterGC.Marked-s.Stored.Marked), s.AfterGC.Entries)
+		} else {
+			heap.Missing = "the pool was empty after the scan"
+		}
+		if rr, ok := s.settleRatio(); ok {
+			settle.Missing, settle.Value = "", rr
+			settle.Measured = fmt.Sprintf("%.2f× (%s vs %s)", rr, mib(s.After.RSS), mib(s.Settled.RSS))
+		} else {
+			settle.Missing = "RSS had not settled by the end of the scan section"
+		}
+	}
+	return []goal{peak, heap, settle}
+}

@@ -1,0 +1,352 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/clustergateway/cluster-gateway/hack/localenv"
+)
+
+// onlySection checks -only and points the partial report into the state
+// dir: a partial report never replaces the whole one (make bench passes -out
+// docs/performance.md).
+func onlySection(o *options) {
+	if o.Only != "isolation" && o.Only != "scan" {
+		log.Fatalf("-only %q: the sections that run alone are \"isolation\" and \"scan\"", o.Only)
+	}
+	o.SkipGoBench = true
+	o.Out = filepath.Join(o.StateDir, "performance-"+o.Only+".md")
+}
+
+// runScanStep runs the scan last: it restarts the gateway.
+func runScanStep(ctx context.Context, o options, env *localenv.Env, gw *gatewayAdmin, rep *report) (err error) {
+	if o.ScanGateways <= 0 {
+		return nil
+	}
+	logf("scan: %d ClusterGateways, default pool", o.ScanGateways)
+	rep.Scan, err = runScan(ctx, env, gw, o.ScanGateways, o.StateDir)
+	if rep.Scan != nil {
+		rep.Scan.GatewayBin = o.GatewayBin
+		if o.GatewayBin == "" {
+			rep.Scan.GatewayBin = filepath.Join(o.BinDir, "cluster-gateway")
+		}
+		// The raw figures, next to the heap profiles.
+		if raw, jerr := json.MarshalIndent(rep.Scan, "", "  "); jerr == nil {
+			err = errors.Join(err, os.WriteFile(filepath.Join(o.StateDir, "scan.json"), raw, 0o644))
+		}
+	}
+	return err
+}
+
+// The scan: a controller that lists something in every cluster once a
+// minute, with more clusters than the pool holds.
+const (
+	scanPasses      = 5
+	scanClients     = 16
+	scanAfter       = time.Minute     // RSS and heap this long after the last pass
+	scanSettleMax   = 4 * time.Minute // how long to wait for RSS to settle
+	scanPeakRSSGoal = 300e6           // bytes: 300 MB
+	// pkg/pool's default --pool-capacity (pool.NewOptions; importing
+	// pkg/pool here would pull its dependencies into hack's go.mod).
+	scanDefaultCapacity = 1000
+)
+
+// scanState is the gateway at one moment after the scan (no forced GC).
+type scanState struct {
+	memState
+	At time.Duration // since the last pass ended
+}
+
+type scanPass struct {
+	Duration       time.Duration
+	PeakRSS        float64  // VmHWM during the pass
+	PeakHeapSample float64  // highest go_memstats_heap_inuse_bytes sampled each second
+	End            memState // right after the pass, no forced GC
+	Settled        memState // then, after a forced GC
+	Errors         int
+	FirstErr       error
+}
+
+type scanResult struct {
+	N, Capacity, Clients int
+	GatewayBin           string
+	CreateTime           time.Duration
+	Base, Stored         memState // fresh gateway; n stored, none pooled (forced GC)
+	// Pooled is Capacity of the gateways with one GET each and nothing
+	// evicted yet (forced GC): the per-entry figures come from it.
+	Pooled      memState
+	PooledN     int
+	Passes      []scanPass
+	After       memState // scanAfter after the last pass, before a forced GC
+	AfterGC     memState // then, after a forced GC
+	Settled     memState // RSS once it stopped falling (no forced GC)
+	SettledAt   time.Duration
+	Stable      bool    // Settled is stable RSS, not the end of scanSettleMax
+	FillPeak    float64 // VmHWM from the gateway's start to the first pass
+	RSSSamples  []scanState
+	GatewayArgs []string
+}
+
+// runScan restarts the gateway with the default pool (no --pool-capacity),
+// stores n ClusterGateways (alternately managed-1 and managed-2), and sends
+// scanPasses passes of one GET through the hub per gateway with scanClients
+// workers, measuring the gateway's memory as it goes. It deletes the
+// gateways at the end.
+func runScan(ctx context.Context, env *localenv.Env, gw *gatewayAdmin, n int, profileDir string) (*scanResult, error) {
+	res := &scanResult{N: n, Clients: scanClients, Capacity: scanDefaultCapacity}
+	logf("scan: restarting the gateway with the default pool")
+	if err := env.StopGateway(); err != nil {
+		return nil, err
+	}
+	// A non-nil empty list: the standard flags only, so the default
+	// --pool-capacity.
+	if err := env.StartGateway(ctx, []string{}); err != nil {
+		return nil, err
+	}
+	res.GatewayArgs = env.Gateway.Args
+	for _, a := range res.GatewayArgs {
+		if strings.HasPrefix(a, "--pool-capacity") {
+			return nil, fmt.Errorf("the scan needs the default pool, but the gateway runs with %s", a)
+		}
+	}
+	pid := env.Gateway.Process.Pid()
+	settled := func(step string) (memState, error) {
+		if err := gw.gc(ctx, filepath.Join(profileDir, "gateway-heap-scan-"+step+".pprof")); err != nil {
+			return memState{}, err
+		}
+		return readMem(ctx, gw)
+	}
+	var err error
+	if res.Base, err = settled("before"); err != nil {
+		return nil, err
+	}
+
+	cfg := env.Hub.RESTConfig()
+	cfg.QPS, cfg.Burst = 1000, 1000
+	hub, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	secrets := hub.CoreV1().Secrets(localenv.GatewayNamespace)
+	start := time.Now()
+	logf("scan: creating %d ClusterGateways", n)
+	if err := parallel(ctx, n, scanClients, func(i int) error {
+		_, err := secrets.Create(ctx, benchSecret(env, i), metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("create gateways: %w", err)
+	}
+	defer func() {
+		// Leave the environment as it was, whatever happened.
+		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := secrets.DeleteCollection(dctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: benchLabel + "=true"}); err != nil {
+			logf("scan: deleting the bench gateways: %v", err)
+		}
+	}()
+	if err := waitListed(ctx, gw, n); err != nil {
+		return nil, err
+	}
+	res.CreateTime = time.Since(start)
+	if res.Stored, err = settled("stored"); err != nil {
+		return nil, err
+	}
+
+	hubClient, err := mtlsClient(env.Hub.CA.CertPEM, env.Hub.Admin)
+	if err != nil {
+		return nil, err
+	}
+	defer hubClient.CloseIdleConnections()
+	url := func(i int) string {
+		return env.Hub.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/" + benchName(i) + "/proxy" + requestPath
+	}
+
+	// The pool's share: as many gateways as it holds, one GET each, nothing
+	// evicted yet (localenv's own entries fill the rest of the default pool
+	// only if they are used; the hub's probes do not pool).
+	res.PooledN = min(n, res.Capacity-int(res.Stored.Entries))
+	if err := parallel(ctx, res.PooledN, scanClients, func(i int) error { return get(ctx, hubClient, url(i)) }); err != nil {
+		return nil, fmt.Errorf("fill the pool: %w", err)
+	}
+	if res.Pooled, err = settled("pooled"); err != nil {
+		return nil, err
+	}
+
+	if res.FillPeak, err = procHWM(pid); err != nil {
+		return nil, err
+	}
+	for pass := range scanPasses {
+		if err := resetPeakRSS(pid); err != nil {
+			return nil, err
+		}
+		var sp scanPass
+		stopSampling := sampleHeap(ctx, gw, &sp.PeakHeapSample)
+		start := time.Now()
+		var mu sync.Mutex
+		err := parallel(ctx, n, scanClients, func(i int) error {
+			if err := get(ctx, hubClient, url(i)); err != nil {
+				mu.Lock()
+				if sp.Errors++; sp.FirstErr == nil {
+					sp.FirstErr = err
+				}
+				mu.Unlock()
+			}
+			return ctx.Err()
+		})
+		sp.Duration = time.Since(start)
+		stopSampling()
+		if err != nil {
+			return nil, err
+		}
+		if sp.PeakRSS, err = procHWM(pid); err != nil {
+			return nil, err
+		}
+		if sp.End, err = readMem(ctx, gw); err != nil {
+			return nil, err
+		}
+		if sp.Settled, err = settled(fmt.Sprintf("pass%d", pass+1)); err != nil {
+			return nil, err
+		}
+		logf("scan: pass %d: %s, peak RSS %s, live heap after GC %s, %d errors", pass+1, sp.Duration.Round(100*time.Millisecond), mib(sp.PeakRSS), mib(sp.Settled.Marked), sp.Errors)
+		res.Passes = append(res.Passes, sp)
+	}
+
+	// Then nothing: how fast does the process give memory back?
+	end := time.Now()
+	var late []float64 // RSS samples from scanAfter on
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(10 * time.Second):
+		}
+		s, err := readMem(ctx, gw)
+		if err != nil {
+			return nil, err
+		}
+		at := time.Since(end)
+		res.RSSSamples = append(res.RSSSamples, scanState{memState: s, At: at})
+		if at < scanAfter {
+			continue
+		}
+		if res.After.RSS == 0 {
+			res.After = s
+			if res.AfterGC, err = settled("after"); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		late = append(late, s.RSS)
+		// Settled: RSS moved less than 2% over the last 30 s (four
+		// samples), all taken after the scanAfter sample, so the settled
+		// figure is never the scanAfter one itself.
+		if k := len(late); k >= 4 {
+			lo, hi := late[k-4], late[k-4]
+			for _, v := range late[k-4:] {
+				lo, hi = min(lo, v), max(hi, v)
+			}
+			if hi-lo <= 0.02*hi {
+				res.Settled, res.SettledAt, res.Stable = s, at, true
+				break
+			}
+		}
+		if at >= scanSettleMax {
+			res.Settled, res.SettledAt = s, at
+			break
+		}
+	}
+	return res, nil
+}
+
+// memState is gwState plus the live heap, go_memstats_heap_alloc_bytes:
+// right after a forced GC it is what survived the GC, while heap in use also
+// counts the free room of every span that holds a live object.
+//
+// Marked is the heap the last GC marked live, from the goal it set:
+// goal = marked + (marked + stacks + globals) × GOGC/100, so marked ≈
+// (goal − stacks × g) / (1 + g) with g = GOGC/100, globals left out (a
+// constant, gone in differences). Unlike heap_alloc it does not grow with
+// what is allocated between the forced GC and the scrape.
+type memState struct {
+	gwState
+	Live, Marked float64
+}
+
+func readMem(ctx context.Context, gw *gatewayAdmin) (memState, error) {
+	m, err := gw.metrics(ctx)
+	if err != nil {
+		return memState{}, err
+	}
+	rss, err := procRSS(gw.env.Gateway.Process.Pid())
+	if err != nil {
+		return memState{}, err
+	}
+	g := m["go_gc_gogc_percent"] / 100
+	if g <= 0 {
+		g = 1
+	}
+	marked := (m["go_memstats_next_gc_bytes"] - m["go_memstats_stack_inuse_bytes"]*g) / (1 + g)
+	return memState{Live: m[mHeapAlloc], Marked: marked, gwState: gwState{
+		RSS: rss, Heap: m[mHeapInuse], Goroutines: m[mGoroutines],
+		Creations: m[mCreations], Dials: m[mDials], Tunnels: m[mTunnels],
+		Entries: m[mEntries], Retiring: m[mRetiring], OpenConns: m[mOpenConns],
+	}}, nil
+}
+
+const mHeapAlloc = "go_memstats_heap_alloc_bytes"
+
+// sampleHeap records the highest heap in use seen once a second until the
+// returned func is called.
+func sampleHeap(ctx context.Context, gw *gatewayAdmin, peak *float64) func() {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			if m, err := gw.metrics(ctx); err == nil {
+				*peak = max(*peak, m[mHeapInuse])
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// resetPeakRSS resets the process's VmHWM to its current RSS.
+func resetPeakRSS(pid int) error {
+	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0)
+}
+
+// procHWM is VmHWM (peak RSS since start or the last reset) in bytes.
+func procHWM(pid int) (float64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			return kb * 1024, err
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
+}

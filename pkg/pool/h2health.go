@@ -1,0 +1,129 @@
+package pool
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+)
+
+// h2health is the connection pool of an entry's HTTP/2 transport: x/net's
+// own (the one http.Transport hands every h2 connection to), wrapped so that
+// the entry runs each connection's health check and can stop it.
+//
+// x/net/http2 has a health check of its own (Transport.ReadIdleTimeout),
+// but its read loop re-arms the check's timer on its last, failing read and
+// nothing stops it (golang/go#80920, as of x/net v0.62 and Go 1.26's bundled
+// copy): every closed connection, its TLS buffers and, through its transport,
+// the whole retired pool entry stay reachable for ReadIdleTimeout after the
+// close. Under a scan of more clusters than the pool holds that is memory
+// in proportion to the clusters touched in the last ReadIdleTimeout, not to
+// the pool. So x/net's check is off and this one runs instead: one timer per
+// connection, stopped when the entry's connections are closed.
+//
+// It pings each connection every ReadIdleTimeout (x/net pings one only after
+// ReadIdleTimeout without a frame; a busy connection here gets one extra
+// PING frame per period) and closes it when the ping is not answered within
+// PingTimeout: a dead connection is found within ReadIdleTimeout+PingTimeout,
+// the bound x/net gives. Nothing here takes the connection's write lock
+// outside the ping itself (ClientConn.State would), so a write blocked on a
+// dead peer cannot block the check, as it cannot block x/net's.
+type h2health struct {
+	http2.ClientConnPool // x/net's, from http2.ConfigureTransports
+
+	every, pingTimeout time.Duration
+
+	// last is the connection most recently handed out: a request on it
+	// needs no lock (nearly every request, since HTTP/2 multiplexes).
+	last atomic.Pointer[http2.ClientConn]
+
+	mu      sync.Mutex
+	checks  map[*http2.ClientConn]*time.Timer
+	stopped bool
+}
+
+func newH2Health(inner http2.ClientConnPool, every, pingTimeout time.Duration) *h2health {
+	return &h2health{ClientConnPool: inner, every: every, pingTimeout: pingTimeout, checks: make(map[*http2.ClientConn]*time.Timer)}
+}
+
+// GetClientConn is x/net's; a connection handed out for the first time gets
+// its health check. Every connection that carries a request passes here.
+func (h *h2health) GetClientConn(req *http.Request, addr string) (*http2.ClientConn, error) {
+	cc, err := h.ClientConnPool.GetClientConn(req, addr)
+	if err == nil && h.last.Load() != cc {
+		h.watch(cc)
+	}
+	return cc, err
+}
+
+func (h *h2health) watch(cc *http2.ClientConn) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped {
+		// The entry's connections are being closed; so is this one.
+		return
+	}
+	h.last.Store(cc)
+	if _, ok := h.checks[cc]; !ok {
+		h.checks[cc] = time.AfterFunc(h.every, func() { h.check(cc) })
+	}
+}
+
+// MarkDead is x/net's: the connection is closed, or it got a GOAWAY and
+// serves only its running streams. Either way it is checked now rather than
+// a period later: a closed one fails the ping at once and is forgotten, a
+// draining one answers and stays checked while its streams run. It must not
+// block: x/net calls it from the read loop before closing the connection.
+func (h *h2health) MarkDead(cc *http2.ClientConn) {
+	h.ClientConnPool.MarkDead(cc)
+	h.last.CompareAndSwap(cc, nil)
+	h.mu.Lock()
+	if t, ok := h.checks[cc]; ok {
+		t.Reset(0)
+	}
+	h.mu.Unlock()
+}
+
+// check runs on the connection's timer, like x/net's healthCheck.
+func (h *h2health) check(cc *http2.ClientConn) {
+	ctx, cancel := context.WithTimeout(context.Background(), h.pingTimeout)
+	err := cc.Ping(ctx)
+	cancel()
+	h.mu.Lock()
+	t, ok := h.checks[cc]
+	if ok && err == nil {
+		t.Reset(h.every)
+	} else if ok {
+		delete(h.checks, cc)
+	}
+	h.mu.Unlock()
+	if err != nil {
+		// Lost (or already closed): x/net closes it the same way, failing
+		// its streams; its read loop then calls MarkDead.
+		h.last.CompareAndSwap(cc, nil)
+		_ = cc.Close()
+	}
+}
+
+// stop ends every health check, for good: the entry is closing all of its
+// connections, and nothing of them may stay reachable from a timer.
+func (h *h2health) stop() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stopped = true
+	for cc, t := range h.checks {
+		t.Stop()
+		delete(h.checks, cc)
+	}
+	h.last.Store(nil)
+}
+
+// watched is how many connections have a health check, for tests.
+func (h *h2health) watched() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.checks)
+}
