@@ -98,6 +98,16 @@ func (r *report) scanSection(b *strings.Builder) {
 			scanAfter, s.SettledAt.Round(time.Second), mib(s.After.RSS), scanAfter, mib(s.Settled.RSS))
 	}
 	fmt.Fprintf(b, "- Per-entry memory reported: %s heap per pooled cluster with an open connection (above).\n\n", kib(perHeap))
+	for _, h := range []struct{ what, top string }{
+		{fmt.Sprintf("the %d stored ClusterGateways (stored profile less the fresh gateway's)", s.N), s.HeapStored},
+		{fmt.Sprintf("the %d pooled clusters (pooled profile less the stored one)", s.PooledN), s.HeapPooled},
+	} {
+		if h.top == "" {
+			fmt.Fprintf(b, "Where the live heap of %s went: not available (pprof failed; the profiles are in the state directory).\n\n", h.what)
+			continue
+		}
+		fmt.Fprintf(b, "Where the live heap of %s went (in-use space after a forced GC, `go tool pprof -top -sample_index=inuse_space -diff_base`):\n\n```\n%s\n```\n\n", h.what, h.top)
+	}
 	r.scanSizing(b, perHeap, perStoredHeap)
 }
 

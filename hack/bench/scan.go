@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -43,6 +44,8 @@ func runScanStep(ctx context.Context, o options, env *localenv.Env, gw *gatewayA
 		if o.GatewayBin == "" {
 			rep.Scan.GatewayBin = filepath.Join(o.BinDir, "cluster-gateway")
 		}
+		rep.Scan.HeapStored = heapTop(ctx, o.Go, o.StateDir, "stored", "before")
+		rep.Scan.HeapPooled = heapTop(ctx, o.Go, o.StateDir, "pooled", "stored")
 		// The raw figures, next to the heap profiles.
 		if raw, jerr := json.MarshalIndent(rep.Scan, "", "  "); jerr == nil {
 			err = errors.Join(err, os.WriteFile(filepath.Join(o.StateDir, "scan.json"), raw, 0o644))
@@ -98,6 +101,32 @@ type scanResult struct {
 	FillPeak    float64 // VmHWM from the gateway's start to the first pass
 	RSSSamples  []scanState
 	GatewayArgs []string
+	// HeapStored and HeapPooled are where the live heap grew: the top of
+	// the stored profile against the fresh one, and of the pooled against
+	// the stored (go tool pprof -top -diff_base).
+	HeapStored, HeapPooled string
+}
+
+// heapTop is `go tool pprof -top` of the in-use heap of step's profile
+// less base's, its first lines; empty when pprof fails (the report says
+// so).
+func heapTop(ctx context.Context, goBin, dir, step, base string) string {
+	prof := func(s string) string { return filepath.Join(dir, "gateway-heap-scan-"+s+".pprof") }
+	out, err := exec.CommandContext(ctx, goBin, "tool", "pprof", "-top", "-sample_index=inuse_space", "-nodecount=12",
+		"-diff_base="+prof(base), prof(step)).Output()
+	if err != nil {
+		logf("scan: pprof of %s: %v", step, err)
+		return ""
+	}
+	var keep []string
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		// Drop pprof's own header lines (File:, Type:, Time:).
+		if strings.HasPrefix(l, "File:") || strings.HasPrefix(l, "Build ID:") || strings.HasPrefix(l, "Type:") || strings.HasPrefix(l, "Time:") {
+			continue
+		}
+		keep = append(keep, l)
+	}
+	return strings.Join(keep, "\n")
 }
 
 // runScan restarts the gateway with the default pool (no --pool-capacity),

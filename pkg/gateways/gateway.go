@@ -37,19 +37,16 @@ type Gateway struct {
 	validity validity
 	phase    int      // of the validity, when parsed
 	later    sync.Map // phase -> *Gateway as of that phase
-
-	publicOnce sync.Once
-	public     *v1alpha1.ClusterGateway
 }
 
 // Name is the gateway's name.
 func (g *Gateway) Name() string { return g.Object.Name }
 
-// Public is the gateway as clients may see it: without material. It is
-// shared: callers must not modify it.
+// Public is the gateway as clients may see it: without material. It is a
+// new copy the caller owns. It is not cached: every reader copies it anyway,
+// and a cached copy per gateway would double what the cache holds.
 func (g *Gateway) Public() *v1alpha1.ClusterGateway {
-	g.publicOnce.Do(func() { g.public = redact(g.Object) })
-	return g.public
+	return redact(g.Object)
 }
 
 // Parse reads a gateway from its Secret. It never fails: a Secret that cannot

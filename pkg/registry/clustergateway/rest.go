@@ -81,7 +81,7 @@ func (r *REST) Get(ctx context.Context, name string, options *metav1.GetOptions)
 	if err != nil {
 		return nil, err
 	}
-	return r.withReachability(g.Public().DeepCopy()), nil
+	return r.withReachability(g.Public()), nil
 }
 
 // List lists the gateways; labels and metadata.name select. The first page
@@ -122,7 +122,7 @@ func (r *REST) List(ctx context.Context, options *metainternalversion.ListOption
 	list := &v1alpha1.ClusterGatewayList{ListMeta: metav1.ListMeta{ResourceVersion: rv, Continue: next, RemainingItemCount: remaining}}
 	list.Items = make([]v1alpha1.ClusterGateway, 0, len(pageItems))
 	for _, g := range pageItems {
-		list.Items = append(list.Items, *r.withReachability(g.Public().DeepCopy()))
+		list.Items = append(list.Items, *r.withReachability(g.Public()))
 	}
 	return list, nil
 }
@@ -243,7 +243,7 @@ func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObje
 		return created, err == nil, err
 	}
 	full := existing.Object // holds the material: read, never changed
-	oldObj := existing.Public().DeepCopy()
+	oldObj := existing.Public()
 	obj, err := objInfo.UpdatedObject(ctx, oldObj)
 	if err != nil {
 		return nil, false, err
@@ -399,7 +399,7 @@ func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.Va
 		}
 		return nil, false, err
 	}
-	obj := existing.Public().DeepCopy()
+	obj := existing.Public()
 	if deleteValidation != nil {
 		if err := deleteValidation(ctx, obj); err != nil {
 			return nil, false, err
