@@ -69,6 +69,9 @@ func (r *report) scanSection(b *strings.Builder) {
 	}
 	fmt.Fprintf(b, "- Peak RSS at most 300 MB (%s): %s; highest VmHWM %s (%.0f MB): %s from the start to the first pass (creating, listing, filling the pool), then per pass as in the table.\n",
 		mib(scanPeakRSSGoal), verdict(peak <= scanPeakRSSGoal), mib(peak), peak/1e6, mib(s.FillPeak))
+	if peak > scanPeakRSSGoal {
+		s.peakLimits(b)
+	}
 	// After eviction: the scan over, a forced GC (the cleanest figure), and
 	// right after each pass (a forced GC too, with the last requests' and
 	// the prober's work still in flight).
@@ -205,4 +208,25 @@ func (r *report) scanGoals() []goal {
 		}
 	}
 	return []goal{peak, heap, settle}
+}
+
+// peakLimits says, from this run's figures, what the peak RSS is made of:
+// the heap between collections, and what a fresh gateway holds outside it.
+func (s *scanResult) peakLimits(b *strings.Builder) {
+	var peakHeap, live float64
+	for _, p := range s.Passes {
+		peakHeap = max(peakHeap, p.PeakHeapSample)
+		live = max(live, p.Settled.Marked)
+	}
+	if peakHeap == 0 || live == 0 {
+		return
+	}
+	outside := s.Base.RSS - s.Base.Heap
+	fmt.Fprintf(b, "  What limits it: during the passes the heap in use peaked at %s (sampled), %.1f× the live heap after a pass (%s, of which %s the stored gateways "+
+		"and %s the pool; the profiles below say what they hold). With the default `GOGC=100` the runtime lets the heap grow to twice the live heap before "+
+		"it collects, and spans of freed objects stay in use until their last object is freed. Outside the heap, a fresh gateway already holds %s of RSS "+
+		"(%s RSS less %s heap in use; %s of its RSS is mapped from the binary's file: code and data) plus a goroutine stack per open connection. "+
+		"Reaching 300 MB needs a smaller live heap or a lower heap goal (`GOGC`, or `GOMEMLIMIT` at the memory limit, which trades CPU for memory).\n",
+		mib(peakHeap), peakHeap/live, mib(live), mib(s.Stored.Marked-s.Base.Marked), mib(live-s.Stored.Marked),
+		mib(outside), mib(s.Base.RSS), mib(s.Base.Heap), mib(s.Base.RSSFile))
 }

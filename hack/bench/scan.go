@@ -312,6 +312,7 @@ func runScan(ctx context.Context, env *localenv.Env, gw *gatewayAdmin, n int, pr
 type memState struct {
 	gwState
 	Live, Marked float64
+	RSSFile      float64 // of RSS, the pages mapped from files (the binary's code and data)
 }
 
 func readMem(ctx context.Context, gw *gatewayAdmin) (memState, error) {
@@ -323,12 +324,16 @@ func readMem(ctx context.Context, gw *gatewayAdmin) (memState, error) {
 	if err != nil {
 		return memState{}, err
 	}
+	rssFile, err := procStatus(gw.env.Gateway.Process.Pid(), "RssFile")
+	if err != nil {
+		return memState{}, err
+	}
 	g := m["go_gc_gogc_percent"] / 100
 	if g <= 0 {
 		g = 1
 	}
 	marked := (m["go_memstats_next_gc_bytes"] - m["go_memstats_stack_inuse_bytes"]*g) / (1 + g)
-	return memState{Live: m[mHeapAlloc], Marked: marked, gwState: gwState{
+	return memState{Live: m[mHeapAlloc], Marked: marked, RSSFile: rssFile, gwState: gwState{
 		RSS: rss, Heap: m[mHeapInuse], Goroutines: m[mGoroutines],
 		Creations: m[mCreations], Dials: m[mDials], Tunnels: m[mTunnels],
 		Entries: m[mEntries], Retiring: m[mRetiring], OpenConns: m[mOpenConns],
@@ -364,7 +369,10 @@ func resetPeakRSS(pid int) error {
 }
 
 // procHWM is VmHWM (peak RSS since start or the last reset) in bytes.
-func procHWM(pid int) (float64, error) {
+func procHWM(pid int) (float64, error) { return procStatus(pid, "VmHWM") }
+
+// procStatus is a memory field of /proc/<pid>/status in bytes.
+func procStatus(pid int, field string) (float64, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
@@ -372,10 +380,10 @@ func procHWM(pid int) (float64, error) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+		if rest, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
 			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
 			return kb * 1024, err
 		}
 	}
-	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
+	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
 }
