@@ -11,7 +11,12 @@ import (
 type Lease struct {
 	e        *entry
 	released atomic.Bool
+	created  bool
 }
+
+// Created reports whether this Acquire built the entry (rather than finding
+// it pooled): only then can a Remove for its cluster have come before it.
+func (l *Lease) Created() bool { return l.created }
 
 // Transport is the HTTP/2-capable transport for ordinary requests, shared by
 // all leases of the entry. The caller adds the bearer token per request.

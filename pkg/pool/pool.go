@@ -75,6 +75,8 @@ func (p *Pool) now() int64 { return int64(time.Since(p.start)) }
 // Acquire returns a lease on t.Cluster's entry, creating the entry if needed
 // (cheap: no dialing) or replacing it when t's fingerprint changed; the old
 // one is retired with reason "rotated". The lock is held only for map work.
+// Acquire keeps no reference to t (an entry copies what it needs), so t may
+// live in a caller's per-request allocation.
 func (p *Pool) Acquire(t *Target) (*Lease, error) {
 	// Steady state: the same Target as the live entry's, no hashing.
 	if l, ok, err := p.acquireSame(t); ok {
@@ -127,7 +129,9 @@ func (p *Pool) Acquire(t *Target) (*Lease, error) {
 	}
 	p.lru.Add(t.Cluster, ne)
 	p.noteCreated()
-	return ne.lease(p.now()), nil
+	l := ne.lease(p.now())
+	l.created = true
+	return l, nil
 }
 
 // Remove retires cluster's entry, for reason (ReasonDeleted: the gateway is

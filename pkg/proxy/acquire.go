@@ -19,7 +19,11 @@ func (p *Proxy) acquire(t *pool.Target) (*pool.Lease, error) {
 	}
 	// The store drops a gateway before it tells the pool (OnChange), so
 	// either the deletion's Remove comes after this Acquire, or this Get
-	// sees the gateway gone.
+	// sees the gateway gone. An entry that was pooled already was in the
+	// pool when any Remove came: that Remove retired it, or comes later.
+	if !lease.Created() {
+		return lease, nil
+	}
 	if _, err := p.opts.Store.Get(t.Cluster); apierrors.IsNotFound(err) {
 		p.opts.Pool.Remove(t.Cluster, pool.ReasonDeleted)
 	}

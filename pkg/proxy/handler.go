@@ -1,11 +1,11 @@
 package proxy
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -135,20 +135,29 @@ func (p *Proxy) Handler(name, subpath string) http.Handler {
 	})
 }
 
+// exchange is what serving one request needs, in one allocation.
+type exchange struct {
+	rec    statusRecorder
+	inner  url.URL // the inner request's, for its RequestInfo
+	target pool.Target
+	fwd    forwarded
+}
+
 func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath string) {
+	x := new(exchange)
 	// The inner request is parsed once and serves the metrics label, the
 	// subpath authorization and the watch handling.
 	inner := subpath
 	if !strings.HasPrefix(inner, "/") {
 		inner = "/" + inner
 	}
-	in, inErr := innerInfo(req, inner)
+	in, inErr := innerInfoAt(req, inner, &x.inner)
 	if inErr != nil {
 		in = nil
 	}
 	auditInner(req.Context(), name, subpath, in)
 	upgrade := httpstream.IsUpgradeRequest(req)
-	w, rec := p.metrics.instrument(w, req, kindOf(req, in))
+	w, rec := p.metrics.instrumentInto(&x.rec, w, req, kindOf(req, in))
 	defer rec.done()
 	if err := checkSubpath(subpath); err != nil {
 		writeStatus(w, req, err)
@@ -191,12 +200,11 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 		return
 	}
 	defer release()
-	target, err := p.target(gw)
-	if err != nil {
+	if err := p.fillTarget(&x.target, gw); err != nil {
 		writeStatus(w, req, err)
 		return
 	}
-	lease, err := p.acquire(target)
+	lease, err := p.acquire(&x.target)
 	if errors.Is(err, endpointpolicy.ErrDenied) {
 		writeStatus(w, req, endpointDenied(name, err))
 		return
@@ -208,8 +216,8 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 	}
 	defer lease.Release()
 
-	// One allocation carries what the request needs on its way.
-	f := &forwarded{location: *gw.Address, watch: isWatch(in), streams: p.streams, responder: responder{cluster: name, health: p.opts.Health}}
+	f := &x.fwd
+	*f = forwarded{Context: req.Context(), location: *gw.Address, watch: isWatch(in), streams: p.streams, responder: responder{cluster: name, health: p.opts.Health}}
 	location := &f.location
 	location.Path = joinPath(gw.Address.Path, subpath)
 	location.RawPath = ""
@@ -219,7 +227,7 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 	f.up = upstreamTransport{base: lease.Transport(), id: id, cluster: name}
 
 	if !upgrade {
-		p.reverse.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), forwardedKey{}, f)))
+		p.reverse.ServeHTTP(w, req.WithContext(f))
 		return
 	}
 
@@ -253,8 +261,17 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 // target is the pool key of a gateway: what shapes its transport. It is
 // cheap to build; the pool recognises an unchanged shape without hashing.
 func (p *Proxy) target(gw *gateways.Gateway) (*pool.Target, error) {
+	t := new(pool.Target)
+	if err := p.fillTarget(t, gw); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// fillTarget is target written to t.
+func (p *Proxy) fillTarget(t *pool.Target, gw *gateways.Gateway) error {
 	ep := gw.Object.Spec.Endpoint
-	t := &pool.Target{
+	*t = pool.Target{
 		Cluster:    gw.Name(),
 		Address:    gw.Address,
 		CAData:     ep.CABundle,
@@ -267,13 +284,13 @@ func (p *Proxy) target(gw *gateways.Gateway) (*pool.Target, error) {
 	}
 	if ep.Type == v1alpha1.EndpointKonnectivity {
 		if p.opts.Tunnel == nil {
-			return nil, statusError(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, fmt.Sprintf(
+			return statusError(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, fmt.Sprintf(
 				"ClusterGateway %q is reached through konnectivity, but this gateway has no proxy-server configured: start it with --konnectivity-server-address", gw.Name()))
 		}
 		t.Tunnel = p.opts.Tunnel
 		t.TunnelID = p.opts.Tunnel.ID()
 	}
-	return t, nil
+	return nil
 }
 
 // identityFor is who the managed cluster is told the request comes from:

@@ -27,7 +27,12 @@ func innerPath(ri *apirequest.RequestInfo) string {
 
 // innerInfo describes the request as the managed cluster will see it.
 func innerInfo(r *http.Request, path string) (*apirequest.RequestInfo, error) {
-	u := &url.URL{Path: path, RawQuery: r.URL.RawQuery}
+	return innerInfoAt(r, path, new(url.URL))
+}
+
+// innerInfoAt is innerInfo with the inner URL written to u.
+func innerInfoAt(r *http.Request, path string, u *url.URL) (*apirequest.RequestInfo, error) {
+	*u = url.URL{Path: path, RawQuery: r.URL.RawQuery}
 	return innerRequestInfo.NewRequestInfo(&http.Request{Method: r.Method, URL: u, Header: r.Header})
 }
 

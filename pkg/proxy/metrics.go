@@ -75,7 +75,12 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 
 // instrument wraps w; the recorder's done records the request's outcome.
 func (m *Metrics) instrument(w http.ResponseWriter, req *http.Request, kind string) (http.ResponseWriter, *statusRecorder) {
-	rec := &statusRecorder{ResponseWriter: w, m: m, req: req, kind: kind, start: time.Now()}
+	return m.instrumentInto(new(statusRecorder), w, req, kind)
+}
+
+// instrumentInto is instrument with the recorder allocated by the caller.
+func (m *Metrics) instrumentInto(rec *statusRecorder, w http.ResponseWriter, req *http.Request, kind string) (http.ResponseWriter, *statusRecorder) {
+	*rec = statusRecorder{ResponseWriter: w, m: m, req: req, kind: kind, start: time.Now()}
 	return responsewriter.WrapForHTTP1Or2(rec), rec
 }
 

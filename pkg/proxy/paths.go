@@ -18,12 +18,16 @@ func checkSubpath(subpath string) error {
 	if p == "" {
 		return nil
 	}
-	for _, seg := range strings.Split(p, "/") {
+	for {
+		seg, rest, more := strings.Cut(p, "/")
 		switch seg {
 		case "", ".", "..":
 			return apierrors.NewBadRequest(fmt.Sprintf(
 				"the proxied path %q has an empty, \".\" or \"..\" segment; send the path as the cluster should serve it, without relative segments or double slashes", subpath))
 		}
+		if !more {
+			return nil
+		}
+		p = rest
 	}
-	return nil
 }
