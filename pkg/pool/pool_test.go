@@ -379,3 +379,32 @@ func TestCloseCutsRetiringStreams(t *testing.T) {
 	}
 	l.Release()
 }
+
+// Created is true only for the Acquire that built the entry: the proxy's
+// re-check for a gateway deleted during Acquire relies on it.
+func TestLeaseCreated(t *testing.T) {
+	u := newUpstream(t)
+	p := newTestPool(t, Options{Capacity: 8, RetireGrace: time.Minute})
+	tg := u.target(t, "c1", "client-1")
+	created := func() bool {
+		l := acquire(t, p, tg)
+		defer l.Release()
+		return l.Created()
+	}
+	if !created() {
+		t.Fatal("the first Acquire built the entry, but Created() is false")
+	}
+	if created() {
+		t.Fatal("the second Acquire found the entry pooled, but Created() is true")
+	}
+	p.Remove("c1", ReasonDeleted)
+	if !created() {
+		t.Fatal("the Acquire after Remove built a new entry, but Created() is false")
+	}
+	rotated := u.target(t, "c1", "client-2")
+	l := acquire(t, p, rotated)
+	defer l.Release()
+	if !l.Created() {
+		t.Fatal("an Acquire with new credentials built a new entry, but Created() is false")
+	}
+}
