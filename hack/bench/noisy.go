@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
+	"github.com/clustergateway/cluster-gateway/internal/testpki"
 )
 
 // The noisy neighbour runs in a process of its own, as another tenant's
@@ -55,7 +56,7 @@ func noisyChildMain(args []string) error {
 	}
 	var clients []*http.Client
 	for i := range cs {
-		kp := &localenv.KeyPair{}
+		kp := &localenv.KeyPair{Pair: &testpki.Pair{}}
 		if kp.CertPEM, err = os.ReadFile(cs[i]); err != nil {
 			return err
 		}
