@@ -31,6 +31,8 @@ var profileFuncs = []profileShare{
 	{Key: "tlsread", What: "TLS reads (client and upstream connections)", Func: "crypto/tls.(*Conn).Read"},
 	{Key: "tlswrite", What: "TLS writes (client and upstream connections)", Func: "crypto/tls.(*Conn).Write"},
 	{Key: "gc", What: "garbage collection (background marking)", Func: "runtime.gcBgMarkWorker"},
+	{Key: "malloc", What: "allocation (the allocator itself, on every goroutine)", Func: "runtime.mallocgc"},
+	{Key: "stack", What: "goroutine stack growth: the generic server's timeout filter runs each ordinary request in a goroutine of its own, whose stack is copied each time it doubles through the filter chain", Func: "runtime.copystack"},
 }
 
 // profiledLoads are the loads during whose first round the gateway is
