@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
@@ -37,13 +38,10 @@ type pooledResult struct {
 // Heap figures are taken right after a forced GC in the gateway, whose heap
 // profiles are saved in profileDir.
 func measurePooled(ctx context.Context, env *localenv.Env, gw *gatewayAdmin, n, conc int, profileDir string) (*pooledResult, error) {
-	cfg := env.Hub.RESTConfig()
-	cfg.QPS, cfg.Burst = 1000, 1000
-	hub, err := kubernetes.NewForConfig(cfg)
+	secrets, err := hubSecrets(env)
 	if err != nil {
 		return nil, err
 	}
-	secrets := hub.CoreV1().Secrets(localenv.GatewayNamespace)
 	res := &pooledResult{N: n}
 	settled := func(step string) (gwState, error) {
 		if err := gw.gc(ctx, filepath.Join(profileDir, "gateway-heap-"+step+".pprof")); err != nil {
@@ -198,4 +196,16 @@ func parallel(ctx context.Context, n, conc int, f func(int) error) error {
 		return first
 	}
 	return ctx.Err()
+}
+
+// hubSecrets is a client of the Secrets that store the ClusterGateways, with
+// room to create thousands of them quickly.
+func hubSecrets(env *localenv.Env) (corev1client.SecretInterface, error) {
+	cfg := env.Hub.RESTConfig()
+	cfg.QPS, cfg.Burst = 1000, 1000
+	hub, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return hub.CoreV1().Secrets(localenv.GatewayNamespace), nil
 }

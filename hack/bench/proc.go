@@ -49,7 +49,13 @@ func selfCPU() time.Duration {
 }
 
 // procRSS is VmRSS from /proc/<pid>/status, in bytes.
-func procRSS(pid int) (float64, error) {
+func procRSS(pid int) (float64, error) { return procStatus(pid, "VmRSS") }
+
+// procHWM is VmHWM (peak RSS since start or the last reset) in bytes.
+func procHWM(pid int) (float64, error) { return procStatus(pid, "VmHWM") }
+
+// procStatus is a memory field of /proc/<pid>/status in bytes.
+func procStatus(pid int, field string) (float64, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
@@ -57,12 +63,12 @@ func procRSS(pid int) (float64, error) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
 			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
 			return kb * 1024, err
 		}
 	}
-	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
 }
 
 // machine describes where the numbers were taken.

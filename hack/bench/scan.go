@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,13 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
 )
@@ -163,13 +160,10 @@ func runScan(ctx context.Context, env *localenv.Env, gw *gatewayAdmin, n int, pr
 		return nil, err
 	}
 
-	cfg := env.Hub.RESTConfig()
-	cfg.QPS, cfg.Burst = 1000, 1000
-	hub, err := kubernetes.NewForConfig(cfg)
+	secrets, err := hubSecrets(env)
 	if err != nil {
 		return nil, err
 	}
-	secrets := hub.CoreV1().Secrets(localenv.GatewayNamespace)
 	start := time.Now()
 	logf("scan: creating %d ClusterGateways", n)
 	if err := parallel(ctx, n, scanClients, func(i int) error {
@@ -366,24 +360,4 @@ func sampleHeap(ctx context.Context, gw *gatewayAdmin, peak *float64) func() {
 // resetPeakRSS resets the process's VmHWM to its current RSS.
 func resetPeakRSS(pid int) error {
 	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0)
-}
-
-// procHWM is VmHWM (peak RSS since start or the last reset) in bytes.
-func procHWM(pid int) (float64, error) { return procStatus(pid, "VmHWM") }
-
-// procStatus is a memory field of /proc/<pid>/status in bytes.
-func procStatus(pid int, field string) (float64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
-			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-			return kb * 1024, err
-		}
-	}
-	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
 }
