@@ -127,10 +127,5 @@ func (e *Env) StartCluster(ctx context.Context, c *Cluster) error {
 	if c != e.Hub || e.Gateway == nil || e.Gateway.Process == nil || e.Gateway.Process.Exited() {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, e.StartTimeout)
-	defer cancel()
-	if err := e.waitAPIServiceAvailable(ctx); err != nil {
-		return err
-	}
-	return e.waitHubReachesGateway(ctx)
+	return e.waitHubServesGateway(ctx)
 }

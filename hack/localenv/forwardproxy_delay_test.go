@@ -2,8 +2,6 @@ package localenv
 
 import (
 	"net"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,11 +13,7 @@ import (
 // line readers included) and no connection behind, with a tunnel still open.
 func TestDelayingProxy(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	state := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(state, "logs"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	e := &Env{Options: Options{StateDir: state}}
+	e := proxyTestEnv(t)
 	if _, err := e.StartDelayingProxy(0); err == nil {
 		t.Fatal("a delay of 0 was accepted")
 	}

@@ -22,11 +22,7 @@ import (
 // and no connection behind, even with a tunnel still open.
 func TestForwardProxies(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	state := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(state, "logs"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	e := &Env{Options: Options{StateDir: state}}
+	e := proxyTestEnv(t)
 	if err := e.startForwardProxies(); err != nil {
 		t.Fatal(err)
 	}
@@ -131,4 +127,15 @@ func socksVia(proxyAddr, addr string) (net.Conn, error) {
 		return nil, err
 	}
 	return d.Dial("tcp", addr)
+}
+
+// proxyTestEnv is an Env with only a state directory, enough to run the
+// forward proxies.
+func proxyTestEnv(t *testing.T) *Env {
+	t.Helper()
+	state := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(state, "logs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return &Env{Options: Options{StateDir: state}}
 }

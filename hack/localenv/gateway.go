@@ -90,12 +90,7 @@ func (e *Env) StartGateway(ctx context.Context, extraArgs []string) error {
 	if err := e.startGatewayProcess(ctx, e.Gateway, "cluster-gateway", extraArgs); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, e.StartTimeout)
-	defer cancel()
-	if err := e.waitAPIServiceAvailable(ctx); err != nil {
-		return err
-	}
-	return e.waitHubReachesGateway(ctx)
+	return e.waitHubServesGateway(ctx)
 }
 
 // StartReplica starts another gateway process, named name, on a port of its
@@ -197,12 +192,7 @@ func (e *Env) PointAPIService(ctx context.Context, port int) error {
 	if _, err := e.Kubectl(e.Hub.Kubeconfig, "apply", "-f", svc, "-f", apisvc); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, e.StartTimeout)
-	defer cancel()
-	if err := e.waitAPIServiceAvailable(ctx); err != nil {
-		return err
-	}
-	return e.waitHubReachesGateway(ctx)
+	return e.waitHubServesGateway(ctx)
 }
 
 // waitHubReachesGateway waits until the hub admin can list ClusterGateways
@@ -306,4 +296,15 @@ func (e *Env) gatewayDone() <-chan struct{} {
 
 func (e *Env) gatewayLog() string {
 	return filepath.Join(e.StateDir, "logs", "cluster-gateway*.log")
+}
+
+// waitHubServesGateway waits, within StartTimeout, until the hub reports the
+// APIService Available and its requests reach the gateway.
+func (e *Env) waitHubServesGateway(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, e.StartTimeout)
+	defer cancel()
+	if err := e.waitAPIServiceAvailable(ctx); err != nil {
+		return err
+	}
+	return e.waitHubReachesGateway(ctx)
 }

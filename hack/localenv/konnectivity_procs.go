@@ -54,8 +54,8 @@ func (e *Env) startKonnectivity(ctx context.Context) error {
 		if !inUse || attempt == 3 {
 			return err
 		}
-		_ = k.Agent.kill()
-		_ = k.Server.kill()
+		_ = k.Agent.Kill()
+		_ = k.Server.Kill()
 		ports := make([]int, 6)
 		for i := range ports {
 			if ports[i], err = freePort("127.0.0.1"); err != nil {
@@ -158,19 +158,5 @@ func (p *Process) stopTwice() error {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	return p.kill()
-}
-
-// kill sends SIGKILL to the process group and waits for the exit.
-func (p *Process) kill() error {
-	if p == nil || p.Exited() {
-		return nil
-	}
-	_ = syscall.Kill(-p.Pid(), syscall.SIGKILL)
-	select {
-	case <-p.done:
-		return nil
-	case <-time.After(10 * time.Second):
-		return fmt.Errorf("%s (pid %d) did not exit after SIGKILL", p.Name, p.Pid())
-	}
+	return p.Kill()
 }

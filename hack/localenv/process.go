@@ -55,18 +55,13 @@ func (p *Process) Stop(grace time.Duration) error {
 		return nil
 	case <-time.After(grace):
 	}
-	_ = syscall.Kill(-p.Pid(), syscall.SIGKILL)
-	select {
-	case <-p.done:
-		return nil
-	case <-time.After(10 * time.Second):
-		return fmt.Errorf("%s (pid %d) did not exit after SIGKILL", p.Name, p.Pid())
-	}
+	return p.Kill()
 }
 
-// Kill ends the process with SIGKILL at once and waits for it.
+// Kill ends the process group with SIGKILL at once and waits for the exit.
+// A nil or exited process is left alone.
 func (p *Process) Kill() error {
-	if p.Exited() {
+	if p == nil || p.Exited() {
 		return nil
 	}
 	_ = syscall.Kill(-p.Pid(), syscall.SIGKILL)
