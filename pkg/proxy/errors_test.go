@@ -90,12 +90,7 @@ func TestUpstreamErrorMapping(t *testing.T) {
 func TestProxyUpstreamErrors(t *testing.T) {
 	up := newTLSUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }))
 	other := newTLSUpstream(t, http.NotFoundHandler()) // its CA is not the upstream's
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := "https://" + l.Addr().String()
-	l.Close()
+	closed := closedAddress(t)
 
 	px := newFixtureProxy(t,
 		tokenSecret("ok", up.URL, upstreamCA(up), "t", "None"),

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"crypto/tls"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -138,4 +139,16 @@ func serveAs(px *Proxy, name, subpath string, u user.Info, req *http.Request) *h
 	rec := httptest.NewRecorder()
 	px.Handler(name, subpath).ServeHTTP(rec, req.WithContext(ctx))
 	return rec
+}
+
+// closedAddress is an https URL on loopback where nothing listens (a port
+// that was just bound and released): a dial there is refused.
+func closedAddress(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return "https://" + l.Addr().String()
 }

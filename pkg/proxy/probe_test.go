@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -36,12 +35,7 @@ func TestProbeClusterClassifies(t *testing.T) {
 		http.Error(w, "[-]etcd failed", http.StatusInternalServerError)
 	}))
 	silent := newTLSUpstream(t, http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-block }))
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := "https://" + l.Addr().String()
-	l.Close()
+	closed := closedAddress(t)
 
 	px := newFixtureProxy(t,
 		tokenSecret("ok", ok.URL, upstreamCA(ok), "t", "Caller"),
