@@ -28,12 +28,8 @@ var proxyResource = schema.GroupResource{Group: v1alpha1.GroupName, Resource: "c
 // the request's own deadline passed while the cluster was answering.
 func upstreamError(cluster string, err error, requestExpired bool) *apierrors.StatusError {
 	var (
-		verifyErr   *tls.CertificateVerificationError
-		unknownCA   x509.UnknownAuthorityError
-		hostnameErr x509.HostnameError
-		invalidErr  x509.CertificateInvalidError
-		recordErr   tls.RecordHeaderError
-		netErr      net.Error
+		recordErr tls.RecordHeaderError
+		netErr    net.Error
 	)
 	switch {
 	case errors.Is(err, endpointpolicy.ErrDenied):
@@ -44,7 +40,7 @@ func upstreamError(cluster string, err error, requestExpired bool) *apierrors.St
 		return statusError(http.StatusBadGateway, metav1.StatusReasonInternalError, fmt.Sprintf(
 			"cluster %q did not switch protocols for the upgrade (%v); the gateway does not pass redirects or other non-upgrade answers on: check spec.endpoint.address of ClusterGateway %q",
 			cluster, err, cluster))
-	case errors.As(err, &verifyErr), errors.As(err, &unknownCA), errors.As(err, &hostnameErr), errors.As(err, &invalidErr):
+	case untrustedCertificate(err):
 		return statusError(http.StatusBadGateway, metav1.StatusReasonInternalError, fmt.Sprintf(
 			"the API server of cluster %q presented a certificate the gateway does not trust (%v): check spec.endpoint.caBundle and spec.endpoint.serverName of ClusterGateway %q",
 			cluster, err, cluster))
@@ -66,6 +62,18 @@ func upstreamError(cluster string, err error, requestExpired bool) *apierrors.St
 	}
 	return statusError(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, fmt.Sprintf(
 		"cluster %q is unreachable: %v", cluster, err))
+}
+
+// untrustedCertificate tells whether err is the cluster's certificate failing
+// verification (unknown CA, wrong name, expired or otherwise invalid).
+func untrustedCertificate(err error) bool {
+	var (
+		verifyErr   *tls.CertificateVerificationError
+		unknownCA   x509.UnknownAuthorityError
+		hostnameErr x509.HostnameError
+		invalidErr  x509.CertificateInvalidError
+	)
+	return errors.As(err, &verifyErr) || errors.As(err, &unknownCA) || errors.As(err, &hostnameErr) || errors.As(err, &invalidErr)
 }
 
 // endpointDenied is the answer when the endpoint policy refuses where a

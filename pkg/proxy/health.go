@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -172,17 +171,12 @@ func (p *Proxy) send(ctx context.Context, rt *upstreamTransport, url, path, user
 // the connection but did not answer apart.
 func classify(err error, connected bool) string {
 	var (
-		verifyErr   *tls.CertificateVerificationError
-		unknownCA   x509.UnknownAuthorityError
-		hostnameErr x509.HostnameError
-		invalidErr  x509.CertificateInvalidError
-		recordErr   tls.RecordHeaderError
-		alertErr    tls.AlertError
-		netErr      net.Error
+		recordErr tls.RecordHeaderError
+		alertErr  tls.AlertError
+		netErr    net.Error
 	)
 	switch {
-	case errors.As(err, &verifyErr), errors.As(err, &unknownCA), errors.As(err, &hostnameErr), errors.As(err, &invalidErr),
-		errors.As(err, &recordErr), errors.As(err, &alertErr), strings.Contains(err.Error(), "tls: "):
+	case untrustedCertificate(err), errors.As(err, &recordErr), errors.As(err, &alertErr), strings.Contains(err.Error(), "tls: "):
 		return v1alpha1.ReasonTLSFailed
 	case strings.Contains(err.Error(), "timeout awaiting response headers"):
 		return v1alpha1.ReasonNoAnswer
