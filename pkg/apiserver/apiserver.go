@@ -96,11 +96,12 @@ func (c *Config) New() (*Server, error) {
 	}
 	// The gateway's part of the handler chain: proxied watches, logs -f,
 	// exec and port-forward stream past the request timeout (everything
-	// else keeps it and the in-flight limit), and dryRun is passed to the
-	// cluster rather than refused on a connect subresource.
+	// else keeps it and the in-flight limit), the inner request is parsed
+	// once per request for all who ask, and dryRun is passed to the cluster
+	// rather than refused on a connect subresource.
 	g.LongRunningFunc = proxy.IsLongRunning
 	g.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler {
-		return genericapiserver.DefaultBuildHandlerChain(proxy.WithDryRunPassthrough(h), c)
+		return proxy.WithInnerMemo(genericapiserver.DefaultBuildHandlerChain(proxy.WithDryRunPassthrough(h), c))
 	}
 	namer := openapinamer.NewDefinitionNamer(Scheme)
 	g.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(v1alpha1.GetOpenAPIDefinitions, namer)

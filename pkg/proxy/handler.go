@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httputil"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -138,7 +137,7 @@ func (p *Proxy) Handler(name, subpath string) http.Handler {
 // exchange is what serving one request needs, in one allocation.
 type exchange struct {
 	rec    statusRecorder
-	inner  url.URL // the inner request's, for its RequestInfo
+	inner  innerParse // unless the handler chain's memo has it
 	target pool.Target
 	fwd    forwarded
 }
@@ -151,13 +150,11 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 	if !strings.HasPrefix(inner, "/") {
 		inner = "/" + inner
 	}
-	in, inErr := innerInfoAt(req, inner, &x.inner)
-	if inErr != nil {
-		in = nil
-	}
+	parsed := parseInnerOnce(req, nil, inner, &x.inner)
+	in, inErr, kind := parsed.in, parsed.err, parsed.kind
 	auditInner(req.Context(), name, subpath, in)
 	upgrade := httpstream.IsUpgradeRequest(req)
-	w, rec := p.metrics.instrumentInto(&x.rec, w, req, kindOf(req, in))
+	w, rec := p.metrics.instrumentInto(&x.rec, w, req, kind)
 	defer rec.done()
 	if err := checkSubpath(subpath); err != nil {
 		writeStatus(w, req, err)
@@ -192,7 +189,7 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 		writeStatus(w, req, err)
 		return
 	}
-	release, err := p.opts.Limiter.Acquire(req.Context(), name, u.GetName(), limitKind(kindOf(req, in)))
+	release, err := p.opts.Limiter.Acquire(req.Context(), name, u.GetName(), limitKind(kind))
 	if err != nil {
 		if req.Context().Err() == nil { // else nobody is listening
 			writeStatus(w, req, err)
