@@ -178,7 +178,7 @@ local-down: ## Stop the background local environment and wait for it to exit.
 # saturated cluster next to a steady one (isolation) in a fresh local
 # environment under _output/bench. Writes and prints docs/performance.md.
 # BENCH_FLAGS passes more flags to hack/bench (e.g. -duration 20s); with
-# BENCH_FLAGS="-only isolation" (or "-only scan") only that section runs, and
+# BENCH_FLAGS="-only loads" (or isolation, or scan) only that section runs, and
 # its report goes to _output/bench/performance-<section>.md, not docs/.
 .PHONY: bench
 bench: tools build ## Benchmark the proxy path (about 15 minutes: in-process, loads, isolation, a 10,000-gateway scan); writes docs/performance.md.

@@ -22,8 +22,12 @@ import (
 // dir: a partial report never replaces the whole one (make bench passes -out
 // docs/performance.md).
 func onlySection(o *options) {
-	if o.Only != "isolation" && o.Only != "scan" {
-		log.Fatalf("-only %q: the sections that run alone are \"isolation\" and \"scan\"", o.Only)
+	switch o.Only {
+	case "loads":
+		o.Gateways = 0 // section 2 alone, without memory per pooled cluster
+	case "isolation", "scan":
+	default:
+		log.Fatalf("-only %q: the sections that run alone are \"loads\", \"isolation\" and \"scan\"", o.Only)
 	}
 	o.SkipGoBench = true
 	o.Out = filepath.Join(o.StateDir, "performance-"+o.Only+".md")

@@ -60,6 +60,9 @@ type ExtraConfig struct {
 	// front-proxy certificate is cached.
 	CertCacheSize int
 	ClientCA      dynamiccertificates.CAContentProvider
+	// Tracing is true when --tracing-config-file is set: only then does
+	// the handler chain trace requests.
+	Tracing bool
 	// Metrics is where the gateway's metrics are registered; nil: the
 	// registry the generic server serves on /metrics.
 	Metrics metrics.KubeRegistry
@@ -94,14 +97,16 @@ func (c *Config) New() (*Server, error) {
 	if g.ClientConfig == nil {
 		return nil, errors.New("no hub client configuration: pass --kubeconfig or run in a cluster")
 	}
-	// The gateway's part of the handler chain: proxied watches, logs -f,
-	// exec and port-forward stream past the request timeout (everything
-	// else keeps it and the in-flight limit), the inner request is parsed
-	// once per request for all who ask, and dryRun is passed to the cluster
-	// rather than refused on a connect subresource.
+	// The gateway's handler chain (handlerchain.go): proxied watches, logs
+	// -f, exec and port-forward stream past the request timeout (everything
+	// else keeps it and the in-flight limit), and dryRun is passed to the
+	// cluster rather than refused on a connect subresource.
+	if g.ShutdownSendRetryAfter || g.ShutdownWatchTerminationGracePeriod > 0 {
+		return nil, errors.New("--shutdown-send-retry-after and --shutdown-watch-termination-grace-period are not supported by the gateway: it ends proxied watches on shutdown itself (--shutdown-stream-drain)")
+	}
 	g.LongRunningFunc = proxy.IsLongRunning
-	g.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler {
-		return proxy.WithInnerMemo(genericapiserver.DefaultBuildHandlerChain(proxy.WithDryRunPassthrough(h), c))
+	g.BuildHandlerChainFunc = func(h http.Handler, gc *genericapiserver.Config) http.Handler {
+		return buildHandlerChain(h, gc, c.Extra.Tracing)
 	}
 	namer := openapinamer.NewDefinitionNamer(Scheme)
 	g.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(v1alpha1.GetOpenAPIDefinitions, namer)

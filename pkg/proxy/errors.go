@@ -106,11 +106,8 @@ func (r responder) Error(w http.ResponseWriter, req *http.Request, err error) {
 	} else if errors.Is(err, context.Canceled) && req.Context().Err() != nil {
 		return // the client went away; nobody is listening
 	} else if errors.Is(req.Context().Err(), context.DeadlineExceeded) {
-		// The request's own deadline passed: the generic server's timeout
-		// filter, committed since that moment, answers 504 Timeout. An answer
-		// written here would race it, and when this one is first the filter
-		// finds the response begun and resets the stream instead (which the
-		// hub's aggregator turns into a bare 503).
+		// The request's own deadline passed: serve answers 504 Timeout as
+		// it returns (answerTimeout), whatever the proxy was waiting for.
 		return
 	}
 	status := upstreamError(r.cluster, err, errors.Is(req.Context().Err(), context.DeadlineExceeded))

@@ -156,6 +156,9 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 	upgrade := httpstream.IsUpgradeRequest(req)
 	w, rec := p.metrics.instrumentInto(&x.rec, w, req, kind)
 	defer rec.done()
+	if kind == kindRequest {
+		defer answerTimeout(w, req, rec) // before done records the code
+	}
 	if err := checkSubpath(subpath); err != nil {
 		writeStatus(w, req, err)
 		return

@@ -12,8 +12,11 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
+	endpointsmetrics "k8s.io/apiserver/pkg/endpoints/metrics"
+	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 	genericfilters "k8s.io/apiserver/pkg/server/filters"
 	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
 
 	"github.com/clustergateway/cluster-gateway/internal/testfrontend"
 	"github.com/clustergateway/cluster-gateway/internal/testmetrics"
@@ -21,7 +24,8 @@ import (
 )
 
 // timedConnecter puts the generic server's timeout filter between the front
-// end and the proxy, with the deadline that the server's request-deadline
+// end and the proxy, exempting what the gateway's handler chain exempts
+// (pkg/apiserver), with the deadline that the server's request-deadline
 // filter sets: the gateway's own handler chain for ordinary requests.
 type timedConnecter struct {
 	px      *Proxy
@@ -29,7 +33,9 @@ type timedConnecter struct {
 }
 
 func (c timedConnecter) Handler(name, subpath string) http.Handler {
-	h := genericfilters.WithTimeoutForNonLongRunningRequests(c.px.Handler(name, subpath), IsLongRunning)
+	h := genericfilters.WithTimeoutForNonLongRunningRequests(c.px.Handler(name, subpath), func(r *http.Request, ri *apirequest.RequestInfo) bool {
+		return AnswersOwnTimeout(ri) || IsLongRunning(r, ri)
+	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), c.timeout)
 		defer cancel()
@@ -38,11 +44,10 @@ func (c timedConnecter) Handler(name, subpath string) http.Handler {
 }
 
 // An ordinary request that outlives the request timeout is answered with
-// the server's 504 Timeout Status, every time. The proxy sees its upstream
-// request fail with the same deadline as the timeout filter fires; if it
-// wrote an answer of its own first, the filter, finding the response
-// begun, would reset the stream instead (which the hub's aggregator turns
-// into a bare 503 "the server is currently unable to handle the request").
+// the server's 504 Timeout Status, every time, by the proxy itself (the
+// timeout filter leaves proxied requests alone): never a reset stream,
+// which the hub's aggregator would turn into a bare 503 "the server is
+// currently unable to handle the request").
 func TestRequestTimeoutIsAlways504(t *testing.T) {
 	release := make(chan struct{})
 	up := newTLSUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -53,6 +58,15 @@ func TestRequestTimeoutIsAlways504(t *testing.T) {
 	}))
 	defer close(release)
 	px := newFixtureProxy(t, tokenSecret("slow", up.URL, upstreamCA(up), "t", "None"))
+	endpointsmetrics.Register() // the generic server's request metrics, as the server registers them
+	terminated := func() float64 {
+		m, err := testmetrics.Gather(legacyregistry.DefaultGatherer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Sum("apiserver_request_terminations_total")
+	}
+	terminatedBefore := terminated()
 	reg := metrics.NewKubeRegistry()
 	px.Metrics().Register(reg)
 	const timeout = 50 * time.Millisecond
@@ -110,4 +124,9 @@ func TestRequestTimeoutIsAlways504(t *testing.T) {
 		}
 		return nil
 	})
+	// And the server's own count of requests its timeout ended, as the
+	// timeout filter counts those it answers.
+	if got := terminated() - terminatedBefore; got != requests {
+		t.Errorf("apiserver_request_terminations_total grew by %v, want %d (one per timed-out request)", got, requests)
+	}
 }

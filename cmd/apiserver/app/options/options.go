@@ -99,6 +99,12 @@ func (o *Options) Validate() error {
 	if o.CertCacheSize < 0 {
 		errs = append(errs, fmt.Errorf("--authentication-certificate-cache-size must not be negative, not %d", o.CertCacheSize))
 	}
+	if o.ServerRun.ShutdownSendRetryAfter {
+		errs = append(errs, errors.New("--shutdown-send-retry-after is not supported by the gateway's handler chain; --shutdown-delay-duration keeps readiness false while load balancers stop sending"))
+	}
+	if o.ServerRun.ShutdownWatchTerminationGracePeriod > 0 {
+		errs = append(errs, errors.New("--shutdown-watch-termination-grace-period is not supported by the gateway: it ends proxied watches on shutdown itself (--shutdown-stream-drain)"))
+	}
 	if o.ShutdownStreamDrain < 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-stream-drain must not be negative, not %v", o.ShutdownStreamDrain))
 	}
@@ -135,6 +141,7 @@ func (o *Options) ServerConfig() (*apiserver.Config, error) {
 		Fairness:              *o.Fairness,
 		Health:                *o.Health,
 		ShutdownStreamDrain:   o.ShutdownStreamDrain,
+		Tracing:               o.Recommended.Traces != nil && o.Recommended.Traces.ConfigFile != "",
 	}
 	cfg.Extra.Pool.Endpoints = endpoints
 	cfg.Extra.CertCacheSize = o.CertCacheSize
