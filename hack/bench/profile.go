@@ -23,16 +23,16 @@ var profileFuncs = []profileShare{
 	{Key: "authn", What: "authentication (the authenticators, not the handlers after them)", Func: "k8s.io/apiserver/pkg/authentication/request/union.(*unionAuthRequestHandler).AuthenticateRequest"},
 	{Key: "certauth", What: "of which pkg/certauth's cached chain lookup (hash of the peer chain, LRU)", Func: "github.com/clustergateway/cluster-gateway/pkg/certauth.(*Cache).verify"},
 	{Key: "verify", What: "of which chain verification (crypto/x509, on cache misses)", Func: "crypto/x509.(*Certificate).Verify"},
-	{Key: "authz", What: "authorization (the authorizers, not the handlers after them)", Func: "k8s.io/apiserver/pkg/authorization/union.unionAuthzHandler.Authorize"},
-	{Key: "webhook", What: "of which the delegated (webhook) authorizer: cache lookup, and SubjectAccessReviews on misses", Func: "k8s.io/apiserver/plugin/pkg/authorizer/webhook.(*WebhookAuthorizer).Authorize"},
+	{Key: "authz", What: "authorization: pkg/authzcache's decisions (the lookup, and the authorizers on a miss)", Func: "github.com/clustergateway/cluster-gateway/pkg/authzcache.(*Authorizer).Authorize"},
+	{Key: "webhook", What: "of which the delegated (webhook) authorizer: SubjectAccessReviews on misses", Func: "k8s.io/apiserver/plugin/pkg/authorizer/webhook.(*WebhookAuthorizer).Authorize"},
 	{Key: "serve", What: "the proxy handler (its own goroutine; the HTTP/2 connections' read loops run apart)", Func: "github.com/clustergateway/cluster-gateway/pkg/proxy.(*Proxy).serve"},
 	{Key: "acquire", What: "of which Pool.Acquire", Func: "github.com/clustergateway/cluster-gateway/pkg/pool.(*Pool).Acquire"},
-	{Key: "otel", What: "OpenTelemetry HTTP server metrics of the generic server's tracing filter", Func: "go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp/internal/semconv.HTTPServer.RecordMetrics"},
+	{Key: "otel", What: "OpenTelemetry HTTP server metrics of the generic server's tracing filter (in the gateway's chain only with --tracing-config-file)", Func: "go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp/internal/semconv.HTTPServer.RecordMetrics"},
 	{Key: "tlsread", What: "TLS reads (client and upstream connections)", Func: "crypto/tls.(*Conn).Read"},
 	{Key: "tlswrite", What: "TLS writes (client and upstream connections)", Func: "crypto/tls.(*Conn).Write"},
 	{Key: "gc", What: "garbage collection (background marking)", Func: "runtime.gcBgMarkWorker"},
 	{Key: "malloc", What: "allocation (the allocator itself, on every goroutine)", Func: "runtime.mallocgc"},
-	{Key: "stack", What: "goroutine stack growth: the generic server's timeout filter runs each ordinary request in a goroutine of its own, whose stack is copied each time it doubles through the filter chain", Func: "runtime.copystack"},
+	{Key: "stack", What: "goroutine stack growth: each request runs in a new goroutine (one per HTTP/2 stream) whose stack is copied each time it doubles through the filter chain (proxied requests no longer get a second one from the timeout filter)", Func: "runtime.copystack"},
 }
 
 // profiledLoads are the loads during whose first round the gateway is

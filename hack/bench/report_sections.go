@@ -31,7 +31,7 @@ func (r *report) authzSection(b *strings.Builder) {
 	b.WriteString("\nThe gateway's counter is `apiserver_delegated_authz_request_total` (its /metrics, all codes); the hub's is " +
 		"`apiserver_request_total{resource=\"subjectaccessreviews\"}` (the hub kube-apiserver's /metrics, scraped as its admin), both read before and after " +
 		"each round, i.e. after the warm-up. The gateway asks the hub once per caller and request attributes (user, groups, verb, resource, subresource, " +
-		"name) and k8s.io/apiserver's webhook authorizer caches the answer, so in steady state a load costs about one review per cache TTL, not one per request. " +
+		"name) and keeps the answer (pkg/authzcache; the webhook authorizer's own cache is off), so in steady state a load costs about one review per cache TTL, not one per request. " +
 		"The direct and bare rows are the control: nothing there asks the hub.\n\n")
 	rounds, roundSARs := 0, 0.0
 	for _, t := range r.Targets {
@@ -43,22 +43,21 @@ func (r *report) authzSection(b *strings.Builder) {
 	if n, sars, _ := r.gatewayAuthz(true); n > 0 {
 		fmt.Fprintf(b, "During the interleaved rounds the gateway paths cost %.1f reviews per round on average. The gateway-port, hub and %d-worker loads ask "+
 			"for the same caller and attributes and so share one decision; the Konnectivity load (another cluster's name) has its own. A round that begins "+
-			"more than a TTL after its decision was last filled begins with a refill, and k8s.io/apiserver's webhook authorizer does not merge "+
-			"concurrent misses, so every worker whose request arrives before the first answer is cached sends a review of its own (up to one per worker). "+
+			"more than a TTL after its decision was last filled begins with a refill; concurrent misses with the same attributes wait for one review "+
+			"(pkg/authzcache), so a refill costs one review, not one per worker whose request arrives before the answer. "+
 			"After the rounds, each gateway path was loaded once more as a caller of its own that no load had used (`%s-<load>`, bound alike), "+
 			"so that its warm-up's first requests filled the decision (the column of SARs filling it), and then for %s more: "+
 			"there the gateway paths' %d requests cost %.0f reviews (%.2f per 1,000), the steady state between refills. "+
-			"A client that keeps sending thus costs up to one review per in-flight request per TTL, not one per request.\n\n",
+			"A client that keeps sending thus costs one review per TTL, not one per request.\n\n",
 			roundSARs/float64(max(1, rounds)), *manyWorkers, benchUser, r.steadyWindow(), n, sars, perThousand(sars, n))
 	}
 	if i := r.AuthzIdle; i != nil {
 		fmt.Fprintf(b, "The control row is as long as those windows together, without load: %.0f reviews not caused by the loads (the hub also calls the gateway on its own, "+
 			"e.g. to check the APIService), which the windows under load can include too.\n\n", i.HubSARs)
 	}
-	fmt.Fprintf(b, "The cache's TTLs are gateway flags, `--%s` (here %s) and `--%s` (here %s). "+
-		"Its size is not a flag: k8s.io/apiserver fixes it (an LRU of 8192 decisions, `plugin/pkg/authorizer/webhook`), and the gateway does not change it. "+
+	fmt.Fprintf(b, "The cache's TTLs are gateway flags, `--%s` (here %s) and `--%s` (here %s), and so is its size, `--%s` (here %s). "+
 		"With `--authorize-proxy-subpath` the gateway also authorizes each proxied request's inner verb and resource, one more cached decision per distinct "+
-		"inner request; this run does not set it.\n\n", flagAllowTTL, allowTTL, flagDenyTTL, denyTTL)
+		"inner request; this run does not set it.\n\n", flagAllowTTL, allowTTL, flagDenyTTL, denyTTL, flagAuthzSize, flagValue(r.GatewayArgs, flagAuthzSize, "8192, the default"))
 }
 
 // profileSection shows where the gateway's CPU went during each profiled
@@ -94,8 +93,8 @@ func (r *report) profileSection(b *strings.Builder) {
 	}
 	fmt.Fprintf(b, "\nProfiled CPU (pprof's total samples): %s. Client-certificate chains are verified once per connection and then found in pkg/certauth's cache "+
 		"(`--authentication-certificate-cache-size`), the hub's front-proxy certificate included, so `crypto/x509` verification shows only when a new "+
-		"connection or certificate arrives (in these profiles: %s). Authorization decisions come from the webhook authorizer's cache (above); "+
-		"its share is the cache lookup, which marshals each request's SubjectAccessReview to JSON for the key.\n\n",
+		"connection or certificate arrives (in these profiles: %s). Authorization decisions come from pkg/authzcache (above); "+
+		"its share is mostly the lookup, keyed by the request's attributes.\n\n",
 		strings.Join(samples, ", "), strings.Join(verify, ", "))
 	for _, p := range r.Profiles {
 		fmt.Fprintf(b, "Top functions by their own CPU, gateway %s:\n\n| function | own (flat) | cumulative |\n|---|---:|---:|\n", p.What)

@@ -14,12 +14,11 @@ import (
 )
 
 // Delegated authorization: the gateway asks the hub whether a caller may use
-// clustergateways/proxy with a SubjectAccessReview, and k8s.io/apiserver's
-// webhook authorizer caches the answer (allowed for
-// --authorization-webhook-cache-authorized-ttl, denied for
-// --authorization-webhook-cache-unauthorized-ttl, 10 s each by default, in an
-// LRU of 8192 entries that no flag sets). Each load counts both ends: the
-// gateway's calls and the SubjectAccessReviews the hub received.
+// clustergateways/proxy with a SubjectAccessReview, and pkg/authzcache keeps
+// the answer (allowed for --authorization-webhook-cache-authorized-ttl,
+// denied for --authorization-webhook-cache-unauthorized-ttl, 10 s each by
+// default, up to --authorization-cache-size decisions). Each load counts
+// both ends: the gateway's calls and the SubjectAccessReviews the hub received.
 const (
 	mDelegatedAuthz = "apiserver_delegated_authz_request_total" // gateway: SARs it sent, by code
 	mHubRequests    = "apiserver_request_total"                 // hub: requests by resource, verb, code...
@@ -116,11 +115,13 @@ func sumSamples(sc *bufio.Scanner, name, label string) (float64, error) {
 	return sum, sc.Err()
 }
 
-// The webhook authorizer's cache TTLs: flags of the gateway (k8s.io/apiserver's
-// DelegatingAuthorizationOptions), 10 s each by default. Its size has no flag.
+// The authorization cache's TTLs (k8s.io/apiserver's
+// DelegatingAuthorizationOptions, 10 s each by default) and size (the
+// gateway's own flag).
 const (
 	flagAllowTTL    = "authorization-webhook-cache-authorized-ttl"
 	flagDenyTTL     = "authorization-webhook-cache-unauthorized-ttl"
+	flagAuthzSize   = "authorization-cache-size"
 	defaultAuthzTTL = 10 * time.Second
 )
 
@@ -208,9 +209,8 @@ func freshCallers(ctx context.Context, env *localenv.Env, ts []*target) error {
 // a warm-up whose first request fills the caller's decision, then
 // -authz-window (well inside the TTL) in which it counts the reviews.
 // During the interleaved rounds a path's decision has usually expired since
-// its previous round (they are further apart than the TTL), and the webhook
-// authorizer does not merge concurrent misses, so each round begins with up
-// to one review per worker; this window shows what follows a fill.
+// its previous round (they are further apart than the TTL), so each round
+// begins with a refill; this window shows what follows a fill.
 //
 // It returns the same counts over a time without load as long as all those
 // windows: reviews not caused by the loads, which the windows include too.

@@ -25,6 +25,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+	"github.com/clustergateway/cluster-gateway/pkg/authzcache"
 	"github.com/clustergateway/cluster-gateway/pkg/certauth"
 	"github.com/clustergateway/cluster-gateway/pkg/fairness"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
@@ -60,6 +61,10 @@ type ExtraConfig struct {
 	// front-proxy certificate is cached.
 	CertCacheSize int
 	ClientCA      dynamiccertificates.CAContentProvider
+	// AuthzCache caches authorization decisions in front of the generic
+	// server's authorizer (pkg/authzcache); Size 0: not at all (the
+	// webhook authorizer's own cache then does).
+	AuthzCache authzcache.Options
 	// Tracing is true when --tracing-config-file is set: only then does
 	// the handler chain trace requests.
 	Tracing bool
@@ -114,6 +119,13 @@ func (c *Config) New() (*Server, error) {
 	g.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(v1alpha1.GetOpenAPIDefinitions, namer)
 	g.OpenAPIV3Config.Info.Title = "Cluster Gateway"
 
+	if c.Extra.AuthzCache.Size > 0 && g.Authorization.Authorizer != nil {
+		cached, err := authzcache.New(g.Authorization.Authorizer, c.Extra.AuthzCache)
+		if err != nil {
+			return nil, err
+		}
+		g.Authorization.Authorizer = cached
+	}
 	certCache, err := c.cacheCertificateAuthentication()
 	if err != nil {
 		return nil, err
