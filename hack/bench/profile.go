@@ -59,6 +59,50 @@ func profilePath(base, key string) string {
 	return ""
 }
 
+// allocPath is where the heap profile before or after the profiled round
+// of the load whose CPU profile is at path goes.
+func allocPath(path, which string) string {
+	return strings.TrimSuffix(path, ".pprof") + "-allocs-" + which + ".pprof"
+}
+
+// readAllocs reads what the gateway allocated during the profiled
+// round (the heap profiles' allocation samples, after less before) per
+// request of it, and the allocation sites with the most objects.
+func (p *pathProfile) readAllocs(ctx context.Context, goBin, path string, requests int) {
+	if requests <= 0 {
+		return
+	}
+	top := func(index string, extra ...string) (string, error) {
+		args := append([]string{"tool", "pprof", "-top", "-sample_index=" + index, "-diff_base", allocPath(path, "before")}, extra...)
+		out, err := exec.CommandContext(ctx, goBin, append(args, allocPath(path, "after"))...).Output()
+		return string(out), err
+	}
+	total := func(out string) float64 {
+		_, rest, ok := strings.Cut(out, "% of ")
+		if !ok {
+			return 0
+		}
+		n, _, _ := strings.Cut(rest, " total")
+		v, _ := strconv.ParseFloat(strings.TrimSuffix(n, "B"), 64)
+		return v
+	}
+	objects, err := top("alloc_objects", "-nodecount=15")
+	if err != nil {
+		logf("cannot read the gateway's allocation profiles of %s: %v", path, err)
+		return
+	}
+	bytes, err := top("alloc_space", "-unit=B", "-nodecount=1")
+	if err != nil {
+		logf("cannot read the gateway's allocation profiles of %s: %v", path, err)
+		return
+	}
+	p.AllocsPerRequest = total(objects) / float64(requests)
+	p.BytesPerRequest = total(bytes) / float64(requests)
+	if _, rest, ok := strings.Cut(objects, "      flat  flat%"); ok {
+		p.AllocTop = "      flat  flat%" + strings.TrimRight(rest, "\n")
+	}
+}
+
 // topFunc is one function of a profile: its own (flat) and cumulative share.
 type topFunc struct {
 	Func      string
@@ -71,6 +115,10 @@ type pathProfile struct {
 	Samples         string // pprof's "Total samples = ..." (the CPU profiled)
 	Shares          []profileShare
 	Top             []topFunc // by flat share, highest first
+	// What the gateway allocated per request of the profiled round (heap
+	// profile samples: an estimate), and the sites with most objects.
+	AllocsPerRequest, BytesPerRequest float64
+	AllocTop                          string
 }
 
 // topFuncs is how many functions of each profile the report lists.
@@ -93,6 +141,11 @@ func readProfiles(ctx context.Context, goBin, base string, ts []*target) []pathP
 			continue
 		}
 		p.Key, p.What = pl.Key, pl.What
+		for _, t := range ts {
+			if t.Key == pl.Key {
+				p.readAllocs(ctx, goBin, path, t.res.ProfiledRequests)
+			}
+		}
 		out = append(out, *p)
 	}
 	return out
