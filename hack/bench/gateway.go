@@ -25,6 +25,8 @@ const (
 	mOpenConns  = "cluster_gateway_pool_open_connections"
 	mGoroutines = "go_goroutines"
 	mHeapInuse  = "go_memstats_heap_inuse_bytes"
+	mMallocs    = "go_memstats_mallocs_total"
+	mAllocBytes = "go_memstats_alloc_bytes_total"
 )
 
 // gatewayAdmin talks to the gateway's own port as the hub admin, whom the
@@ -130,6 +132,8 @@ type gwState struct {
 	Retiring   float64
 	OpenConns  float64
 	Delegated  float64 // authorization calls to the hub (sar.go)
+	Mallocs    float64 // heap objects allocated since the start
+	AllocBytes float64 // and their bytes
 }
 
 func (g *gatewayAdmin) state(ctx context.Context) (gwState, error) {
@@ -146,5 +150,6 @@ func (g *gatewayAdmin) state(ctx context.Context) (gwState, error) {
 		Creations: m[mCreations], Dials: m[mDials], Tunnels: m[mTunnels],
 		Entries: m[mEntries], Retiring: m[mRetiring], OpenConns: m[mOpenConns],
 		Delegated: sumOf(m, mDelegatedAuthz),
+		Mallocs:   m[mMallocs], AllocBytes: m[mAllocBytes],
 	}, nil
 }

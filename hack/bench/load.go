@@ -34,6 +34,8 @@ type loadResult struct {
 	CPU              map[string]time.Duration // role -> CPU used during the loads; "bench" is this process
 	Before, After    gwState                  // the gateway before the first and after the last round
 	DCreations       float64                  // pool entries created during the loads
+	DMallocs         float64                  // heap objects the gateway allocated during the loads (go_memstats_mallocs_total)
+	DAllocBytes      float64                  // and their bytes (go_memstats_alloc_bytes_total)
 	DDials           float64                  // pool connections dialed during the loads
 	DTunnels         float64                  // konnectivity tunnels built during the loads
 	RoundRPS         []float64                // req/s of each round, to show the spread
@@ -205,6 +207,8 @@ func runRound(ctx context.Context, gw *gatewayAdmin, t *target, conc int, d time
 	r.RoundRPS = append(r.RoundRPS, float64(n)/elapsed.Seconds())
 	r.Lat = append(r.Lat, lat...)
 	r.DCreations += after.Creations - before.Creations
+	r.DMallocs += after.Mallocs - before.Mallocs
+	r.DAllocBytes += after.AllocBytes - before.AllocBytes
 	r.DDials += after.Dials - before.Dials
 	r.DTunnels += after.Tunnels - before.Tunnels
 	if first {

@@ -65,41 +65,32 @@ func allocPath(path, which string) string {
 	return strings.TrimSuffix(path, ".pprof") + "-allocs-" + which + ".pprof"
 }
 
-// readAllocs reads what the gateway allocated during the profiled
-// round (the heap profiles' allocation samples, after less before) per
-// request of it, and the allocation sites with the most objects.
+// readAllocs reads where the gateway allocated during the profiled round:
+// the heap profiles' allocation samples after the round less before it,
+// the sites with the most objects, per request of the round (sampled: an
+// estimate; the exact totals are go_memstats_mallocs_total, section 2).
 func (p *pathProfile) readAllocs(ctx context.Context, goBin, path string, requests int) {
 	if requests <= 0 {
 		return
 	}
-	top := func(index string, extra ...string) (string, error) {
-		args := append([]string{"tool", "pprof", "-top", "-sample_index=" + index, "-diff_base", allocPath(path, "before")}, extra...)
-		out, err := exec.CommandContext(ctx, goBin, append(args, allocPath(path, "after"))...).Output()
-		return string(out), err
+	out, err := exec.CommandContext(ctx, goBin, "tool", "pprof", "-top", "-sample_index=alloc_objects", "-nodecount=15",
+		"-diff_base", allocPath(path, "before"), allocPath(path, "after")).Output()
+	if err != nil {
+		logf("cannot read the gateway's allocation profiles of %s: %v", path, err)
+		return
 	}
-	total := func(out string) float64 {
-		_, rest, ok := strings.Cut(out, "% of ")
-		if !ok {
-			return 0
+	for _, line := range strings.Split(string(out), "\n") {
+		// flat flat% sum% cum cum% name
+		f := strings.Fields(line)
+		if len(f) < 6 || !strings.HasSuffix(f[1], "%") {
+			continue
 		}
-		n, _, _ := strings.Cut(rest, " total")
-		v, _ := strconv.ParseFloat(strings.TrimSuffix(n, "B"), 64)
-		return v
-	}
-	objects, err := top("alloc_objects", "-nodecount=15")
-	if err != nil {
-		logf("cannot read the gateway's allocation profiles of %s: %v", path, err)
-		return
-	}
-	bytes, err := top("alloc_space", "-unit=B", "-nodecount=1")
-	if err != nil {
-		logf("cannot read the gateway's allocation profiles of %s: %v", path, err)
-		return
-	}
-	p.AllocsPerRequest = total(objects) / float64(requests)
-	p.BytesPerRequest = total(bytes) / float64(requests)
-	if _, rest, ok := strings.Cut(objects, "      flat  flat%"); ok {
-		p.AllocTop = "      flat  flat%" + strings.TrimRight(rest, "\n")
+		flat, err1 := strconv.ParseFloat(f[0], 64)
+		c, err2 := strconv.ParseFloat(f[3], 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		p.AllocTop = append(p.AllocTop, topFunc{Func: strings.Join(f[5:], " "), Flat: flat / float64(requests), Cum: c / float64(requests)})
 	}
 }
 
@@ -115,10 +106,9 @@ type pathProfile struct {
 	Samples         string // pprof's "Total samples = ..." (the CPU profiled)
 	Shares          []profileShare
 	Top             []topFunc // by flat share, highest first
-	// What the gateway allocated per request of the profiled round (heap
-	// profile samples: an estimate), and the sites with most objects.
-	AllocsPerRequest, BytesPerRequest float64
-	AllocTop                          string
+	// Where the gateway allocated most objects in the profiled round:
+	// objects per request, flat and cumulative (heap profile samples).
+	AllocTop []topFunc
 }
 
 // topFuncs is how many functions of each profile the report lists.

@@ -119,17 +119,20 @@ func (r *report) loadSection(b *strings.Builder) {
 		fmt.Fprintf(b, "\nFirst error, on %s: `%v`\n", t.Name, t.res.FirstErr)
 	}
 	b.WriteString("\n### The gateway's pool and process during each load\n\n")
-	b.WriteString("| path | requests | pool entries created | connections dialed | tunnels built | gateway RSS before → after | goroutines before → after |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| path | requests | pool entries created | connections dialed | tunnels built | gateway allocations per request (objects / bytes) | gateway RSS before → after | goroutines before → after |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, t := range r.Targets {
 		if t.TODO != "" {
 			continue
 		}
 		res := &t.res
-		fmt.Fprintf(b, "| %s | %d | %.0f | %.0f | %.0f | %s → %s | %.0f → %.0f |\n", t.Name, res.Requests, res.DCreations, res.DDials, res.DTunnels,
+		fmt.Fprintf(b, "| %s | %d | %.0f | %.0f | %.0f | %.0f / %.0f | %s → %s | %.0f → %.0f |\n", t.Name, res.Requests, res.DCreations, res.DDials, res.DTunnels,
+			res.DMallocs/float64(max(1, res.Requests)), res.DAllocBytes/float64(max(1, res.Requests)),
 			mib(res.Before.RSS), mib(res.After.RSS), res.Before.Goroutines, res.After.Goroutines)
 	}
 	b.WriteString("\nCounters are `cluster_gateway_pool_entry_creations_total`, `cluster_gateway_pool_connection_dials_total` and `cluster_gateway_konnectivity_tunnel_builds_total` from the gateway's /metrics, " +
-		"read before and after each round (after the warm-up, which creates the entries and dials the connections). Goroutines are `go_goroutines`.\n\n")
+		"read before and after each round (after the warm-up, which creates the entries and dials the connections); so are the allocations, " +
+		"`go_memstats_mallocs_total` and `go_memstats_alloc_bytes_total` (exact counts, including two /metrics scrapes per round; on a path " +
+		"the gateway is not on, that is all they are). Goroutines are `go_goroutines`.\n\n")
 	r.authzSection(b)
 	r.profileSection(b)
 	r.ratios(b)

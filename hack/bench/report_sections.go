@@ -96,18 +96,15 @@ func (r *report) profileSection(b *strings.Builder) {
 		"connection or certificate arrives (in these profiles: %s). Authorization decisions come from pkg/authzcache (above); "+
 		"its share is mostly the lookup, keyed by the request's attributes.\n\n",
 		strings.Join(samples, ", "), strings.Join(verify, ", "))
-	b.WriteString("Allocations in the gateway process per request of the profiled round (its heap profile's allocation samples after the round less " +
-		"before it, `go tool pprof -sample_index=alloc_objects -diff_base <load>-allocs-before.pprof <load>-allocs-after.pprof`: sampled, so an " +
-		"estimate; they include the /metrics scrapes around the round):\n\n| load | objects per request | bytes per request |\n|---|---:|---:|\n")
-	for _, p := range r.Profiles {
-		if p.AllocsPerRequest > 0 {
-			fmt.Fprintf(b, "| %s | %.0f | %.0f |\n", p.What, p.AllocsPerRequest, p.BytesPerRequest)
+	if p := r.profile("gateway"); p != nil && len(p.AllocTop) > 0 {
+		fmt.Fprintf(b, "Where the gateway %s allocated most objects during the profiled round, per request (its heap profile's allocation samples after "+
+			"the round less before it, `go tool pprof -sample_index=alloc_objects -diff_base %s %s`: sampled, so an estimate; section 2 has the exact totals):\n\n"+
+			"| function | objects per request (flat) | cumulative |\n|---|---:|---:|\n", p.What, allocPath(p.Path, "before"), allocPath(p.Path, "after"))
+		for _, t := range p.AllocTop {
+			fmt.Fprintf(b, "| `%s` | %.1f | %.1f |\n", shortFunc(t.Func), t.Flat, t.Cum)
 		}
+		b.WriteString("\n")
 	}
-	if p := r.profile("gateway"); p != nil && p.AllocTop != "" {
-		fmt.Fprintf(b, "\nWhere the objects were allocated, gateway %s (flat: allocated in the function itself):\n\n```\n%s\n```\n", p.What, p.AllocTop)
-	}
-	b.WriteString("\n")
 	for _, p := range r.Profiles {
 		fmt.Fprintf(b, "Top functions by their own CPU, gateway %s:\n\n| function | own (flat) | cumulative |\n|---|---:|---:|\n", p.What)
 		for _, t := range p.Top {
