@@ -88,9 +88,10 @@ func (m *Metrics) instrumentInto(rec *statusRecorder, w http.ResponseWriter, req
 func (r *statusRecorder) done() {
 	code := r.code
 	if code == 0 {
-		// Hijacked (upgrade), answered by the server's timeout filter
-		// (the request outlived its deadline), or the client left
-		// before any answer.
+		// Hijacked (upgrade), past its deadline without an answer (a
+		// timeout filter in front answered it; the gateway's own chain
+		// leaves that to answerTimeout, which has set the code), or the
+		// client left before any answer.
 		switch {
 		case r.kind == kindUpgrade:
 			code = http.StatusSwitchingProtocols
