@@ -110,8 +110,9 @@ func (c *Config) New() (*Server, error) {
 		return nil, errors.New("--shutdown-send-retry-after and --shutdown-watch-termination-grace-period are not supported by the gateway: it ends proxied watches on shutdown itself (--shutdown-stream-drain)")
 	}
 	g.LongRunningFunc = proxy.IsLongRunning
+	route := new(proxy.Route) // serves once the proxy is built, below
 	g.BuildHandlerChainFunc = func(h http.Handler, gc *genericapiserver.Config) http.Handler {
-		return buildHandlerChain(h, gc, c.Extra.Tracing)
+		return buildHandlerChain(h, gc, c.Extra.Tracing, route)
 	}
 	namer := openapinamer.NewDefinitionNamer(Scheme)
 	g.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(v1alpha1.GetOpenAPIDefinitions, namer)
@@ -177,6 +178,7 @@ func (c *Config) New() (*Server, error) {
 		s.stop()
 		return nil, err
 	}
+	route.Serve(px)
 	if err := s.registerMetrics(c.Extra.Metrics, px); err != nil {
 		s.stop()
 		return nil, err

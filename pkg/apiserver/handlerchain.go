@@ -34,6 +34,9 @@ import (
 //     apiserver_request_filter_duration_seconds) are left out.
 //   - Outermost, each request gets the memo in which its inner request is
 //     parsed once (proxy.WithInnerMemo).
+//   - Innermost, the proxy subresource is served by proxy.Route, not by the
+//     REST handler's routing and connect handler (same metrics, methods,
+//     name and subpath); everything else goes on to the REST handler.
 //
 // Shutdown's Retry-After and watch-termination filters need the generic
 // server's own lifecycle signals and are not here: their flags are refused
@@ -41,8 +44,8 @@ import (
 // shutdown itself (--shutdown-stream-drain). The mux is complete before the
 // server serves (every route is installed in New), so requests are never
 // marked as arriving before it.
-func buildHandlerChain(apiHandler http.Handler, c *genericapiserver.Config, tracing bool) http.Handler {
-	handler := proxy.WithDryRunPassthrough(apiHandler)
+func buildHandlerChain(apiHandler http.Handler, c *genericapiserver.Config, tracing bool, route *proxy.Route) http.Handler {
+	handler := route.Handler(proxy.WithDryRunPassthrough(apiHandler))
 	handler = genericapifilters.WithAuthorization(handler, c.Authorization.Authorizer, c.Serializer)
 	if c.FlowControl != nil {
 		workEstimatorCfg := flowcontrolrequest.DefaultWorkEstimatorConfig()

@@ -1,0 +1,99 @@
+package proxy
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"k8s.io/apiserver/pkg/authentication/user"
+	endpointsmetrics "k8s.io/apiserver/pkg/endpoints/metrics"
+	apirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/component-base/metrics/legacyregistry"
+
+	"github.com/clustergateway/cluster-gateway/internal/testmetrics"
+)
+
+// The route serves what the REST handler would have served as the proxy
+// subresource, with the connect handler's subpath (trailing slash kept) and
+// the client's query as sent (dryRun included), counted in the generic
+// server's request metrics; anything else, and everything before the proxy
+// is set, goes on to the REST handler.
+func TestRouteServesTheProxySubresource(t *testing.T) {
+	up := newTLSUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
+	}))
+	px := newFixtureProxy(t, tokenSecret("c1", up.URL, upstreamCA(up), "t", "None"))
+	var route Route
+	fallback := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusTeapot)
+		_, _ = io.WriteString(w, "REST handler")
+	})
+	// The generic server's RequestInfo and user, then the route.
+	front := func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ri, err := hubRequestInfo.NewRequestInfo(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := apirequest.WithRequestInfo(apirequest.WithUser(r.Context(), &user.DefaultInfo{Name: "admin", Groups: []string{"system:masters"}}), ri)
+			h.ServeHTTP(w, r.WithContext(ctx))
+		})
+	}
+	h := front(route.Handler(fallback))
+	do := func(method, target string) (int, string) {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(method, target, nil))
+		return rec.Code, rec.Body.String()
+	}
+	if code, body := do("GET", proxyPrefix+"/api"); code != http.StatusTeapot {
+		t.Fatalf("before Serve: %d %s, want the REST handler", code, body)
+	}
+	route.Serve(px)
+
+	endpointsmetrics.Register()
+	count := func() float64 {
+		m, err := testmetrics.Gather(legacyregistry.DefaultGatherer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0.0
+		for k, v := range m {
+			if strings.HasPrefix(k, "apiserver_request_total{") && strings.Contains(k, `subresource="proxy"`) && strings.Contains(k, `resource="clustergateways"`) {
+				n += v
+			}
+		}
+		return n
+	}
+	before := count()
+	served := []struct{ method, target, want string }{
+		{"GET", proxyPrefix + "/api/v1/namespaces", "GET /api/v1/namespaces?"},
+		{"GET", proxyPrefix + "/api/", "GET /api/?"},
+		{"GET", proxyPrefix, "GET /?"},
+		{"GET", proxyPrefix + "/", "GET /?"},
+		{"DELETE", proxyPrefix + "/api/v1/namespaces/x?dryRun=All", "DELETE /api/v1/namespaces/x?dryRun=All"},
+		{"PATCH", proxyPrefix + "/apis/apps/v1/namespaces/d/deployments/a?fieldManager=m&force=true", "PATCH /apis/apps/v1/namespaces/d/deployments/a?fieldManager=m&force=true"},
+	}
+	for _, c := range served {
+		if code, body := do(c.method, c.target); code != http.StatusOK || body != c.want {
+			t.Errorf("%s %s: %d %q, want 200 %q from the cluster", c.method, c.target, code, body, c.want)
+		}
+	}
+	if got := count() - before; got != float64(len(served)) {
+		t.Errorf("apiserver_request_total of clustergateways/proxy grew by %v, want %d", got, len(served))
+	}
+	for _, c := range []struct{ method, target string }{
+		{"TRACE", proxyPrefix + "/api"}, // not a method the subresource serves
+		{"GET", "/apis/gateway.clustergateway.io/v1beta1/clustergateways/c1/proxy/api"},               // another version
+		{"GET", "/apis/gateway.clustergateway.io/v1alpha1/namespaces/d/clustergateways/c1/proxy/api"}, // namespaced
+		{"GET", "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/c1/health"},                 // another subresource
+		{"GET", "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/c1"},                        // the object
+		{"GET", "/api/v1/namespaces"}, // not the gateway's
+	} {
+		if code, body := do(c.method, c.target); code != http.StatusTeapot {
+			t.Errorf("%s %s: %d %s, want it left to the REST handler", c.method, c.target, code, body)
+		}
+	}
+}
