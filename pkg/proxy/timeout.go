@@ -10,13 +10,13 @@ import (
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 )
 
-// AnswersOwnTimeout tells the handler chain which requests the proxy ends at
-// their deadline itself, so that the generic server's timeout filter need
-// not run them in a goroutine of their own: every proxied request (streams
-// and upgrades have no deadline; an ordinary one gets the request-deadline
-// filter's). Everything the proxy waits on (the per-cluster queue, the dial,
-// the cluster's answer) ends with the request's context.
-func AnswersOwnTimeout(ri *apirequest.RequestInfo) bool { return isProxy(ri) }
+// IsProxyRequest tells the handler chain which requests are the proxy's.
+// The proxy ends them at their deadline itself, so the generic server's
+// timeout filter need not run them in a goroutine of their own (streams and
+// upgrades have no deadline; an ordinary request gets the request-deadline
+// filter's, and everything the proxy waits on, the per-cluster queue, the
+// dial, the cluster's answer, ends with the request's context).
+func IsProxyRequest(ri *apirequest.RequestInfo) bool { return isProxy(ri) }
 
 // answerTimeout answers an ordinary request whose deadline passed before
 // any answer was written, as the generic server's timeout filter would: its

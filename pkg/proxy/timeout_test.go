@@ -34,7 +34,7 @@ type timedConnecter struct {
 
 func (c timedConnecter) Handler(name, subpath string) http.Handler {
 	h := genericfilters.WithTimeoutForNonLongRunningRequests(c.px.Handler(name, subpath), func(r *http.Request, ri *apirequest.RequestInfo) bool {
-		return AnswersOwnTimeout(ri) || IsLongRunning(r, ri)
+		return IsProxyRequest(ri) || IsLongRunning(r, ri)
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), c.timeout)
