@@ -10,7 +10,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/apimachinery/pkg/util/sets"
-	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 )
 
 // connectMethods are the methods the proxy subresource serves
@@ -95,7 +94,7 @@ func FuzzInnerPath(f *testing.F) {
 			_ = IsLongRunning(outer, ri)
 			return
 		}
-		subpath := serverSubpath(ri)
+		subpath := connectSubpath(ri)
 
 		in, inErr := innerInfo(outer, "/"+strings.TrimPrefix(subpath, "/"))
 		if inErr == nil {
@@ -157,20 +156,6 @@ func FuzzInnerPath(f *testing.F) {
 			}
 		}
 	})
-}
-
-// serverSubpath is the "path" option k8s.io/apiserver hands the proxy
-// subresource (handlers.getRequestOptions): the parts after the
-// subresource, with a leading slash, and a trailing one if the request had it.
-func serverSubpath(ri *apirequest.RequestInfo) string {
-	p := strings.Join(ri.Parts[3:], "/")
-	if len(p) > 0 && !strings.HasPrefix(p, "/") {
-		p = "/" + p
-	}
-	if strings.HasSuffix(ri.Path, "/") && !strings.HasSuffix(p, "/") {
-		p += "/"
-	}
-	return p
 }
 
 // A query with a '#' (which the server keeps in the query: a request line
