@@ -15,8 +15,10 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/proxy"
 )
 
-// buildHandlerChain is k8s.io/apiserver's DefaultBuildHandlerChain (v0.37),
-// the same filters in the same order, but for what a proxied request costs
+// buildHandlerChain is k8s.io/apiserver's DefaultBuildHandlerChain (v0.37;
+// TestHandlerChainFollowsUpstream fails when an upgrade changes it, so the
+// change is carried over here), the same filters in the same order, but for
+// what a proxied request costs
 // there and does not need (a proxied request passes the chain hundreds of
 // times a second; docs/performance.md has the profiles):
 //
