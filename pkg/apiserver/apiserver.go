@@ -104,8 +104,8 @@ func (c *Config) New() (*Server, error) {
 	}
 	// The gateway's handler chain (handlerchain.go): proxied watches, logs
 	// -f, exec and port-forward stream past the request timeout (everything
-	// else keeps it and the in-flight limit), and dryRun is passed to the
-	// cluster rather than refused on a connect subresource.
+	// else keeps it and the in-flight limit), and proxy.Route passes dryRun
+	// to the cluster (the REST connect handler would refuse it).
 	if g.ShutdownSendRetryAfter || g.ShutdownWatchTerminationGracePeriod > 0 {
 		return nil, errors.New("--shutdown-send-retry-after and --shutdown-watch-termination-grace-period are not supported by the gateway: it ends proxied watches on shutdown itself (--shutdown-stream-drain)")
 	}

@@ -52,7 +52,7 @@ import (
 // server serves (every route is installed in New), so requests are never
 // marked as arriving before it.
 func buildHandlerChain(apiHandler http.Handler, c *genericapiserver.Config, tracing bool, route *proxy.Route) http.Handler {
-	handler := route.Handler(proxy.WithDryRunPassthrough(apiHandler))
+	handler := route.Handler(apiHandler)
 	handler = genericapifilters.WithAuthorization(handler, c.Authorization.Authorizer, c.Serializer)
 	if c.FlowControl != nil {
 		workEstimatorCfg := flowcontrolrequest.DefaultWorkEstimatorConfig()

@@ -15,10 +15,8 @@ import (
 // for nothing.
 const flushInterval = 0
 
-// forwarded is what one ordinary (not upgraded) request needs on its way
-// to the cluster, carried in its context to the reverse proxy that every
-// request shares.
-// forwarded is what an ordinary request carries through the reverse proxy.
+// forwarded is what an ordinary request carries through the reverse proxy
+// that every request shares.
 // It is the request's context too (the client's, with itself as the value
 // of forwardedKey): one allocation fewer than context.WithValue.
 type forwarded struct {

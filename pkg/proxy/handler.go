@@ -221,7 +221,7 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 	location := &f.location
 	location.Path = joinPath(gw.Address.Path, subpath)
 	location.RawPath = ""
-	location.RawQuery = clientQuery(req)
+	location.RawQuery = req.URL.RawQuery
 	id := p.identityFor(gw, u)
 	auditIdentity(req.Context(), gw, u)
 	f.up = upstreamTransport{base: lease.Transport(), id: id, cluster: name}

@@ -25,22 +25,9 @@ func innerPath(ri *apirequest.RequestInfo) string {
 	return "/" + strings.Join(ri.Parts[3:], "/")
 }
 
-// innerInfo describes the request as the managed cluster will see it.
-func innerInfo(r *http.Request, path string) (*apirequest.RequestInfo, error) {
-	return innerInfoAt(r, path, new(url.URL))
-}
-
-// innerInfoAt is innerInfo with the inner URL written to u.
+// innerInfoAt describes the request as the managed cluster will see it,
+// its inner URL written to u.
 func innerInfoAt(r *http.Request, path string, u *url.URL) (*apirequest.RequestInfo, error) {
 	*u = url.URL{Path: path, RawQuery: r.URL.RawQuery}
 	return innerRequestInfo.NewRequestInfo(&http.Request{Method: r.Method, URL: u, Header: r.Header})
-}
-
-// parseInner is innerInfo, or nil when the path does not parse.
-func parseInner(r *http.Request, path string) *apirequest.RequestInfo {
-	in, err := innerInfo(r, path)
-	if err != nil {
-		return nil
-	}
-	return in
 }

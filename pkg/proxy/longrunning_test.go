@@ -86,5 +86,5 @@ func requestKind(req *http.Request) string {
 		}
 		return kindRequest
 	}
-	return kindOf(req, parseInner(req, innerPath(ri)))
+	return parseInnerOnce(req, ri, innerPath(ri), nil).kind
 }

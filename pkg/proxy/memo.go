@@ -57,7 +57,7 @@ func (p *innerParse) matches(r *http.Request, path string) bool {
 	return p.method == r.Method && p.path == path && p.rawQuery == r.URL.RawQuery
 }
 
-// parseInnerOnce is innerInfo of r's inner request at path, from the memo
+// parseInnerOnce is innerInfoAt of r's inner request at path, from the memo
 // when this request has parsed it before, else parsed into p (nil: a new
 // one). outer may be nil (the handler does not key by it).
 func parseInnerOnce(r *http.Request, outer *apirequest.RequestInfo, path string, p *innerParse) *innerParse {

@@ -44,8 +44,8 @@ func TestInnerParsedOncePerRequest(t *testing.T) {
 	}
 }
 
-// The memo answers only for the request it was made from: another query
-// (WithDryRunPassthrough hides dryRun from the server), method, path or
+// The memo answers only for the request it was made from: another query,
+// method, path or
 // RequestInfo is parsed afresh, and a request without a memo is parsed each
 // time, with the same answers.
 func TestInnerMemoOnlyForTheSameRequest(t *testing.T) {

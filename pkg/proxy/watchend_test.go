@@ -57,7 +57,7 @@ func TestIsWatch(t *testing.T) {
 	} {
 		p, q, _ := strings.Cut(path, "?")
 		req, _ := http.NewRequest(http.MethodGet, "https://hub/whatever?"+q, nil)
-		if got := isWatch(parseInner(req, p)); got != want {
+		if got := isWatch(parseInnerOnce(req, nil, p, nil).in); got != want {
 			t.Errorf("isWatch(%s) = %v, want %v", path, got, want)
 		}
 	}
