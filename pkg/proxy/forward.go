@@ -65,6 +65,7 @@ func newReverseProxy() *httputil.ReverseProxy {
 		},
 		Transport:     forwardTransport{},
 		FlushInterval: flushInterval,
+		BufferPool:    newCopyBuffers(),
 		ErrorLog:      log.New(abortNoise{}, "", 0),
 		ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
 			forwardedFrom(req.Context()).responder.Error(w, req, err)
