@@ -32,7 +32,7 @@ var profileFuncs = []profileShare{
 	{Key: "tlswrite", What: "TLS writes (client and upstream connections)", Func: "crypto/tls.(*Conn).Write"},
 	{Key: "gc", What: "garbage collection (background marking)", Func: "runtime.gcBgMarkWorker"},
 	{Key: "malloc", What: "allocation (the allocator itself, on every goroutine)", Func: "runtime.mallocgc"},
-	{Key: "stack", What: "goroutine stack growth: each request runs in a new goroutine (one per HTTP/2 stream) whose stack is copied each time it doubles through the filter chain (proxied requests no longer get a second one from the timeout filter)", Func: "runtime.copystack"},
+	{Key: "stack", What: "goroutine stack growth: the HTTP/2 server runs each request in a new goroutine whose stack is copied each time it doubles; ordinary requests are handed to pkg/workers' goroutines, whose stacks have grown already (what remains is mostly the HTTP/2 client's goroutine per request)", Func: "runtime.copystack"},
 }
 
 // profiledLoads are the loads during whose first round the gateway is

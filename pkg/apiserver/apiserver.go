@@ -34,6 +34,7 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/pool/konnectivity"
 	"github.com/clustergateway/cluster-gateway/pkg/proxy"
 	"github.com/clustergateway/cluster-gateway/pkg/registry/clustergateway"
+	"github.com/clustergateway/cluster-gateway/pkg/workers"
 )
 
 // ExtraConfig is what the gateway adds to the generic server's configuration.
@@ -65,6 +66,9 @@ type ExtraConfig struct {
 	// server's authorizer (pkg/authzcache); Size 0: not at all (the
 	// webhook authorizer's own cache then does).
 	AuthzCache authzcache.Options
+	// RequestWorkers is how many goroutines serve ordinary requests with
+	// their stacks already grown (pkg/workers); 0: none.
+	RequestWorkers int
 	// Tracing is true when --tracing-config-file is set: only then does
 	// the handler chain trace requests.
 	Tracing bool
@@ -94,6 +98,7 @@ type Server struct {
 	Prober  *health.Prober
 	// CertCache verifies client-certificate chains once; nil when off.
 	CertCache *certauth.Cache
+	workers   *workers.Pool
 }
 
 // New builds the server; nothing runs until Run.
@@ -110,9 +115,10 @@ func (c *Config) New() (*Server, error) {
 		return nil, errors.New("--shutdown-send-retry-after and --shutdown-watch-termination-grace-period are not supported by the gateway: it ends proxied watches on shutdown itself (--shutdown-stream-drain)")
 	}
 	g.LongRunningFunc = proxy.IsLongRunning
-	route := new(proxy.Route) // serves once the proxy is built, below
+	route := new(proxy.Route)                         // serves once the proxy is built, below
+	reqWorkers := workers.New(c.Extra.RequestWorkers) // start in the post-start hook
 	g.BuildHandlerChainFunc = func(h http.Handler, gc *genericapiserver.Config) http.Handler {
-		return buildHandlerChain(h, gc, c.Extra.Tracing, route)
+		return buildHandlerChain(h, gc, c.Extra.Tracing, route, reqWorkers)
 	}
 	namer := openapinamer.NewDefinitionNamer(Scheme)
 	g.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(v1alpha1.GetOpenAPIDefinitions, namer)
@@ -139,7 +145,7 @@ func (c *Config) New() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the hub client: %w", err)
 	}
-	s := &Server{Generic: generic, Store: gateways.NewStore(client, c.Extra.SecretNamespace), CertCache: certCache}
+	s := &Server{Generic: generic, Store: gateways.NewStore(client, c.Extra.SecretNamespace), CertCache: certCache, workers: reqWorkers}
 	if s.Pool, err = pool.New(c.Extra.Pool); err != nil {
 		return nil, err
 	}
@@ -218,6 +224,7 @@ func (c *Config) New() (*Server, error) {
 		return nil, err
 	}
 	if err := generic.AddPostStartHook("start-clustergateway-store", func(ctx genericapiserver.PostStartHookContext) error {
+		s.workers.Start(ctx)
 		go s.Store.Run(ctx)
 		go s.Prober.Run(ctx)
 		if r, ok := c.Extra.ClientCA.(dynamiccertificates.ControllerRunner); ok {
@@ -263,6 +270,7 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 func (s *Server) stop() {
+	s.workers.Stop()
 	s.Pool.Close()
 	if s.Tunnel != nil {
 		s.Tunnel.Stop()

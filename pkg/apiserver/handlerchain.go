@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"net/http"
+	"strings"
 
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
 	"k8s.io/apiserver/pkg/endpoints/filters/impersonation"
@@ -13,6 +14,7 @@ import (
 	flowcontrolrequest "k8s.io/apiserver/pkg/util/flowcontrol/request"
 
 	"github.com/clustergateway/cluster-gateway/pkg/proxy"
+	"github.com/clustergateway/cluster-gateway/pkg/workers"
 )
 
 // buildHandlerChain is k8s.io/apiserver's DefaultBuildHandlerChain (v0.37;
@@ -39,7 +41,11 @@ import (
 //     its apiserver_request_duration_seconds is recorded as before, and
 //     apiserver_request_sli_duration_seconds, the same figure less that
 //     time, is not).
-//   - Outermost, each request gets the memo in which its inner request is
+//   - Outermost, a request that looks ordinary (looksOrdinary) is handed to
+//     one of the --request-workers goroutines (pkg/workers), whose stack
+//     has grown on earlier requests, instead of growing the new goroutine
+//     the HTTP/2 server gave it through the whole chain.
+//   - Next, each request gets the memo in which its inner request is
 //     parsed once (proxy.WithInnerMemo).
 //   - Innermost, the proxy subresource is served by proxy.Route, not by the
 //     REST handler's routing and connect handler (same metrics, methods,
@@ -51,7 +57,7 @@ import (
 // shutdown itself (--shutdown-stream-drain). The mux is complete before the
 // server serves (every route is installed in New), so requests are never
 // marked as arriving before it.
-func buildHandlerChain(apiHandler http.Handler, c *genericapiserver.Config, tracing bool, route *proxy.Route) http.Handler {
+func buildHandlerChain(apiHandler http.Handler, c *genericapiserver.Config, tracing bool, route *proxy.Route, reqWorkers *workers.Pool) http.Handler {
 	handler := route.Handler(apiHandler)
 	handler = genericapifilters.WithAuthorization(handler, c.Authorization.Authorizer, c.Serializer)
 	if c.FlowControl != nil {
@@ -94,8 +100,32 @@ func buildHandlerChain(apiHandler http.Handler, c *genericapiserver.Config, trac
 	handler = genericapifilters.WithRequestReceivedTimestamp(handler)
 	handler = genericfilters.WithPanicRecovery(handler, c.RequestInfoResolver)
 	handler = genericapifilters.WithAuditInit(handler)
-	return proxy.WithInnerMemo(handler)
+	return reqWorkers.Handler(proxy.WithInnerMemo(handler), looksOrdinary)
 }
+
+// looksOrdinary tells, from the raw request and before anything is parsed
+// (parsing on a new goroutine grows its stack, which is what the workers
+// spare), whether a request is likely to be short. It is only a hint for
+// pkg/workers: a stream it misses holds a worker for its life while the
+// others serve on, and an ordinary request it refuses is served on its own
+// goroutine as before. Every filter still asks LongRunningFunc.
+func looksOrdinary(r *http.Request) bool {
+	if r.Method == http.MethodConnect || len(r.Header["Upgrade"]) > 0 || len(r.Header["Sec-Websocket-Protocol"]) > 0 {
+		return false
+	}
+	if q := r.URL.RawQuery; strings.Contains(q, "watch") || strings.Contains(q, "follow") {
+		return false
+	}
+	p := r.URL.Path
+	for _, s := range streamingPathParts {
+		if strings.Contains(p, s) {
+			return false
+		}
+	}
+	return true
+}
+
+var streamingPathParts = []string{"/watch/", "/exec", "/attach", "/portforward", "/log"}
 
 // timeoutExempt is what the timeout filter leaves alone: the long-running
 // requests, and every proxied request (the proxy ends an ordinary one at its
