@@ -30,6 +30,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/request/headerrequest"
 	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/component-base/metrics"
 )
@@ -50,6 +51,14 @@ type verified struct {
 	chains   [][]*x509.Certificate
 	err      error // an x509.UnknownAuthorityError: the chain is not the pool's
 	notAfter time.Time
+	user     atomic.Pointer[certUser] // ClientCert's user for these chains, once worked out
+}
+
+// certUser is what ClientCert answers for a verified chain.
+type certUser struct {
+	resp *authenticator.Response
+	ok   bool
+	err  error
 }
 
 // NewCache returns a cache of at most size chains.
@@ -70,6 +79,16 @@ func (c *Cache) Stats() (hits, misses, verifications int64, size int) {
 // verify returns the chains of peer (leaf first) under opts, from the cache
 // or by verifying them.
 func (c *Cache) verify(peer []*x509.Certificate, opts x509.VerifyOptions) ([][]*x509.Certificate, error) {
+	v, err := c.lookup(peer, opts)
+	if err != nil {
+		return nil, err
+	}
+	return v.chains, nil
+}
+
+// lookup returns the cache entry of peer's chains under opts, verifying and
+// adding them when they are not there.
+func (c *Cache) lookup(peer []*x509.Certificate, opts x509.VerifyOptions) (*verified, error) {
 	h := sha256.New()
 	for _, cert := range peer {
 		h.Write(cert.Raw)
@@ -83,7 +102,7 @@ func (c *Cache) verify(peer []*x509.Certificate, opts x509.VerifyOptions) ([][]*
 	now := c.now()
 	if v, ok := c.lru.Get(k); ok && now.Before(v.notAfter) {
 		c.hits.Add(1)
-		return v.chains, v.err
+		return v, v.err
 	}
 	c.misses.Add(1)
 	if opts.Intermediates == nil && len(peer) > 1 {
@@ -115,12 +134,17 @@ func (c *Cache) verify(peer []*x509.Certificate, opts x509.VerifyOptions) ([][]*
 			}
 		}
 	}
-	c.lru.Add(k, &verified{chains: chains, notAfter: notAfter})
-	return chains, nil
+	v := &verified{chains: chains, notAfter: notAfter}
+	c.lru.Add(k, v)
+	return v, nil
 }
 
 // ClientCert authenticates a user by client certificate, as
-// x509.NewDynamic with CommonNameUserConversion does.
+// x509.NewDynamic with CommonNameUserConversion, followed by
+// group.AuthenticatedGroupAdder, does. The user is worked out once per
+// verified chain and shared by its requests, as the generic server's token
+// cache shares its answers: every request used to hash the certificate for
+// the credential ID and build the user twice over (a dozen allocations).
 func (c *Cache) ClientCert(ca dynamiccertificates.CAContentProvider) authenticator.Request {
 	return authenticator.RequestFunc(func(req *http.Request) (*authenticator.Response, bool, error) {
 		if req.TLS == nil || len(req.TLS.PeerCertificates) == 0 {
@@ -130,23 +154,57 @@ func (c *Cache) ClientCert(ca dynamiccertificates.CAContentProvider) authenticat
 		if !ok {
 			return nil, false, nil
 		}
-		chains, err := c.verify(req.TLS.PeerCertificates, opts)
+		v, err := c.lookup(req.TLS.PeerCertificates, opts)
 		if err != nil {
 			return nil, false, fmt.Errorf("verifying certificate with subject %q failed: %w", req.TLS.PeerCertificates[0].Subject, err)
 		}
-		var lastErr error
-		for _, chain := range chains {
-			resp, ok, err := x509request.CommonNameUserConversion.User(chain)
-			if err != nil {
-				lastErr = err
-				continue
-			}
-			if ok {
-				return resp, ok, nil
-			}
+		u := v.user.Load()
+		if u == nil {
+			// Concurrent first requests may each work it out: the same answer.
+			u = userOf(v.chains)
+			v.user.Store(u)
 		}
-		return nil, false, lastErr
+		return u.resp, u.ok, u.err
 	})
+}
+
+// userOf is x509.NewDynamic's answer for verified chains with
+// CommonNameUserConversion, with system:authenticated added as
+// group.AuthenticatedGroupAdder adds it (which then, still in the chain,
+// leaves the user as it is).
+func userOf(chains [][]*x509.Certificate) *certUser {
+	var lastErr error
+	for _, chain := range chains {
+		resp, ok, err := x509request.CommonNameUserConversion.User(chain)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		if ok {
+			return &certUser{resp: withAuthenticatedGroup(resp), ok: true}
+		}
+	}
+	return &certUser{err: lastErr}
+}
+
+// withAuthenticatedGroup is what group.AuthenticatedGroupAdder does to a
+// response. The groups have no spare capacity, so that whoever appends to
+// the shared user's groups gets a copy rather than writing into them.
+func withAuthenticatedGroup(r *authenticator.Response) *authenticator.Response {
+	u := r.User
+	if u.GetName() == user.Anonymous {
+		return r
+	}
+	for _, g := range u.GetGroups() {
+		if g == user.AllAuthenticated || g == user.AllUnauthenticated {
+			return r
+		}
+	}
+	groups := make([]string, 0, len(u.GetGroups())+1)
+	groups = append(append(groups, u.GetGroups()...), user.AllAuthenticated)
+	ret := *r
+	ret.User = &user.DefaultInfo{Name: u.GetName(), UID: u.GetUID(), Groups: groups, Extra: u.GetExtra()}
+	return &ret
 }
 
 // RequestHeader authenticates a request a front proxy (the hub's

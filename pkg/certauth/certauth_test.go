@@ -4,11 +4,14 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
@@ -41,11 +44,21 @@ func TestClientCertVerifiedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	auth := c.ClientCert(provider)
+	var first *authenticator.Response
 	for range 100 {
 		resp, ok, err := auth.AuthenticateRequest(request(alice))
-		if err != nil || !ok || resp.User.GetName() != "alice" || resp.User.GetGroups()[0] != "dev" {
+		if err != nil || !ok || resp.User.GetName() != "alice" || !slices.Equal(resp.User.GetGroups(), []string{"dev", user.AllAuthenticated}) {
 			t.Fatalf("alice: %v %v %v", resp, ok, err)
 		}
+		if first == nil {
+			first = resp
+		} else if resp != first {
+			t.Fatal("the user was worked out again for a chain already verified")
+		}
+	}
+	// Whoever appends to the shared user's groups gets a copy.
+	if g := first.User.GetGroups(); cap(g) != len(g) {
+		t.Fatalf("the shared groups have spare capacity (%d of %d): concurrent appends would write into them", cap(g)-len(g), cap(g))
 	}
 	if _, _, n, _ := c.Stats(); n != 1 {
 		t.Fatalf("100 requests with one certificate verified %d chains, want 1", n)

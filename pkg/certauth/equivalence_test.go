@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/group"
 	"k8s.io/apiserver/pkg/authentication/request/headerrequest"
 	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
@@ -26,13 +27,14 @@ type decision struct {
 	User   string
 	Groups []string
 	UID    string
+	Extra  map[string][]string
 }
 
 func decide(a authenticator.Request, req *http.Request) decision {
 	resp, ok, err := a.AuthenticateRequest(req)
 	d := decision{OK: ok, Err: err != nil}
 	if ok {
-		d.User, d.Groups, d.UID = resp.User.GetName(), resp.User.GetGroups(), resp.User.GetUID()
+		d.User, d.Groups, d.UID, d.Extra = resp.User.GetName(), resp.User.GetGroups(), resp.User.GetUID(), resp.User.GetExtra()
 	}
 	return d
 }
@@ -52,6 +54,9 @@ func certs(t *testing.T, ca *testpki.CA) map[string][]*x509.Certificate {
 		"not yet valid":          leaf(testpki.Spec{CommonName: "front-proxy-client", Client: true, NotBefore: now.Add(time.Hour), NotAfter: now.Add(2 * time.Hour)}),
 		"server usage only":      leaf(testpki.Spec{CommonName: "front-proxy-client", Server: true}),
 		"no common name":         leaf(testpki.Spec{Client: true}),
+		"anonymous":              leaf(testpki.Spec{CommonName: "system:anonymous", Organization: []string{"dev"}, Client: true}),
+		"authenticated already":  leaf(testpki.Spec{CommonName: "dave", Organization: []string{"system:authenticated", "dev"}, Client: true}),
+		"unauthenticated group":  leaf(testpki.Spec{CommonName: "erin", Organization: []string{"system:unauthenticated"}, Client: true}),
 		"other CA":               {testpki.MustCA(t, "certauth-stranger").MustIssue(t, testpki.Spec{CommonName: "front-proxy-client", Client: true}).Cert},
 		"intermediate presented": {viaInter.Cert, inter.Cert},
 		"intermediate missing":   {viaInter.Cert},
@@ -83,7 +88,11 @@ func TestSameDecisionsAsUncached(t *testing.T) {
 		t.Fatal(err)
 	}
 	pairs := map[string][2]authenticator.Request{
-		"client certificate": {x509request.NewDynamic(verify, x509request.CommonNameUserConversion), c.ClientCert(provider)},
+		// As the gateway's chain has them: the group adder after both.
+		"client certificate": {
+			group.NewAuthenticatedGroupAdder(x509request.NewDynamic(verify, x509request.CommonNameUserConversion)),
+			group.NewAuthenticatedGroupAdder(c.ClientCert(provider)),
+		},
 		"request header": {
 			headerrequest.NewDynamicVerifyOptionsSecure(verify, allowed, headers[0], headers[1], headers[2], headers[3]),
 			c.RequestHeader(RequestHeaderConfig{CAContentProvider: provider, AllowedClientNames: allowed,
