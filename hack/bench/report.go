@@ -234,7 +234,7 @@ func (r *report) interpretation(b *strings.Builder) {
 			fmt.Fprintf(b, "- In process, the proxy handler costs %.2f× a bare `httputil.ReverseProxy` per small GET (%+.0f allocs/op). ", g/bare,
 				gb.median("BenchmarkProxyGateway/get", allocsOp)-gb.median("BenchmarkBareReverseProxy/get", allocsOp))
 			b.WriteString("What the gateway process costs beyond that under load is the generic API server's per-request work in front of the handler " +
-				"(TLS client-certificate authentication, request info, authorization, impersonation, max-in-flight, audit and metrics filters, and goroutine stack growth through them), " +
+				"(TLS client-certificate authentication, request info, authorization, impersonation, max-in-flight, audit and metrics filters, and the hand-over of each ordinary request to a pkg/workers goroutine), " +
 				"which any aggregated API server pays.\n")
 		}
 	}
