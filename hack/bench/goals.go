@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // goal is one of issue 12's targets, judged from this run's measurements.
@@ -171,4 +172,73 @@ func (r *report) goalsSection(b *strings.Builder) {
 			"and not to the bare proxy's (`-gateway-profile ''` turns profiling off).")
 	}
 	b.WriteString("\n\n")
+	r.cpuLimits(b, gs)
+}
+
+// cpuLimits says, for each CPU goal not met, how much lower the gateway's
+// CPU per request would have to be and where its profile puts that CPU:
+// what the bare proxy pays as well, and what is the gateway's own.
+func (r *report) cpuLimits(b *strings.Builder, gs []goal) {
+	type limit struct {
+		goal    int    // index in gs
+		load    string // whose profile and CPU figure
+		need    time.Duration
+		cpu     time.Duration
+		profile *pathProfile
+	}
+	var ls []limit
+	add := func(i int, load string, cpu, bound time.Duration) {
+		if i < len(gs) && gs[i].Missing == "" && !gs[i].met() {
+			ls = append(ls, limit{goal: i, load: load, need: cpu - bound, cpu: cpu, profile: r.profile(load)})
+		}
+	}
+	d, bare, gw, hub, konn := r.target("direct"), r.target("bare"), r.target("gateway"), r.target("hub"), r.target("konn")
+	if gw != nil && bare != nil && d != nil {
+		c, _ := gw.res.cpuPerReq("gateway")
+		add(1, "gateway", c, time.Duration(1.5*float64(bareProxyCPU(bare, d))))
+	}
+	if hub != nil {
+		c, _ := hub.res.cpuPerReq("gateway")
+		h, _ := hub.res.cpuPerReq("hub")
+		add(2, "hub", c, time.Duration(0.5*float64(h)))
+	}
+	if konn != nil && gw != nil {
+		c, _ := konn.res.cpuPerReq("gateway")
+		dc, _ := gw.res.cpuPerReq("gateway")
+		add(3, "konn", c, time.Duration(1.15*float64(dc)))
+	}
+	if len(ls) == 0 {
+		return
+	}
+	b.WriteString("What limits the CPU goals not met, from the gateway's CPU profile of the same load (section 2; cumulative shares, so a part's allocation and GC are also counted in those rows):\n\n")
+	for _, l := range ls {
+		fmt.Fprintf(b, "- %s: the gateway's CPU per request would have to be %s lower (%.0f%% of its %s).", gs[l.goal].Goal, fmtDur(l.need), 100*ratio(l.need, l.cpu), fmtDur(l.cpu))
+		p := l.profile
+		if p == nil {
+			b.WriteString(" No profile of this load was taken.\n")
+			continue
+		}
+		us := func(pct float64) string { return fmtDur(time.Duration(pct / 100 * float64(l.cpu))) }
+		shared := p.share("tlsread") + p.share("tlswrite") + p.share("h2server") + p.share("h2serverwrite") + p.share("h2clientread") + p.share("h2clientwrite")
+		chain := max(0, p.share("workers")-p.share("serve"))
+		fmt.Fprintf(b, " Work the bare proxy does as well: TLS reads and writes %.1f%%, the HTTP/2 server %.1f%% (read loop %.1f%%, frame writes %.1f%%) and client %.1f%% (read loop %.1f%%, request writes %.1f%%): together about %s per request (the shares overlap a little).",
+			p.share("tlsread")+p.share("tlswrite"), p.share("h2server")+p.share("h2serverwrite"), p.share("h2server"), p.share("h2serverwrite"),
+			p.share("h2clientread")+p.share("h2clientwrite"), p.share("h2clientread"), p.share("h2clientwrite"), us(min(shared, 100)))
+		fmt.Fprintf(b, " The gateway's own: the generic filters on the request workers %.1f%% (the workers' %.1f%% less the proxy handler's %.1f%%; authentication %.1f%%, authorization %.1f%%), about %s per request; allocation %.1f%% and garbage collection %.1f%%; scheduling %.1f%%.",
+			chain, p.share("workers"), p.share("serve"), p.share("authn"), p.share("authz"), us(chain), p.share("malloc"), p.share("gc"), p.share("sched"))
+		switch l.load {
+		case "konn":
+			tunnel := p.share("grpcsend") + p.share("grpcloopy") + p.share("grpcreader") + p.share("tunnelserve")
+			fmt.Fprintf(b, " The tunnel itself (konnectivity-client's gRPC stream: sends %.1f%%, writer goroutine %.1f%%, reader goroutine %.1f%%, dispatch %.1f%%) is %.1f%%, about %s per request, where the goal leaves %s for everything Konnectivity adds to Direct: each write on a tunnelled connection is a gRPC message through gRPC's writer goroutine, and each read a packet dispatched by the tunnel's goroutine, a fixed cost per request that the gateway does not choose.\n",
+				p.share("grpcsend"), p.share("grpcloopy"), p.share("grpcreader"), p.share("tunnelserve"), tunnel, us(tunnel), fmtDur(l.cpu-l.need-time.Duration(float64(l.cpu-l.need)/1.15)))
+		default:
+			filters := time.Duration(chain / 100 * float64(l.cpu))
+			if filters < l.need {
+				b.WriteString(" Even without any generic filter the goal would not be met here: what remains is the transport work a proxy in front of a TLS, HTTP/2 API server does, plus the allocation and scheduling around it.\n")
+			} else {
+				fmt.Fprintf(b, " Meeting it would take %.0f%% of the generic filters' cost away: they are k8s.io/apiserver's (request info, audit, authentication, in-flight or priority-and-fairness limits, impersonation, authorization, request metrics; each copies the request to add its context value), which every aggregated API server runs and the gateway does not fork.\n", 100*ratio(l.need, filters))
+			}
+		}
+	}
+	b.WriteString("\n")
 }

@@ -32,6 +32,16 @@ var profileFuncs = []profileShare{
 	{Key: "tlswrite", What: "TLS writes (client and upstream connections)", Func: "crypto/tls.(*Conn).Write"},
 	{Key: "gc", What: "garbage collection (background marking)", Func: "runtime.gcBgMarkWorker"},
 	{Key: "malloc", What: "allocation (the allocator itself, on every goroutine)", Func: "runtime.mallocgc"},
+	{Key: "workers", What: "the handler chain on the request workers (pkg/workers): every filter, the proxy handler included", Func: "github.com/clustergateway/cluster-gateway/pkg/workers.(*Pool).handle"},
+	{Key: "h2server", What: "HTTP/2 server: each client connection's read loop and frame handling", Func: "golang.org/x/net/http2.(*serverConn).serve"},
+	{Key: "h2serverwrite", What: "HTTP/2 server: frame writes on their own goroutines", Func: "golang.org/x/net/http2.(*serverConn).writeFrameAsync"},
+	{Key: "h2clientread", What: "HTTP/2 client to the cluster: the connection's read loop", Func: "golang.org/x/net/http2.(*ClientConn).readLoop"},
+	{Key: "h2clientwrite", What: "HTTP/2 client to the cluster: writing each request (a goroutine per request)", Func: "golang.org/x/net/http2.(*clientStream).doRequest"},
+	{Key: "sched", What: "scheduling: goroutines parking and waking", Func: "runtime.schedule"},
+	{Key: "grpcsend", What: "Konnectivity tunnel: gRPC sends of the connection's writes", Func: "google.golang.org/grpc.(*clientStream).SendMsg"},
+	{Key: "grpcloopy", What: "Konnectivity tunnel: gRPC's writer goroutine", Func: "google.golang.org/grpc/internal/transport.(*loopyWriter).run"},
+	{Key: "grpcreader", What: "Konnectivity tunnel: gRPC's reader goroutine", Func: "google.golang.org/grpc/internal/transport.(*http2Client).reader"},
+	{Key: "tunnelserve", What: "Konnectivity tunnel: konnectivity-client's dispatch of received packets", Func: "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client.(*grpcTunnel).serve"},
 	{Key: "stack", What: "goroutine stack growth: the HTTP/2 server runs each request in a new goroutine whose stack is copied each time it doubles; ordinary requests are handed to pkg/workers' goroutines, whose stacks have grown already (what remains is mostly the HTTP/2 client's goroutine per request)", Func: "runtime.copystack"},
 }
 
