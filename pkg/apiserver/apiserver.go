@@ -251,6 +251,7 @@ func (s *Server) registerMetrics(r metrics.KubeRegistry, px *proxy.Proxy) error 
 		}
 	}
 	r.CustomMustRegister(s.Pool.Collector())
+	r.CustomMustRegister(s.workers.Collector())
 	if s.CertCache != nil {
 		r.CustomMustRegister(s.CertCache.Collector())
 	}

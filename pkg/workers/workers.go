@@ -15,7 +15,9 @@ import (
 	"runtime"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 
+	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
 )
 
@@ -33,6 +35,8 @@ type Pool struct {
 	mu     sync.Mutex
 	cancel context.CancelFunc // nil until Start
 	wg     sync.WaitGroup
+
+	served, inline atomic.Int64 // requests the hint took: on a worker, on their own goroutine
 }
 
 type job struct {
@@ -94,6 +98,7 @@ func (p *Pool) Handler(next http.Handler, want func(*http.Request) bool) http.Ha
 		j.h, j.w, j.r = next, w, r
 		select {
 		case p.work <- j:
+			p.served.Add(1)
 			v := <-j.done
 			j.h, j.w, j.r = nil, nil, nil
 			p.jobs.Put(j)
@@ -105,6 +110,7 @@ func (p *Pool) Handler(next http.Handler, want func(*http.Request) bool) http.Ha
 				panic(v)
 			}
 		default:
+			p.inline.Add(1)
 			j.h, j.w, j.r = nil, nil, nil
 			p.jobs.Put(j)
 			next.ServeHTTP(w, r)
@@ -152,4 +158,40 @@ func (p *Pool) handle(ctx context.Context, j *job) (ok bool) {
 	returned = true
 	j.done <- nil
 	return true
+}
+
+// Stats are the requests the hint took that were served on a worker, and
+// those that found none idle and were served on their own goroutine.
+func (p *Pool) Stats() (served, inline int64) { return p.served.Load(), p.inline.Load() }
+
+// Collector exposes the pool's size and counters as metrics, read at
+// scrape time.
+func (p *Pool) Collector() metrics.StableCollector {
+	d := func(name, help string) *metrics.Desc {
+		return metrics.NewDesc("cluster_gateway_request_workers_"+name, help, nil, nil, metrics.ALPHA, "")
+	}
+	return &collector{p: p,
+		size:   d("size", "Request workers (--request-workers)."),
+		served: d("served_total", "Ordinary requests served on a request worker."),
+		inline: d("inline_total", "Ordinary requests that found no request worker idle and were served on their own goroutine (as with --request-workers=0)."),
+	}
+}
+
+type collector struct {
+	metrics.BaseStableCollector
+	p                    *Pool
+	size, served, inline *metrics.Desc
+}
+
+func (c *collector) DescribeWithStability(ch chan<- *metrics.Desc) {
+	ch <- c.size
+	ch <- c.served
+	ch <- c.inline
+}
+
+func (c *collector) CollectWithStability(ch chan<- metrics.Metric) {
+	served, inline := c.p.Stats()
+	ch <- metrics.NewLazyConstMetric(c.size, metrics.GaugeValue, float64(c.p.size))
+	ch <- metrics.NewLazyConstMetric(c.served, metrics.CounterValue, float64(served))
+	ch <- metrics.NewLazyConstMetric(c.inline, metrics.CounterValue, float64(inline))
 }

@@ -2,6 +2,7 @@ package workers
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -9,6 +10,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/testutil"
 )
 
 // A worker that has just answered may not be waiting again yet, and a
@@ -48,19 +52,46 @@ func eventually(t *testing.T, what string, try func() bool) {
 
 func TestRequestsRunOnIdleWorkers(t *testing.T) {
 	p := New(4)
+	var onWorkers, inline int64
+	count := func(code int) int {
+		if code == http.StatusOK {
+			onWorkers++
+		} else {
+			inline++
+		}
+		return code
+	}
 	h := p.Handler(where, nil)
 	for range 5 {
-		if code := serve(h, "/"); code != http.StatusNonAuthoritativeInfo {
+		if code := count(serve(h, "/")); code != http.StatusNonAuthoritativeInfo {
 			t.Fatalf("before Start: %d, want 203 (not on a worker)", code)
 		}
 	}
 	p.Start(context.Background())
-	eventually(t, "a request served on a worker", func() bool { return serve(h, "/") == http.StatusOK })
+	eventually(t, "a request served on a worker", func() bool { return count(serve(h, "/")) == http.StatusOK })
 	p.Stop()
 	for range 5 {
-		if code := serve(h, "/"); code != http.StatusNonAuthoritativeInfo {
+		if code := count(serve(h, "/")); code != http.StatusNonAuthoritativeInfo {
 			t.Fatalf("after Stop: %d, want 203 (not on a worker)", code)
 		}
+	}
+	if served, notServed := p.Stats(); served != onWorkers || notServed != inline {
+		t.Fatalf("counted %d served on workers and %d inline, want %d and %d", served, notServed, onWorkers, inline)
+	}
+	reg := metrics.NewKubeRegistry()
+	reg.CustomMustRegister(p.Collector())
+	want := fmt.Sprintf(`# HELP cluster_gateway_request_workers_inline_total [ALPHA] Ordinary requests that found no request worker idle and were served on their own goroutine (as with --request-workers=0).
+# TYPE cluster_gateway_request_workers_inline_total counter
+cluster_gateway_request_workers_inline_total %d
+# HELP cluster_gateway_request_workers_served_total [ALPHA] Ordinary requests served on a request worker.
+# TYPE cluster_gateway_request_workers_served_total counter
+cluster_gateway_request_workers_served_total %d
+# HELP cluster_gateway_request_workers_size [ALPHA] Request workers (--request-workers).
+# TYPE cluster_gateway_request_workers_size gauge
+cluster_gateway_request_workers_size 4
+`, inline, onWorkers)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Fatal(err)
 	}
 }
 
