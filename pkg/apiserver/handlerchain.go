@@ -2,7 +2,6 @@ package apiserver
 
 import (
 	"net/http"
-	"strings"
 
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
 	"k8s.io/apiserver/pkg/endpoints/filters/impersonation"
@@ -41,7 +40,7 @@ import (
 //     its apiserver_request_duration_seconds is recorded as before, and
 //     apiserver_request_sli_duration_seconds, the same figure less that
 //     time, is not).
-//   - Outermost, a request that looks ordinary (looksOrdinary) is handed to
+//   - Outermost, a request that looks ordinary (proxy.LooksOrdinary) is handed to
 //     one of the --request-workers goroutines (pkg/workers), whose stack
 //     has grown on earlier requests, instead of growing the new goroutine
 //     the HTTP/2 server gave it through the whole chain.
@@ -100,32 +99,8 @@ func buildHandlerChain(apiHandler http.Handler, c *genericapiserver.Config, trac
 	handler = genericapifilters.WithRequestReceivedTimestamp(handler)
 	handler = genericfilters.WithPanicRecovery(handler, c.RequestInfoResolver)
 	handler = genericapifilters.WithAuditInit(handler)
-	return reqWorkers.Handler(proxy.WithInnerMemo(handler), looksOrdinary)
+	return reqWorkers.Handler(proxy.WithInnerMemo(handler), proxy.LooksOrdinary)
 }
-
-// looksOrdinary tells, from the raw request and before anything is parsed
-// (parsing on a new goroutine grows its stack, which is what the workers
-// spare), whether a request is likely to be short. It is only a hint for
-// pkg/workers: a stream it misses holds a worker for its life while the
-// others serve on, and an ordinary request it refuses is served on its own
-// goroutine as before. Every filter still asks LongRunningFunc.
-func looksOrdinary(r *http.Request) bool {
-	if r.Method == http.MethodConnect || len(r.Header["Upgrade"]) > 0 || len(r.Header["Sec-Websocket-Protocol"]) > 0 {
-		return false
-	}
-	if q := r.URL.RawQuery; strings.Contains(q, "watch") || strings.Contains(q, "follow") {
-		return false
-	}
-	p := r.URL.Path
-	for _, s := range streamingPathParts {
-		if strings.Contains(p, s) {
-			return false
-		}
-	}
-	return true
-}
-
-var streamingPathParts = []string{"/watch/", "/exec", "/attach", "/portforward", "/log"}
 
 // timeoutExempt is what the timeout filter leaves alone: the long-running
 // requests, and every proxied request (the proxy ends an ordinary one at its

@@ -1,8 +1,6 @@
 package apiserver
 
 import (
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,37 +52,4 @@ func functionSource(src, decl string) string {
 		return ""
 	}
 	return rest[:j+3]
-}
-
-// looksOrdinary is a hint only, but a stream it passes holds a worker for its
-// life: the kinds of streaming request kubectl and client-go send are refused.
-func TestLooksOrdinary(t *testing.T) {
-	const proxy = "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/c/proxy"
-	for _, c := range []struct {
-		method, url string
-		header      http.Header
-		want        bool
-	}{
-		{"GET", proxy + "/api/v1/namespaces/default", nil, true},
-		{"GET", proxy + "/api/v1/pods?limit=500", nil, true},
-		{"PATCH", proxy + "/apis/apps/v1/namespaces/d/deployments/x?fieldManager=kubectl", nil, true},
-		{"GET", "/apis/gateway.clustergateway.io/v1alpha1/clustergateways", nil, true},
-		{"GET", proxy + "/api/v1/pods?watch=true&resourceVersion=1", nil, false},
-		{"GET", proxy + "/api/v1/pods?allowWatchBookmarks=true&watch=1", nil, false},
-		{"GET", proxy + "/api/v1/watch/namespaces/d/pods", nil, false},
-		{"GET", proxy + "/api/v1/namespaces/d/pods/p/log?follow=true", nil, false},
-		{"POST", proxy + "/api/v1/namespaces/d/pods/p/exec?command=sh", http.Header{"Upgrade": {"SPDY/3.1"}}, false},
-		{"GET", proxy + "/api/v1/namespaces/d/pods/p/exec?command=sh", http.Header{"Sec-Websocket-Protocol": {"v5.channel.k8s.io"}}, false},
-		{"POST", proxy + "/api/v1/namespaces/d/pods/p/portforward", nil, false},
-		{"POST", proxy + "/api/v1/namespaces/d/pods/p/attach", nil, false},
-		{"GET", "/apis/gateway.clustergateway.io/v1alpha1/clustergateways?watch=true", nil, false},
-	} {
-		r := httptest.NewRequest(c.method, c.url, nil)
-		for k, v := range c.header {
-			r.Header[k] = v
-		}
-		if got := looksOrdinary(r); got != c.want {
-			t.Errorf("%s %s %v: looksOrdinary %v, want %v", c.method, c.url, c.header, got, c.want)
-		}
-	}
 }

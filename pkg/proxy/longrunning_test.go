@@ -88,3 +88,51 @@ func requestKind(req *http.Request) string {
 	}
 	return parseInnerOnce(req, ri, innerPath(ri), nil).kind
 }
+
+// LooksOrdinary is a hint only, but a stream it passes holds a worker for its
+// life: the kinds of streaming request kubectl and client-go send are refused.
+func TestLooksOrdinary(t *testing.T) {
+	const proxy = proxyPrefix
+	for _, c := range []struct {
+		method, url string
+		header      http.Header
+		want        bool
+	}{
+		{"GET", proxy + "/api/v1/namespaces/default", nil, true},
+		{"GET", proxy + "/api/v1/pods?limit=500", nil, true},
+		{"PATCH", proxy + "/apis/apps/v1/namespaces/d/deployments/x?fieldManager=kubectl", nil, true},
+		{"GET", "/apis/gateway.clustergateway.io/v1alpha1/clustergateways", nil, true},
+		{"GET", proxy + "/api/v1/pods?watch=true&resourceVersion=1", nil, false},
+		{"GET", proxy + "/api/v1/pods?allowWatchBookmarks=true&watch=1", nil, false},
+		{"GET", proxy + "/api/v1/watch/namespaces/d/pods", nil, false},
+		{"GET", proxy + "/api/v1/namespaces/d/pods/p/log?follow=true", nil, false},
+		{"POST", proxy + "/api/v1/namespaces/d/pods/p/exec?command=sh", http.Header{"Upgrade": {"SPDY/3.1"}}, false},
+		{"GET", proxy + "/api/v1/namespaces/d/pods/p/exec?command=sh", http.Header{"Sec-Websocket-Protocol": {"v5.channel.k8s.io"}}, false},
+		{"POST", proxy + "/api/v1/namespaces/d/pods/p/portforward", nil, false},
+		{"POST", proxy + "/api/v1/namespaces/d/pods/p/attach", nil, false},
+		{"GET", "/apis/gateway.clustergateway.io/v1alpha1/clustergateways?watch=true", nil, false},
+	} {
+		r := httptest.NewRequest(c.method, c.url, nil)
+		for k, v := range c.header {
+			r.Header[k] = v
+		}
+		if got := LooksOrdinary(r); got != c.want {
+			t.Errorf("%s %s %v: LooksOrdinary %v, want %v", c.method, c.url, c.header, got, c.want)
+		}
+	}
+}
+
+// Every streaming subresource kindOf knows (but the inner proxy, which every
+// gateway path contains) is one LooksOrdinary refuses: a kind added there
+// and not here would hold workers for its life.
+func TestLooksOrdinaryKnowsTheStreamingSubresources(t *testing.T) {
+	for _, sub := range streamingSubresources.List() {
+		if sub == "proxy" {
+			continue
+		}
+		r := httptest.NewRequest(http.MethodGet, proxyPrefix+"/api/v1/namespaces/d/pods/p/"+sub, nil)
+		if LooksOrdinary(r) {
+			t.Errorf("LooksOrdinary takes a %s request for ordinary; add it to streamingPathParts", sub)
+		}
+	}
+}
