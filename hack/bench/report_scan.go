@@ -55,7 +55,7 @@ func (r *report) scanSection(b *strings.Builder) {
 	}
 
 	fmt.Fprintf(b, "- **Per pooled cluster** (pool entry, both transports, parsed credentials, and its one open HTTP/2 connection with its TLS state, buffers and read loop): "+
-		"**%s live heap, %s RSS**: the %d pooled row less the stored row, per entry. Per stored ClusterGateway (its Secret and parsed form in the informer cache, its health state): "+
+		"**%s live heap, %s RSS**: the %d pooled row less the stored row, per entry. Per stored ClusterGateway (its parsed form and credential in the informer cache, its health state): "+
 		"%s live heap, the stored row less the fresh one.\n",
 		kib(perHeap), kib(perRSS), s.PooledN, kib(perStoredHeap))
 
@@ -125,7 +125,7 @@ func (r *report) scanSizing(b *strings.Builder, perHeap, perStoredHeap float64) 
 	}
 	b.WriteString("### Sizing `--pool-capacity`\n\n")
 	fmt.Fprintf(b, "In this run each pooled cluster held %s of live heap (its entry, transports, parsed CA bundle and client key pair, "+
-		"and one open HTTP/2 connection after one small GET), and each stored ClusterGateway %s (its Secret and parsed form in the informer cache, "+
+		"and one open HTTP/2 connection after one small GET), and each stored ClusterGateway %s (its parsed form and credential in the informer cache, "+
 		"its health state). With the default `GOGC=100` the Go runtime lets the heap grow to about twice the live heap before it collects, so estimate\n\n"+
 		"    RSS ≈ %s + 2 × (capacity × %s + ClusterGateways × %s)\n\n"+
 		"(%s: a fresh gateway here). For this run's %d entries and %d gateways that is %s; the measured peak RSS was %s. "+

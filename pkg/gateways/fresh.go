@@ -3,6 +3,7 @@ package gateways
 import (
 	"context"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -14,6 +15,24 @@ import (
 // resourceVersion, so a read on one replica sees a write made through
 // another. The parse of an unchanged gateway is the cached one.
 func (s *Store) GetFresh(ctx context.Context, name string) (*Gateway, error) {
+	c, err := s.GetCurrent(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return c.Gateway, nil
+}
+
+// Current is a gateway as the hub has it now, with the Secret it is stored
+// in: what Update starts from, so keys and metadata of the Secret that the
+// gateway does not model survive a write. The cache does not keep Secrets.
+type Current struct {
+	*Gateway
+	secret *corev1.Secret
+}
+
+// GetCurrent reads the named gateway and its Secret from the hub (see
+// GetFresh), for a write.
+func (s *Store) GetCurrent(ctx context.Context, name string) (*Current, error) {
 	sec, err := s.client.CoreV1().Secrets(s.namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil, translateError(err, name)
@@ -21,7 +40,8 @@ func (s *Store) GetFresh(ctx context.Context, name string) (*Gateway, error) {
 	if sec.Labels[LabelGateway] != "true" {
 		return nil, apierrors.NewNotFound(Resource, name)
 	}
-	return s.reuse(sec.Name, sec.UID, sec.ResourceVersion, func() *Gateway { return parseAt(sec, s.clock.Now()) }), nil
+	g := s.reuse(sec.Name, sec.UID, sec.ResourceVersion, func() *Gateway { return parseAt(sec, s.clock.Now()) })
+	return &Current{Gateway: g, secret: sec}, nil
 }
 
 // ListFresh lists the gateways from the hub (see GetFresh), with the hub's

@@ -30,7 +30,16 @@ type Gateway struct {
 	Address  *url.URL
 	ProxyURL *url.URL
 
-	secret *corev1.Secret // what it was read from; writes start from it
+	// Not the Secret it was read from: with 10,000 gateways its metadata and
+	// data map were a quarter of the cache's memory. Writes start from the
+	// Secret as the hub has it now (Store.GetCurrent); the cache's key is
+	// the Secret's namespace and name (GetObjectMeta).
+	namespace string
+
+	// What the status is computed from (see at): the problems the Secret
+	// itself shows and when it was last written.
+	problems []string
+	written  metav1.Time
 
 	// The certificate's validity: Ready can change when the clock crosses
 	// one of these, without a write (see at).
@@ -56,8 +65,15 @@ func Parse(s *corev1.Secret) *Gateway {
 }
 
 func parseAt(s *corev1.Secret, now time.Time) *Gateway {
-	obj, v := fromSecret(s, now)
-	g := &Gateway{Object: obj, secret: s, validity: v, phase: v.phase(now)}
+	obj, problems := fromSecret(s)
+	return withStatus(s.Namespace, obj, problems, lastWrite(s), now)
+}
+
+// withStatus completes obj, which it owns, with its status as of now.
+func withStatus(namespace string, obj *v1alpha1.ClusterGateway, problems []string, written metav1.Time, now time.Time) *Gateway {
+	var v validity
+	obj.Status, v = computeStatus(obj, problems, written, now)
+	g := &Gateway{Object: obj, namespace: namespace, problems: problems, written: written, validity: v, phase: v.phase(now)}
 	for _, cond := range obj.Status.Conditions {
 		if cond.Type == v1alpha1.ConditionReady {
 			g.Ready = cond.Status == metav1.ConditionTrue
@@ -107,13 +123,19 @@ func (g *Gateway) at(now time.Time) *Gateway {
 	if v, ok := g.later.Load(p); ok {
 		return v.(*Gateway)
 	}
-	v, _ := g.later.LoadOrStore(p, parseAt(g.secret, now))
+	obj := *g.Object // the same gateway but for its status: shares what it does not change
+	v, _ := g.later.LoadOrStore(p, withStatus(g.namespace, &obj, g.problems, g.written, now))
 	return v.(*Gateway)
 }
 
-// GetObjectMeta is the metadata of the gateway's Secret: the informer keys
-// its cache of gateways by it (namespace/name).
-func (g *Gateway) GetObjectMeta() metav1.Object { return &g.secret.ObjectMeta }
+// GetObjectMeta is the metadata of the gateway's Secret as the informer
+// uses it: its cache key (namespace/name) and the resourceVersion it
+// compares on a relist. It is built per call: the informer calls it per
+// event, not per read.
+func (g *Gateway) GetObjectMeta() metav1.Object {
+	o := g.Object
+	return &metav1.ObjectMeta{Namespace: g.namespace, Name: o.Name, UID: o.UID, ResourceVersion: o.ResourceVersion}
+}
 
 // SameTransport tells whether two versions of a gateway reach their cluster
 // the same way: endpoint, TLS and client certificate (a bearer token is not

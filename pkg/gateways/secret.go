@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -48,14 +49,19 @@ var legacyAnnotations = []string{"gateway.clustergateway.io/managed-fields", "ga
 
 var materialKeys = []string{KeyCertificate, KeyPrivateKey, KeyToken}
 
-// fromSecret reads a gateway from its Secret, with its status as of now. It
-// never fails: a Secret that cannot be used still becomes a gateway, with
-// Ready=False saying why. The result holds the credential material; redact
-// it before returning it to a client.
-func fromSecret(s *corev1.Secret, now time.Time) (*v1alpha1.ClusterGateway, validity) {
+// apiVersion is every gateway's: one string, not one per stored gateway.
+var apiVersion = v1alpha1.SchemeGroupVersion.String()
+
+// fromSecret reads a gateway from its Secret, without its status, and what
+// makes the Secret unusable that only the Secret shows (the status adds what
+// validation finds: computeStatus). It never fails. The result holds the
+// credential material; redact it before returning it to a client. It shares
+// the Secret's data (the material) but keeps nothing else of it: the cache
+// holds gateways, not also their Secrets.
+func fromSecret(s *corev1.Secret) (gw *v1alpha1.ClusterGateway, problems []string) {
 	d := s.Data
-	gw := &v1alpha1.ClusterGateway{
-		TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "ClusterGateway"},
+	gw = &v1alpha1.ClusterGateway{
+		TypeMeta: metav1.TypeMeta{APIVersion: apiVersion, Kind: "ClusterGateway"},
 		ObjectMeta: metav1.ObjectMeta{
 			Name:              s.Name,
 			UID:               s.UID,
@@ -80,7 +86,6 @@ func fromSecret(s *corev1.Secret, now time.Time) (*v1alpha1.ClusterGateway, vali
 			Impersonation: v1alpha1.Impersonation{Mode: v1alpha1.ImpersonationMode(d[KeyImpersonation])},
 		},
 	}
-	var problems []string
 	if err := decodeJSONKey(d, KeyLabels, &gw.Labels); err != nil {
 		problems = append(problems, err.Error())
 	}
@@ -105,9 +110,9 @@ func fromSecret(s *corev1.Secret, now time.Time) (*v1alpha1.ClusterGateway, vali
 		gw.Spec.Endpoint.InsecureSkipTLSVerify = b
 	}
 	v1alpha1.SetDefaults_ClusterGateway(gw)
-	var v validity
-	gw.Status, v = computeStatus(gw, problems, lastWrite(s), now)
-	return gw, v
+	// Clipped: computeStatus appends to its own copy, never to these, which
+	// every phase of the gateway (Gateway.at) shares.
+	return gw, slices.Clip(problems)
 }
 
 // decodeJSONKey reads a JSON object of strings from data[key] (absent: nil).

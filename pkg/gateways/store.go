@@ -40,15 +40,9 @@ func NewStore(client kubernetes.Interface, namespace string) *Store {
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = LabelGateway + "=true" }))
 	s := &Store{namespace: namespace, client: client, informer: factory.Core().V1().Secrets().Informer(), clock: clock.RealClock{}}
 	// The cache keeps parsed gateways, not Secrets: parsing happens once per
-	// event, never on a request.
+	// event, never on a request, and the Secret is not kept beside it.
 	_ = s.informer.SetTransform(func(obj interface{}) (interface{}, error) {
 		if sec, ok := obj.(*corev1.Secret); ok {
-			// Of the hub's field ownership only the time of the last write
-			// is used (Ready's lastTransitionTime): keep just that.
-			if len(sec.ManagedFields) > 0 {
-				t := lastWrite(sec)
-				sec.ManagedFields = []metav1.ManagedFieldsEntry{{Time: &t}}
-			}
 			return parseAt(sec, s.clock.Now()), nil
 		}
 		return obj, nil // already a *Gateway, or a tombstone
@@ -141,7 +135,7 @@ func (s *Store) Create(ctx context.Context, gw *v1alpha1.ClusterGateway, dryRun 
 
 // Update rewrites existing's Secret with gw. Keys and metadata of the Secret
 // that the gateway does not model are kept.
-func (s *Store) Update(ctx context.Context, gw *v1alpha1.ClusterGateway, existing *Gateway, dryRun []string) (*Gateway, error) {
+func (s *Store) Update(ctx context.Context, gw *v1alpha1.ClusterGateway, existing *Current, dryRun []string) (*Gateway, error) {
 	sec, err := toSecret(gw, existing.secret, s.namespace)
 	if err != nil {
 		return nil, apierrors.NewInternalError(err)

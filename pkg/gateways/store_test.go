@@ -119,7 +119,7 @@ func TestWriteWhileTheHubIsDown(t *testing.T) {
 	gw := x509Gateway(c)
 	gw.Name = "new"
 	_, createErr := store.Create(ctx, gw, nil)
-	_, updateErr := store.Update(ctx, existing.Object, existing, nil)
+	_, updateErr := store.Update(ctx, existing.Object, &Current{Gateway: existing, secret: s}, nil)
 	deleteErr := store.Delete(ctx, existing, metav1.DeleteOptions{})
 	_, watchErr := store.Watch(ctx, WatchOptions{})
 	_, getErr := store.GetFresh(ctx, s.Name)

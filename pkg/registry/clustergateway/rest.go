@@ -227,7 +227,7 @@ func prepareForCreate(gw *v1alpha1.ClusterGateway) {
 // kept when the credential type is unchanged.
 func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc,
 	updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
-	existing, err := r.store.GetFresh(ctx, name) // writes start from the most recent version, whichever replica wrote it
+	existing, err := r.store.GetCurrent(ctx, name) // writes start from the most recent version, whichever replica wrote it
 	if err != nil {
 		if !apierrors.IsNotFound(err) {
 			return nil, false, err // a Status already (the hub's, or why it could not be asked)
