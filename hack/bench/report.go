@@ -198,7 +198,7 @@ func (r *report) pooledSection(b *strings.Builder) {
 	} {
 		fmt.Fprintf(b, "| %s | %s | %s | %.0f | %.0f | %.0f |\n", row.name, mib(row.s.Heap), mib(row.s.RSS), row.s.Goroutines, row.s.Entries, row.s.OpenConns)
 	}
-	fmt.Fprintf(b, "\n- Per pooled cluster (pool entry, both transports, parsed credentials, and its one open HTTP/2 connection with its read loop): **%s heap, %s RSS, %.1f goroutines**.\n",
+	fmt.Fprintf(b, "\n- Per pooled cluster (pool entry, its transport and client key pair, and its one open HTTP/2 connection with its read loop): **%s heap, %s RSS, %.1f goroutines**.\n",
 		kib((p.Pooled.Heap-p.Stored.Heap)/n), kib((p.Pooled.RSS-p.Stored.RSS)/n), (p.Pooled.Goroutines-p.Stored.Goroutines)/n)
 	fmt.Fprintf(b, "- Per stored gateway (its Secret in the informer cache): %s heap, %s RSS.\n",
 		kib((p.Stored.Heap-p.Base.Heap)/n), kib((p.Stored.RSS-p.Base.RSS)/n))

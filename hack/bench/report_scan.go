@@ -54,7 +54,7 @@ func (r *report) scanSection(b *strings.Builder) {
 		fmt.Fprintf(b, "First request error: `%v`\n\n", p.FirstErr)
 	}
 
-	fmt.Fprintf(b, "- **Per pooled cluster** (pool entry, both transports, parsed credentials, and its one open HTTP/2 connection with its TLS state, buffers and read loop): "+
+	fmt.Fprintf(b, "- **Per pooled cluster** (pool entry, its transport and client key pair, and its one open HTTP/2 connection with its TLS state, buffers and read loop): "+
 		"**%s live heap, %s RSS**: the %d pooled row less the stored row, per entry. Per stored ClusterGateway (its parsed form and credential in the informer cache, its health state): "+
 		"%s live heap, the stored row less the fresh one.\n",
 		kib(perHeap), kib(perRSS), s.PooledN, kib(perStoredHeap))
@@ -124,7 +124,7 @@ func (r *report) scanSizing(b *strings.Builder, perHeap, perStoredHeap float64) 
 		return baseRSS + 2*(float64(capacity)*perHeap+float64(gateways)*perStoredHeap)
 	}
 	b.WriteString("### Sizing `--pool-capacity`\n\n")
-	fmt.Fprintf(b, "In this run each pooled cluster held %s of live heap (its entry, transports, parsed CA bundle and client key pair, "+
+	fmt.Fprintf(b, "In this run each pooled cluster held %s of live heap (its entry, transport and client key pair, "+
 		"and one open HTTP/2 connection after one small GET), and each stored ClusterGateway %s (its parsed form and credential in the informer cache, "+
 		"its health state). With the default `GOGC=100` the Go runtime lets the heap grow to about twice the live heap before it collects, so estimate\n\n"+
 		"    RSS ≈ %s + 2 × (capacity × %s + ClusterGateways × %s)\n\n"+

@@ -23,9 +23,13 @@ type entry struct {
 	shape   shape  // the Target it was built from, for Acquire's fast path
 	addr    string // canonical host:port; the only address this entry dials
 
-	rt      *http.Transport // HTTP/2-capable, for ordinary requests
-	upgrade *http.Transport // HTTP/1.1 only, for exec/attach/port-forward
-	h2      *h2health       // rt's HTTP/2 connections and their health checks
+	tls *entryTLS       // what its TLS connections are made of
+	rt  *http.Transport // HTTP/2-capable, for ordinary requests
+	h2  *h2health       // rt's HTTP/2 connections and their health checks
+	// upgrade is the HTTP/1.1-only transport for exec/attach/port-forward,
+	// built on the first such request: most entries never carry one.
+	upgrade   atomic.Pointer[http.Transport]
+	upgradeMu sync.Mutex // builds it once
 
 	rawDial dialFunc // direct, tunnel or proxy; wrapped by dialContext
 
@@ -48,7 +52,7 @@ type entry struct {
 // outside the pool lock. It starts no goroutines: a built entry that loses a
 // race is simply dropped.
 func (p *Pool) newEntry(t *Target, addr, fp string) (*entry, error) {
-	tlsCfg, err := tlsConfigFor(t)
+	tlsm, err := tlsFor(t)
 	if err != nil {
 		return nil, err
 	}
@@ -62,15 +66,45 @@ func (p *Pool) newEntry(t *Target, addr, fp string) (*entry, error) {
 		fp:      fp,
 		shape:   shapeOf(t),
 		addr:    addr,
+		tls:     tlsm,
 		rawDial: raw,
 		drained: make(chan struct{}),
 		conns:   make(map[*trackedConn]struct{}),
 	}
-	e.rt, e.upgrade, e.h2, err = newTransports(tlsCfg, e.dialContext, p.opts)
+	e.rt, e.h2, err = newTransport(e.dialTLS, p.opts)
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", t.Cluster, err)
 	}
 	return e, nil
+}
+
+// dialTLS is the ordinary transport's DialTLSContext: a tracked connection
+// (dialContext), then the TLS handshake, offering HTTP/2.
+func (e *entry) dialTLS(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := e.dialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	tc, err := e.tls.handshake(ctx, c, addr, e.pool.opts.DialTimeout, "h2", "http/1.1")
+	if err != nil {
+		return nil, fmt.Errorf("cluster %q: %w", e.cluster, err)
+	}
+	return tc, nil
+}
+
+// upgradeTransport is the entry's HTTP/1.1 transport, built on first use.
+func (e *entry) upgradeTransport() *http.Transport {
+	if u := e.upgrade.Load(); u != nil {
+		return u
+	}
+	e.upgradeMu.Lock()
+	defer e.upgradeMu.Unlock()
+	if u := e.upgrade.Load(); u != nil {
+		return u
+	}
+	u := newUpgradeTransport(e.tls.config("http/1.1"), e.dialContext, e.pool.opts)
+	e.upgrade.Store(u)
+	return u
 }
 
 // dialContext is the DialContext of both transports: it bounds the dial,
@@ -174,7 +208,9 @@ func (e *entry) markRetiring() <-chan struct{} {
 // peer holds. A retiring entry without leases reaches closeAll at once.
 func (e *entry) closeIdle() {
 	e.rt.CloseIdleConnections()
-	e.upgrade.CloseIdleConnections()
+	if u := e.upgrade.Load(); u != nil {
+		u.CloseIdleConnections()
+	}
 }
 
 // closeAll cuts every connection, including live streams, and stops new

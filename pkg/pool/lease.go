@@ -24,8 +24,9 @@ func (l *Lease) Transport() http.RoundTripper { return l.e.rt }
 
 // UpgradeTransport is an HTTP/1.1-only transport over the same tracked
 // dialer, for exec/attach/port-forward through UpgradeAwareHandler (whose
-// DialURL reads its DialContext and TLSClientConfig).
-func (l *Lease) UpgradeTransport() *http.Transport { return l.e.upgrade }
+// DialURL reads its DialContext and TLSClientConfig). It is built on the
+// entry's first call and shared by its leases.
+func (l *Lease) UpgradeTransport() *http.Transport { return l.e.upgradeTransport() }
 
 // Cluster is the ClusterGateway name the lease was acquired for.
 func (l *Lease) Cluster() string { return l.e.cluster }

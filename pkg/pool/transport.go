@@ -16,18 +16,16 @@ const (
 	expectContinueTimeout = 1 * time.Second
 )
 
-// newTransports builds the two transports of an entry around one tracked
-// dialer. Neither uses http.Transport.Proxy (proxies are dialed by dial) nor
-// the environment's proxy settings: the upgrade path could not honour them.
-func newTransports(tlsCfg *tls.Config, dial dialFunc, o Options) (rt, upgrade *http.Transport, h2 *h2health, err error) {
-	// Clone before http2 configuration appends "h2" to NextProtos.
-	h1cfg := tlsCfg.Clone()
-	h1cfg.NextProtos = []string{"http/1.1"}
-
+// newTransport builds an entry's transport for ordinary requests around its
+// tracked dialer: HTTP/2 over TLS connections that dialTLS makes (the
+// entry's TLS material, see entryTLS). It uses neither http.Transport.Proxy
+// (proxies are dialed by dial) nor the environment's proxy settings: the
+// upgrade path could not honour them.
+func newTransport(dialTLS dialFunc, o Options) (rt *http.Transport, h2 *h2health, err error) {
 	rt = &http.Transport{
-		DialContext:           dial,
-		TLSClientConfig:       tlsCfg,
-		TLSHandshakeTimeout:   o.DialTimeout,
+		// Its TLSClientConfig is not used: http.Transport leaves TLS to
+		// DialTLSContext. It holds no client certificate.
+		DialTLSContext:        dialTLS,
 		ResponseHeaderTimeout: o.ResponseHeaderTimeout,
 		MaxIdleConnsPerHost:   maxIdleConnsPerHost,
 		IdleConnTimeout:       idleConnTimeout,
@@ -38,7 +36,7 @@ func newTransports(tlsCfg *tls.Config, dial dialFunc, o Options) (rt, upgrade *h
 	}
 	t2, err := http2.ConfigureTransports(rt)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("configure HTTP/2: %w", err)
+		return nil, nil, fmt.Errorf("configure HTTP/2: %w", err)
 	}
 	// Detect dead connections (a silently dropped TCP path would otherwise
 	// hang watches for the kernel's 13-30 minutes), as client-go does, but
@@ -47,12 +45,18 @@ func newTransports(tlsCfg *tls.Config, dial dialFunc, o Options) (rt, upgrade *h
 	t2.ReadIdleTimeout, t2.PingTimeout = 0, 0
 	h2 = newH2Health(t2.ConnPool, o.HTTP2ReadIdleTimeout, o.HTTP2PingTimeout)
 	t2.ConnPool = h2
+	return rt, h2, nil
+}
 
+// newUpgradeTransport builds an entry's HTTP/1.1-only transport for
+// exec/attach/port-forward, whose UpgradeAwareHandler dials itself with the
+// transport's DialContext and TLSClientConfig (so tlsCfg is complete).
+func newUpgradeTransport(tlsCfg *tls.Config, dial dialFunc, o Options) *http.Transport {
 	http1 := new(http.Protocols)
 	http1.SetHTTP1(true)
-	upgrade = &http.Transport{
+	return &http.Transport{
 		DialContext:           dial,
-		TLSClientConfig:       h1cfg,
+		TLSClientConfig:       tlsCfg,
 		TLSHandshakeTimeout:   o.DialTimeout,
 		MaxIdleConnsPerHost:   maxIdleConnsPerHost,
 		IdleConnTimeout:       idleConnTimeout,
@@ -62,5 +66,4 @@ func newTransports(tlsCfg *tls.Config, dial dialFunc, o Options) (rt, upgrade *h
 		// A non-nil empty map is the documented way to keep HTTP/2 off.
 		TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{},
 	}
-	return rt, upgrade, h2, nil
 }

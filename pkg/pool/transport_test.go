@@ -183,3 +183,33 @@ func TestUpstreamCertificateVerified(t *testing.T) {
 		})
 	}
 }
+
+// A pooled entry keeps its TLS material as the Target gave it, not parsed:
+// no CA pool and no parsed client certificate for its life (they were a
+// tenth of a pooled entry's memory), and no HTTP/1.1 transport until an
+// upgrade asks for one. Connections still verify the server and present
+// the client certificate (TestUpstreamCertificateVerified,
+// TestTransportProtocols).
+func TestEntryKeepsNoParsedTLSMaterial(t *testing.T) {
+	u := newUpstream(t)
+	p := newTestPool(t, Options{})
+	l := acquire(t, p, u.target(t, "c1", "client-1"))
+	defer l.Release()
+	if _, body := mustGet(t, l.Transport(), u.url, "/hello"); body != "HTTP/2.0 client-1" {
+		t.Fatalf("body %q, want the client certificate's name over h2", body)
+	}
+	e := l.e
+	if e.tls.base.RootCAs != nil || len(e.tls.base.Certificates) != 1 || e.tls.base.Certificates[0].Leaf != nil {
+		t.Errorf("the entry keeps a parsed CA pool (%v) or client certificate", e.tls.base.RootCAs != nil)
+	}
+	if e.rt.TLSClientConfig != nil && (e.rt.TLSClientConfig.RootCAs != nil || len(e.rt.TLSClientConfig.Certificates) > 0) {
+		t.Error("the ordinary transport's unused TLSClientConfig holds TLS material")
+	}
+	if e.upgrade.Load() != nil {
+		t.Error("an HTTP/1.1 transport was built before any upgrade")
+	}
+	up := l.UpgradeTransport()
+	if up == nil || up != l.UpgradeTransport() || up.TLSClientConfig.RootCAs == nil {
+		t.Error("the upgrade transport is not built once, with the CA bundle parsed")
+	}
+}
