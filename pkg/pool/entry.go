@@ -52,7 +52,8 @@ type entry struct {
 // outside the pool lock. It starts no goroutines: a built entry that loses a
 // race is simply dropped.
 func (p *Pool) newEntry(t *Target, addr, fp string) (*entry, error) {
-	tlsm, err := tlsFor(t)
+	shape := shapeOf(t)
+	tlsm, err := tlsFor(&shape)
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +65,7 @@ func (p *Pool) newEntry(t *Target, addr, fp string) (*entry, error) {
 		pool:    p,
 		cluster: t.Cluster,
 		fp:      fp,
-		shape:   shapeOf(t),
+		shape:   shape,
 		addr:    addr,
 		tls:     tlsm,
 		rawDial: raw,

@@ -22,22 +22,24 @@ type entryTLS struct {
 	caData []byte      // PEM, validated when the entry was built; empty: system roots
 }
 
-// tlsFor validates t's TLS material and builds its entryTLS.
-func tlsFor(t *Target) (*entryTLS, error) {
+// tlsFor validates the TLS material of an entry's Target and builds its
+// entryTLS from s, the entry's private copy of it: a caller changing its
+// buffers afterwards cannot change whom the entry trusts.
+func tlsFor(s *shape) (*entryTLS, error) {
 	base := &tls.Config{
 		MinVersion:         tls.VersionTLS12,
-		ServerName:         t.ServerName,
-		InsecureSkipVerify: t.Insecure, //nolint:gosec // explicit per-cluster opt-in, validated against CAData
+		ServerName:         s.serverName,
+		InsecureSkipVerify: s.insecure, //nolint:gosec // explicit per-cluster opt-in, validated against CAData
 	}
-	if len(t.CAData) > 0 {
-		if _, err := cabundle.Parse(t.CAData); err != nil {
-			return nil, fmt.Errorf("%w: cluster %q CA bundle: %v; fix caData in the ClusterGateway secret", ErrInvalidTarget, t.Cluster, err)
+	if len(s.caData) > 0 {
+		if _, err := cabundle.Parse(s.caData); err != nil {
+			return nil, fmt.Errorf("%w: cluster %q CA bundle: %v; fix caData in the ClusterGateway secret", ErrInvalidTarget, s.cluster, err)
 		}
 	}
-	if len(t.CertData) > 0 {
-		cert, err := tls.X509KeyPair(t.CertData, t.KeyData)
+	if len(s.certData) > 0 {
+		cert, err := tls.X509KeyPair(s.certData, s.keyData)
 		if err != nil {
-			return nil, fmt.Errorf("%w: cluster %q client certificate: %v; fix certData/keyData in the ClusterGateway secret", ErrInvalidTarget, t.Cluster, err)
+			return nil, fmt.Errorf("%w: cluster %q client certificate: %v; fix certData/keyData in the ClusterGateway secret", ErrInvalidTarget, s.cluster, err)
 		}
 		// A client does not need its certificate parsed (crypto/tls parses
 		// it in a handshake only to match the CAs a server names), and the
@@ -45,7 +47,7 @@ func tlsFor(t *Target) (*entryTLS, error) {
 		cert.Leaf = nil
 		base.Certificates = []tls.Certificate{cert}
 	}
-	return &entryTLS{base: base, caData: t.CAData}, nil
+	return &entryTLS{base: base, caData: s.caData}, nil
 }
 
 // config is a new TLS config offering protos, with the CA bundle parsed.

@@ -213,3 +213,21 @@ func TestEntryKeepsNoParsedTLSMaterial(t *testing.T) {
 		t.Error("the upgrade transport is not built once, with the CA bundle parsed")
 	}
 }
+
+// The CA bundle parsed per handshake is the entry's own copy: a caller that
+// changes its Target's buffers after Acquire cannot change whom the entry's
+// connections trust.
+func TestEntryTrustSurvivesTheCallersBuffers(t *testing.T) {
+	u := newUpstream(t)
+	p := newTestPool(t, Options{})
+	tg := u.target(t, "c1", "client-1")
+	l := acquire(t, p, tg)
+	defer l.Release()
+	other := testpki.MustCA(t, "other").CertPEM
+	copy(tg.CAData, other) // in place; the dials below come after it
+	for _, rt := range []http.RoundTripper{l.Transport(), l.UpgradeTransport()} {
+		if _, _, err := get(context.Background(), rt, u.url, "/hello"); err != nil {
+			t.Errorf("%T after the caller's CA buffer changed: %v", rt, err)
+		}
+	}
+}
