@@ -108,7 +108,9 @@ func (a *Authorizer) Authorize(ctx context.Context, attr authorizer.Attributes) 
 				ttl = a.opts.AllowTTL
 			}
 			if ttl > 0 {
-				a.cache.Add(k, decision{decision: d, reason: reason}, ttl)
+				// The key shares its builder's spare room; a full cache
+				// keeps Size of them, so keep an exact copy.
+				a.cache.Add(strings.Clone(k), decision{decision: d, reason: reason}, ttl)
 			}
 		}
 		return decision{decision: d, reason: reason, err: err}, nil
