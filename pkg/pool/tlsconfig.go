@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/clustergateway/cluster-gateway/pkg/cabundle"
@@ -20,6 +21,9 @@ import (
 type entryTLS struct {
 	base   *tls.Config // without RootCAs; never handed out, only cloned
 	caData []byte      // PEM, validated when the entry was built; empty: system roots
+	// first is the bundle as parsed to validate it, for the entry's first
+	// handshake (most entries make one connection); later ones parse anew.
+	first atomic.Pointer[x509.CertPool]
 }
 
 // tlsFor validates the TLS material of an entry's Target and builds its
@@ -31,8 +35,10 @@ func tlsFor(s *shape) (*entryTLS, error) {
 		ServerName:         s.serverName,
 		InsecureSkipVerify: s.insecure, //nolint:gosec // explicit per-cluster opt-in, validated against CAData
 	}
+	var roots *x509.CertPool
 	if len(s.caData) > 0 {
-		if _, err := cabundle.Parse(s.caData); err != nil {
+		var err error
+		if roots, err = cabundle.Parse(s.caData); err != nil {
 			return nil, fmt.Errorf("%w: cluster %q CA bundle: %v; fix caData in the ClusterGateway secret", ErrInvalidTarget, s.cluster, err)
 		}
 	}
@@ -47,7 +53,9 @@ func tlsFor(s *shape) (*entryTLS, error) {
 		cert.Leaf = nil
 		base.Certificates = []tls.Certificate{cert}
 	}
-	return &entryTLS{base: base, caData: s.caData}, nil
+	c := &entryTLS{base: base, caData: s.caData}
+	c.first.Store(roots)
+	return c, nil
 }
 
 // config is a new TLS config offering protos, with the CA bundle parsed.
@@ -56,9 +64,12 @@ func tlsFor(s *shape) (*entryTLS, error) {
 func (c *entryTLS) config(protos ...string) *tls.Config {
 	cfg := c.base.Clone()
 	if len(c.caData) > 0 {
-		roots, err := cabundle.Parse(c.caData)
-		if err != nil {
-			roots = x509.NewCertPool()
+		roots := c.first.Swap(nil)
+		if roots == nil {
+			var err error
+			if roots, err = cabundle.Parse(c.caData); err != nil {
+				roots = x509.NewCertPool()
+			}
 		}
 		cfg.RootCAs = roots
 	}

@@ -199,7 +199,7 @@ func TestEntryKeepsNoParsedTLSMaterial(t *testing.T) {
 		t.Fatalf("body %q, want the client certificate's name over h2", body)
 	}
 	e := l.e
-	if e.tls.base.RootCAs != nil || len(e.tls.base.Certificates) != 1 || e.tls.base.Certificates[0].Leaf != nil {
+	if e.tls.base.RootCAs != nil || e.tls.first.Load() != nil || len(e.tls.base.Certificates) != 1 || e.tls.base.Certificates[0].Leaf != nil {
 		t.Errorf("the entry keeps a parsed CA pool (%v) or client certificate", e.tls.base.RootCAs != nil)
 	}
 	if e.rt.TLSClientConfig != nil && (e.rt.TLSClientConfig.RootCAs != nil || len(e.rt.TLSClientConfig.Certificates) > 0) {
