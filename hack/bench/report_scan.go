@@ -104,6 +104,7 @@ func (r *report) scanSection(b *strings.Builder) {
 	for _, h := range []struct{ what, top string }{
 		{fmt.Sprintf("the %d stored ClusterGateways (stored profile less the fresh gateway's)", s.N), s.HeapStored},
 		{fmt.Sprintf("the %d pooled clusters (pooled profile less the stored one)", s.PooledN), s.HeapPooled},
+		{fmt.Sprintf("what the passes left above the %d pooled row, %s after the scan (that profile less the pooled one: the pool's entries replaced by others, and what else the passes filled)", s.PooledN, scanAfter), s.HeapAfter},
 	} {
 		if h.top == "" {
 			fmt.Fprintf(b, "Where the live heap of %s went: not available (pprof failed; the profiles are in the state directory).\n\n", h.what)

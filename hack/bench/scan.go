@@ -47,6 +47,7 @@ func runScanStep(ctx context.Context, o options, env *localenv.Env, gw *gatewayA
 		}
 		rep.Scan.HeapStored = heapTop(ctx, o.Go, o.StateDir, "stored", "before")
 		rep.Scan.HeapPooled = heapTop(ctx, o.Go, o.StateDir, "pooled", "stored")
+		rep.Scan.HeapAfter = heapTop(ctx, o.Go, o.StateDir, "after", "pooled")
 		// The raw figures, next to the heap profiles.
 		if raw, jerr := json.MarshalIndent(rep.Scan, "", "  "); jerr == nil {
 			err = errors.Join(err, os.WriteFile(filepath.Join(o.StateDir, "scan.json"), raw, 0o644))
@@ -102,10 +103,11 @@ type scanResult struct {
 	FillPeak    float64 // VmHWM from the gateway's start to the first pass
 	RSSSamples  []scanState
 	GatewayArgs []string
-	// HeapStored and HeapPooled are where the live heap grew: the top of
-	// the stored profile against the fresh one, and of the pooled against
-	// the stored (go tool pprof -top -diff_base).
-	HeapStored, HeapPooled string
+	// HeapStored, HeapPooled and HeapAfter are where the live heap grew: the
+	// top of the stored profile against the fresh one, of the pooled against
+	// the stored, and of the one after the scan against the pooled (go tool
+	// pprof -top -diff_base).
+	HeapStored, HeapPooled, HeapAfter string
 }
 
 // heapTop is `go tool pprof -top` of the in-use heap of step's profile
