@@ -26,8 +26,8 @@ const benchLabel = "cluster-gateway-bench"
 // and once their memory is released.
 type pooledResult struct {
 	N                             int
-	Base, Stored, Pooled, Deleted gwState
-	Released                      gwState // once the heap is back near Base
+	Base, Stored, Pooled, Deleted memState
+	Released                      memState // once the heap in use is back near Base
 	CreateTime, RequestTime       time.Duration
 	DeleteTime, ReleaseTime       time.Duration
 }
@@ -43,11 +43,11 @@ func measurePooled(ctx context.Context, env *localenv.Env, gw *gatewayAdmin, n, 
 		return nil, err
 	}
 	res := &pooledResult{N: n}
-	settled := func(step string) (gwState, error) {
+	settled := func(step string) (memState, error) {
 		if err := gw.gc(ctx, filepath.Join(profileDir, "gateway-heap-"+step+".pprof")); err != nil {
-			return gwState{}, err
+			return memState{}, err
 		}
-		return gw.state(ctx)
+		return readMem(ctx, gw)
 	}
 	if res.Base, err = settled("before"); err != nil {
 		return nil, err
@@ -91,16 +91,15 @@ func measurePooled(ctx context.Context, env *localenv.Env, gw *gatewayAdmin, n, 
 	if err := secrets.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: benchLabel + "=true"}); err != nil {
 		return nil, fmt.Errorf("delete gateways: %w", err)
 	}
-	if err := waitPoolBack(ctx, gw, res.Base); err != nil {
+	if err := waitPoolBack(ctx, gw, res.Base.gwState); err != nil {
 		return nil, err
 	}
 	res.DeleteTime = time.Since(start)
 	if res.Deleted, err = settled("deleted"); err != nil {
 		return nil, err
 	}
-	// Retired entries stay reachable for up to the HTTP/2 ReadIdleTimeout
-	// (30 s): x/net/http2's health-check timer is re-armed by the read
-	// loop's last, failing read and never stopped (golang/go#80920).
+	// The heap in use comes back as the spans that held the entries empty
+	// out; what it takes is reported.
 	start = time.Now()
 	for {
 		time.Sleep(5 * time.Second)

@@ -183,12 +183,12 @@ func (r *report) pooledSection(b *strings.Builder) {
 	fmt.Fprintf(b, "## 3. Memory per pooled cluster\n\n")
 	fmt.Fprintf(b, "%d ClusterGateways created as Secrets on the hub (alternately managed-1 and managed-2, distinct names, same credentials; %s until the gateway listed them all), "+
 		"one GET through each on the gateway's port (%s), then deleted with one DeleteCollection (%s until every entry was retired and its connections closed). "+
-		"Each figure is read right after a forced GC in the gateway (`/debug/pprof/heap?gc=1`); heap is `go_memstats_heap_inuse_bytes`, RSS is VmRSS.\n\n",
+		"Each figure is read right after a forced GC in the gateway (`/debug/pprof/heap?gc=1`); heap in use is `go_memstats_heap_inuse_bytes`, live heap what that GC marked (as in section 5), RSS is VmRSS.\n\n",
 		p.N, p.CreateTime.Round(100*time.Millisecond), p.RequestTime.Round(100*time.Millisecond), p.DeleteTime.Round(100*time.Millisecond))
-	b.WriteString("| gateway state | heap in use | RSS | goroutines | pool entries | open connections |\n|---|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| gateway state | heap in use | live heap | RSS | goroutines | pool entries | open connections |\n|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, row := range []struct {
 		name string
-		s    gwState
+		s    memState
 	}{
 		{"before", p.Base},
 		{fmt.Sprintf("%d stored, unused", p.N), p.Stored},
@@ -196,18 +196,27 @@ func (r *report) pooledSection(b *strings.Builder) {
 		{"right after deleting them", p.Deleted},
 		{fmt.Sprintf("%s later", p.ReleaseTime.Round(time.Second)), p.Released},
 	} {
-		fmt.Fprintf(b, "| %s | %s | %s | %.0f | %.0f | %.0f |\n", row.name, mib(row.s.Heap), mib(row.s.RSS), row.s.Goroutines, row.s.Entries, row.s.OpenConns)
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %.0f | %.0f | %.0f |\n", row.name, mib(row.s.Heap), mib(row.s.Marked), mib(row.s.RSS), row.s.Goroutines, row.s.Entries, row.s.OpenConns)
 	}
 	fmt.Fprintf(b, "\n- Per pooled cluster (pool entry, its transport and client key pair, and its one open HTTP/2 connection with its read loop): **%s heap, %s RSS, %.1f goroutines**.\n",
 		kib((p.Pooled.Heap-p.Stored.Heap)/n), kib((p.Pooled.RSS-p.Stored.RSS)/n), (p.Pooled.Goroutines-p.Stored.Goroutines)/n)
-	fmt.Fprintf(b, "- Per stored gateway (its Secret in the informer cache): %s heap, %s RSS.\n",
+	fmt.Fprintf(b, "- Per stored gateway (its parsed form and credential in the informer cache): %s heap, %s RSS.\n",
 		kib((p.Stored.Heap-p.Base.Heap)/n), kib((p.Stored.RSS-p.Base.RSS)/n))
-	fmt.Fprintf(b, "- Right after deletion, entries, connections and goroutines are back to the start but the heap is still %s above it: "+
-		"x/net/http2 re-arms a connection's health-check timer (`ReadIdleTimeout`, 30 s here) on the read loop's last, failing read and never stops it, "+
-		"so each closed connection, and through its transport the retired pool entry, stays reachable until the timer fires "+
-		"([golang/go#80920](https://github.com/golang/go/issues/80920), [golang/net#262](https://github.com/golang/net/pull/262)). "+
-		"%s later the heap is %s above the start; RSS stays higher (%s) because the Go runtime returns freed pages to the OS lazily.\n\n",
-		mib(p.Deleted.Heap-p.Base.Heap), p.ReleaseTime.Round(time.Second), mib(p.Released.Heap-p.Base.Heap), mib(p.Released.RSS-p.Base.RSS))
+	// Nothing may keep a deleted gateway's entry reachable: x/net's own
+	// HTTP/2 health check did, for ReadIdleTimeout after the close
+	// (golang/go#80920), until the pool's replaced it.
+	left, grown := p.Deleted.Marked-p.Base.Marked, p.Pooled.Marked-p.Base.Marked
+	if left <= grown/10 {
+		fmt.Fprintf(b, "- Right after deletion, entries, connections and goroutines are back to the start, and so is the live heap (%s above it, of %s the pooled gateways had added): "+
+			"nothing keeps a retired entry reachable (the pool's HTTP/2 health checks stop with their entry; x/net's, off here, kept each closed connection reachable for its `ReadIdleTimeout`, "+
+			"[golang/go#80920](https://github.com/golang/go/issues/80920)). ", mib(left), mib(grown))
+	} else {
+		fmt.Fprintf(b, "- **Right after deletion, entries, connections and goroutines are back to the start but the live heap is still %s above it** (of %s the pooled gateways had added): "+
+			"something keeps retired entries reachable; the heap profiles `gateway-heap-deleted.pprof` and `gateway-heap-before.pprof` in the state directory say what. ", mib(left), mib(grown))
+	}
+	fmt.Fprintf(b, "The heap in use is %s above the start then (the free room of spans that still hold other objects) and %s above it %s later; "+
+		"RSS stays higher (%s) because the Go runtime returns freed pages to the OS lazily.\n\n",
+		mib(p.Deleted.Heap-p.Base.Heap), mib(p.Released.Heap-p.Base.Heap), p.ReleaseTime.Round(time.Second), mib(p.Released.RSS-p.Base.RSS))
 }
 
 func (r *report) interpretation(b *strings.Builder) {
