@@ -133,3 +133,41 @@ func TestWriteWhileTheHubIsDown(t *testing.T) {
 		}
 	}
 }
+
+// A write starts from the Secret as the hub has it (GetCurrent), not from
+// the cache, which keeps no Secrets: keys and metadata the gateway does not
+// model survive an update, and so do the hub's labels and annotations.
+func TestUpdateStartsFromTheHubsSecret(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := mustToSecret(t, x509Gateway(validCredential(t)), nil)
+	s.ResourceVersion = "1"
+	s.Data["x-extra"] = []byte("kept")
+	s.Labels["team"] = "platform"
+	s.Annotations = map[string]string{"backup.example/policy": "daily"}
+	client := fake.NewClientset(s)
+	store := NewStore(client, testNamespace)
+	done := make(chan struct{})
+	go func() { store.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	testpoll.EventuallyTrue(t, 30*time.Second, "the cache to sync", store.HasSynced)
+
+	cur, err := store.GetCurrent(ctx, s.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := cur.Object.DeepCopy()
+	gw.Labels = map[string]string{"env": "staging"}
+	if _, err := store.Update(ctx, gw, cur, nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err := client.CoreV1().Secrets(testNamespace).Get(ctx, s.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got.Data["x-extra"]) != "kept" || got.Labels["team"] != "platform" || got.Annotations["backup.example/policy"] != "daily" {
+		t.Errorf("the update lost what the gateway does not model: data %q, labels %v, annotations %v", got.Data["x-extra"], got.Labels, got.Annotations)
+	}
+	if !strings.Contains(string(got.Data[KeyLabels]), "staging") || len(got.Data[KeyPrivateKey]) == 0 {
+		t.Errorf("the update was not written, or lost the material: labels %q", got.Data[KeyLabels])
+	}
+}
