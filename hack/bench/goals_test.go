@@ -1,0 +1,115 @@
+package main
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+// load is a finished load of key: requests over elapsed, and each role's CPU.
+func load(key string, requests int, elapsed time.Duration, cpu map[string]time.Duration) *target {
+	return &target{Key: key, res: loadResult{Requests: requests, Elapsed: elapsed, CPU: cpu}}
+}
+
+func goalNamed(t *testing.T, gs []goal, prefix string) goal {
+	t.Helper()
+	for _, g := range gs {
+		if strings.HasPrefix(g.Goal, prefix) {
+			return g
+		}
+	}
+	t.Fatalf("no goal %q", prefix)
+	return goal{}
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+// Each CPU and throughput goal is the ratio issue 12 defines, from the
+// loads of one run: the bare proxy's CPU is the bench process's in its row
+// less the client's alone (the direct row); the in-process goals compare
+// medians. A value exactly at the bound meets it.
+func TestGoalsFromOneRun(t *testing.T) {
+	ms := time.Millisecond
+	r := &report{
+		Opts: options{Concurrency: 8},
+		Targets: []*target{
+			load("direct", 1000, time.Second, map[string]time.Duration{"bench": 100 * ms}),                // client: 100 µs per request
+			load("bare", 1000, time.Second, map[string]time.Duration{"bench": 300 * ms}),                  // bare proxy: 300-100 = 200 µs
+			load("gateway", 900, time.Second, map[string]time.Duration{"gateway": 270 * ms}),              // 300 µs per request, 900 req/s
+			load("hub", 500, time.Second, map[string]time.Duration{"gateway": 200 * ms, "hub": 400 * ms}), // 400 µs vs 800 µs
+			load("konn", 500, time.Second, map[string]time.Duration{"gateway": 180 * ms}),                 // 360 µs
+		},
+		GoBench: &goBench{Samples: map[string][]benchSample{
+			"BenchmarkProxyGateway/get":      {{NsOp: 90, AllocsOp: 185}, {NsOp: 110, AllocsOp: 185}, {NsOp: 100, AllocsOp: 185}},
+			"BenchmarkBareReverseProxy/get":  {{NsOp: 100, AllocsOp: 165}},
+			"BenchmarkProxyGateway/list":     {{NsOp: 200, AllocsOp: 230}},
+			"BenchmarkBareReverseProxy/list": {{NsOp: 100, AllocsOp: 206}},
+		}},
+	}
+	gs := r.goals()
+	for _, c := range []struct {
+		prefix string
+		value  float64
+		met    bool
+	}{
+		{"Gateway port, Direct, 8 workers: req/s", 0.9, true},
+		{"Gateway port, Direct, 8 workers: gateway CPU", 1.5, true},
+		{"Through the hub", 0.5, true},
+		{"Konnectivity", 1.2, false},
+		{"In process (`get`): handler ns/op", 1.0, true},
+		{"In process (`get`): handler allocs/op", 20, true},
+		{"In process (`list`): handler ns/op", 2.0, false},
+		{"In process (`list`): handler allocs/op", 24, false},
+	} {
+		g := goalNamed(t, gs, c.prefix)
+		if g.Missing != "" || !near(g.Value, c.value) || g.met() != c.met {
+			t.Errorf("%s: value %v met %v (missing %q), want %v met %v", c.prefix, g.Value, g.met(), g.Missing, c.value, c.met)
+		}
+	}
+}
+
+// A goal whose loads did not run says so instead of judging a zero.
+func TestGoalsWithoutLoadsAreNotMeasured(t *testing.T) {
+	for _, g := range (&report{}).goals() {
+		if g.Missing == "" || !strings.HasPrefix(g.verdict(), "not measured") {
+			t.Errorf("%s: %q (missing %q), want not measured", g.Goal, g.verdict(), g.Missing)
+		}
+	}
+}
+
+// The scan's goals: peak RSS is the highest VmHWM, filling included; the
+// live heap after eviction is judged against the entries it holds times
+// the live heap each pooled entry added; RSS one minute after against the
+// settled figure, and only when RSS settled.
+func TestScanGoals(t *testing.T) {
+	const mb = 1 << 20
+	mem := func(marked, rss, entries float64) memState {
+		return memState{Marked: marked * mb, gwState: gwState{RSS: rss * mb, Entries: entries}}
+	}
+	s := &scanResult{
+		PooledN:  1000,
+		FillPeak: 250 * mb,
+		Passes:   []scanPass{{PeakRSS: 280 * mb}, {PeakRSS: 290 * mb}},
+		Stored:   mem(40, 180, 0),
+		Pooled:   mem(80, 230, 1000), // 40 MiB for 1000 entries
+		AfterGC:  mem(84, 280, 1000), // 44 MiB above the stored row: 1.1×
+		After:    mem(90, 276, 1000),
+		Settled:  mem(90, 300, 1000),
+		Stable:   true,
+	}
+	gs := (&report{Scan: s}).scanGoals()
+	if g := gs[0]; !near(g.Value, 290*mb) || g.met() {
+		t.Errorf("peak RSS %v met %v, want 290 MiB (over 300 MB) not met", g.Value/mb, g.met())
+	}
+	if g := gs[1]; !near(g.Value, 1.1) || !g.met() {
+		t.Errorf("live heap after eviction %v× met %v, want 1.1× met", g.Value, g.met())
+	}
+	if g := gs[2]; !near(g.Value, 0.92) || !g.met() {
+		t.Errorf("RSS after over settled %v× met %v, want 0.92× met", g.Value, g.met())
+	}
+	s.Stable = false
+	if g := (&report{Scan: s}).scanGoals()[2]; g.Missing == "" {
+		t.Error("RSS that did not settle was judged")
+	}
+}
