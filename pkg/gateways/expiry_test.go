@@ -1,7 +1,6 @@
 package gateways
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -9,7 +8,6 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	testingclock "k8s.io/utils/clock/testing"
 
-	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
 
@@ -17,7 +15,6 @@ import (
 // write to its Secret, and says since when; one not valid yet turns Ready
 // when its notBefore passes. The store's clock is a fake one.
 func TestCachedGatewayFollowsValidity(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
 	t0 := time.Now().Truncate(time.Second)
 	expiring := newTestCredential(t, t0.Add(-time.Hour), t0.Add(time.Hour))
 	s := mustToSecret(t, x509Gateway(expiring), nil)
@@ -31,10 +28,7 @@ func TestCachedGatewayFollowsValidity(t *testing.T) {
 	clk := testingclock.NewFakePassiveClock(t0)
 	store := NewStore(fake.NewClientset(s, s2), testNamespace)
 	store.clock = clk
-	done := make(chan struct{})
-	go func() { store.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
-	testpoll.EventuallyTrue(t, 30*time.Second, "the store to sync", store.HasSynced)
+	startStore(t, store)
 
 	g, err := store.Get(s.Name)
 	if err != nil || !g.Ready {

@@ -23,7 +23,7 @@ import (
 // resourceVersion once, reports deletions, and its informer stops with ctx
 // (goleak in TestMain checks that).
 func TestCache(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx := t.Context()
 	c := validCredential(t)
 	s := mustToSecret(t, x509Gateway(c), nil)
 	// The fake clientset keeps resourceVersions as given; the cache relies
@@ -43,10 +43,7 @@ func TestCache(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() { cache.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
-	testpoll.EventuallyTrue(t, 30*time.Second, "the cache to sync", cache.HasSynced)
+	startStore(t, cache)
 
 	g1, err := cache.Get(s.Name)
 	if err != nil || !g1.Ready {
@@ -95,16 +92,13 @@ func TestCache(t *testing.T) {
 // is down) fails with 503 naming the hub, not with an internal error; reads
 // from the cache go on.
 func TestWriteWhileTheHubIsDown(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx := t.Context()
 	c := validCredential(t)
 	s := mustToSecret(t, x509Gateway(c), nil)
 	s.ResourceVersion = "1"
 	client := fake.NewClientset(s)
 	store := NewStore(client, testNamespace)
-	done := make(chan struct{})
-	go func() { store.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
-	testpoll.EventuallyTrue(t, 30*time.Second, "the cache to sync", store.HasSynced)
+	startStore(t, store)
 
 	down := &url.Error{Op: "Post", URL: "https://127.0.0.1:6443/api/v1/namespaces/" + testNamespace + "/secrets", Err: syscall.ECONNREFUSED}
 	for _, verb := range []string{"create", "update", "delete", "get", "list"} {
@@ -138,7 +132,7 @@ func TestWriteWhileTheHubIsDown(t *testing.T) {
 // the cache, which keeps no Secrets: keys and metadata the gateway does not
 // model survive an update, and so do the hub's labels and annotations.
 func TestUpdateStartsFromTheHubsSecret(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx := t.Context()
 	s := mustToSecret(t, x509Gateway(validCredential(t)), nil)
 	s.ResourceVersion = "1"
 	s.Data["x-extra"] = []byte("kept")
@@ -146,10 +140,7 @@ func TestUpdateStartsFromTheHubsSecret(t *testing.T) {
 	s.Annotations = map[string]string{"backup.example/policy": "daily"}
 	client := fake.NewClientset(s)
 	store := NewStore(client, testNamespace)
-	done := make(chan struct{})
-	go func() { store.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
-	testpoll.EventuallyTrue(t, 30*time.Second, "the cache to sync", store.HasSynced)
+	startStore(t, store)
 
 	cur, err := store.GetCurrent(ctx, s.Name)
 	if err != nil {
@@ -170,4 +161,14 @@ func TestUpdateStartsFromTheHubsSecret(t *testing.T) {
 	if !strings.Contains(string(got.Data[KeyLabels]), "staging") || len(got.Data[KeyPrivateKey]) == 0 {
 		t.Errorf("the update was not written, or lost the material: labels %q", got.Data[KeyLabels])
 	}
+}
+
+// startStore runs store until the test ends and waits for its first list.
+func startStore(t *testing.T, store *Store) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { store.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	testpoll.EventuallyTrue(t, 30*time.Second, "the store to sync", store.HasSynced)
 }
