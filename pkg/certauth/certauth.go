@@ -33,6 +33,8 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/component-base/metrics"
+
+	"github.com/clustergateway/cluster-gateway/internal/scraped"
 )
 
 // Cache holds verified chains.
@@ -253,31 +255,12 @@ func allowed(subject pkix.Name, names []string) error {
 
 // Collector exposes the cache's counters as metrics, read at scrape time.
 func (c *Cache) Collector() metrics.StableCollector {
-	d := func(name, help string) *metrics.Desc {
-		return metrics.NewDesc("cluster_gateway_authentication_certificate_cache_"+name, help, nil, nil, metrics.ALPHA, "")
-	}
-	return &collector{c: c,
-		hits:    d("hits_total", "Client-certificate chains found verified in the cache (no chain verification for the request)."),
-		misses:  d("misses_total", "Client-certificate chains not in the cache (or expired, or under a changed CA bundle), verified for the request. A chain is looked up once per CA it is tried against (front proxy, then users' client CA)."),
-		entries: d("entries", "Verified chains held (bounded by --authentication-certificate-cache-size)."),
-	}
-}
-
-type collector struct {
-	metrics.BaseStableCollector
-	c                     *Cache
-	hits, misses, entries *metrics.Desc
-}
-
-func (m *collector) DescribeWithStability(ch chan<- *metrics.Desc) {
-	ch <- m.hits
-	ch <- m.misses
-	ch <- m.entries
-}
-
-func (m *collector) CollectWithStability(ch chan<- metrics.Metric) {
-	hits, misses, _, size := m.c.Stats()
-	ch <- metrics.NewLazyConstMetric(m.hits, metrics.CounterValue, float64(hits))
-	ch <- metrics.NewLazyConstMetric(m.misses, metrics.CounterValue, float64(misses))
-	ch <- metrics.NewLazyConstMetric(m.entries, metrics.GaugeValue, float64(size))
+	return scraped.Collector("cluster_gateway_authentication_certificate_cache_", []scraped.Metric{
+		{Name: "hits_total", Help: "Client-certificate chains found verified in the cache (no chain verification for the request).", Type: metrics.CounterValue},
+		{Name: "misses_total", Help: "Client-certificate chains not in the cache (or expired, or under a changed CA bundle), verified for the request. A chain is looked up once per CA it is tried against (front proxy, then users' client CA).", Type: metrics.CounterValue},
+		{Name: "entries", Help: "Verified chains held (bounded by --authentication-certificate-cache-size).", Type: metrics.GaugeValue},
+	}, func() []float64 {
+		hits, misses, _, size := c.Stats()
+		return []float64{float64(hits), float64(misses), float64(size)}
+	})
 }

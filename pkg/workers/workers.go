@@ -19,6 +19,8 @@ import (
 
 	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
+
+	"github.com/clustergateway/cluster-gateway/internal/scraped"
 )
 
 // resetAfter: a worker hands its place to a fresh goroutine after this many
@@ -167,31 +169,12 @@ func (p *Pool) Stats() (served, inline int64) { return p.served.Load(), p.inline
 // Collector exposes the pool's size and counters as metrics, read at
 // scrape time.
 func (p *Pool) Collector() metrics.StableCollector {
-	d := func(name, help string) *metrics.Desc {
-		return metrics.NewDesc("cluster_gateway_request_workers_"+name, help, nil, nil, metrics.ALPHA, "")
-	}
-	return &collector{p: p,
-		size:   d("size", "Request workers (--request-workers)."),
-		served: d("served_total", "Ordinary requests served on a request worker."),
-		inline: d("inline_total", "Ordinary requests that found no request worker idle and were served on their own goroutine (as with --request-workers=0)."),
-	}
-}
-
-type collector struct {
-	metrics.BaseStableCollector
-	p                    *Pool
-	size, served, inline *metrics.Desc
-}
-
-func (c *collector) DescribeWithStability(ch chan<- *metrics.Desc) {
-	ch <- c.size
-	ch <- c.served
-	ch <- c.inline
-}
-
-func (c *collector) CollectWithStability(ch chan<- metrics.Metric) {
-	served, inline := c.p.Stats()
-	ch <- metrics.NewLazyConstMetric(c.size, metrics.GaugeValue, float64(c.p.size))
-	ch <- metrics.NewLazyConstMetric(c.served, metrics.CounterValue, float64(served))
-	ch <- metrics.NewLazyConstMetric(c.inline, metrics.CounterValue, float64(inline))
+	return scraped.Collector("cluster_gateway_request_workers_", []scraped.Metric{
+		{Name: "size", Help: "Request workers (--request-workers).", Type: metrics.GaugeValue},
+		{Name: "served_total", Help: "Ordinary requests served on a request worker.", Type: metrics.CounterValue},
+		{Name: "inline_total", Help: "Ordinary requests that found no request worker idle and were served on their own goroutine (as with --request-workers=0).", Type: metrics.CounterValue},
+	}, func() []float64 {
+		served, inline := p.Stats()
+		return []float64{float64(p.size), float64(served), float64(inline)}
+	})
 }
