@@ -33,7 +33,10 @@ type entry struct {
 
 	rawDial dialFunc // direct, tunnel or proxy; wrapped by dialContext
 
-	lastUsed atomic.Int64 // pool clock, see Pool.now
+	lastUsed atomic.Int64 // by users; pool clock, see Pool.now
+	// lastActive is when a request or a health probe last ended on the
+	// entry's connections: a connection a probe uses is not idle.
+	lastActive atomic.Int64
 
 	// transient entries are built by Probe for one health probe and closed
 	// right after it: they are never in the LRU and stay out of the pool's
@@ -175,6 +178,7 @@ func (e *entry) lease(now int64) *Lease {
 	e.active++
 	e.mu.Unlock()
 	e.lastUsed.Store(now)
+	e.lastActive.Store(now)
 	e.pool.noteStreamStarted()
 	return &Lease{e: e}
 }
@@ -202,16 +206,23 @@ func (e *entry) markRetiring() <-chan struct{} {
 	return e.drained
 }
 
-// closeIdle closes idle HTTP/1.1 connections. Idle HTTP/2 connections stay
-// until closeAll: x/net closes them only through its own pool type, which
-// h2health wraps, and asking a connection whether it is idle
-// (ClientConn.State) takes its write lock, which a write blocked on a dead
-// peer holds. A retiring entry without leases reaches closeAll at once.
+// closeIdle closes the connections that carry no request: the HTTP/1.1
+// connections idle in either transport's pool and the HTTP/2 connections
+// without a stream. Each is checked and closed under its own pool's or
+// connection's lock, so a request that got a connection keeps it.
 func (e *entry) closeIdle() {
 	e.rt.CloseIdleConnections()
+	e.h2.closeIdle()
 	if u := e.upgrade.Load(); u != nil {
 		u.CloseIdleConnections()
 	}
+}
+
+// hasConns reports whether any connection of the entry is open.
+func (e *entry) hasConns() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.conns) > 0
 }
 
 // closeAll cuts every connection, including live streams, and stops new

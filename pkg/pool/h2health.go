@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"golang.org/x/net/http2"
 )
@@ -68,7 +69,19 @@ func (h *h2health) watch(cc *http2.ClientConn) {
 	}
 	h.last.Store(cc)
 	if _, ok := h.checks[cc]; !ok {
-		h.checks[cc] = time.AfterFunc(h.every, func() { h.check(cc) })
+		h.checks[cc] = time.AfterFunc(h.every, checkLater(weak.Make(h), weak.Make(cc)))
+	}
+}
+
+// checkLater is a check's timer function. A live connection keeps both
+// alive (its read loop holds it, it holds its transport, which holds h);
+// once the connection is closed the function does nothing, and as long as
+// the runtime keeps the stopped timer it keeps nothing of the entry.
+func checkLater(h weak.Pointer[h2health], cc weak.Pointer[http2.ClientConn]) func() {
+	return func() {
+		if h, cc := h.Value(), cc.Value(); h != nil && cc != nil {
+			h.check(cc)
+		}
 	}
 }
 
@@ -106,6 +119,16 @@ func (h *h2health) check(cc *http2.ClientConn) {
 		h.last.CompareAndSwap(cc, nil)
 		_ = cc.Close()
 	}
+}
+
+// closeIdle closes the connections that carry no stream and keeps the
+// others. It is what http2.Transport.CloseIdleConnections does, which cannot
+// reach x/net's pool through this wrapper (the pool's idle closer is
+// unexported), so a Transport shell over that pool asks it: each connection
+// is closed under its own lock only if it has no stream and no stream
+// reserved, so a request never loses a connection it was given.
+func (h *h2health) closeIdle() {
+	(&http2.Transport{ConnPool: h.ClientConnPool}).CloseIdleConnections()
 }
 
 // stop ends every health check, for good: the entry is closing all of its

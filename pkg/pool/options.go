@@ -16,6 +16,10 @@ type Options struct {
 	Capacity int
 	// IdleTTL retires an entry unused this long; 0 never does.
 	IdleTTL time.Duration
+	// IdleConnTimeout closes the idle connections of an entry that no
+	// request or health probe used this long; the entry stays pooled and
+	// dials again when next used. 0 keeps them until the entry is retired.
+	IdleConnTimeout time.Duration
 	// RetireGrace is how long live streams of a retired entry (or tunnel)
 	// may go on; 0 cuts them at once.
 	RetireGrace time.Duration
@@ -48,6 +52,7 @@ func NewOptions() *Options {
 	return &Options{
 		Capacity:              1000,
 		IdleTTL:               30 * time.Minute,
+		IdleConnTimeout:       90 * time.Second, // client-go's
 		RetireGrace:           5 * time.Minute,
 		DialTimeout:           10 * time.Second,
 		ResponseHeaderTimeout: 30 * time.Second,
@@ -79,6 +84,7 @@ func (o *Options) Validate() []error {
 		zeroOK bool // 0 has a meaning (never, at once)
 	}{
 		{"--pool-idle-ttl", o.IdleTTL, true},
+		{"the idle connection timeout", o.IdleConnTimeout, true},
 		{"--retire-grace-period", o.RetireGrace, true},
 		{"--dial-timeout", o.DialTimeout, false},
 		{"--upstream-response-header-timeout", o.ResponseHeaderTimeout, false},

@@ -62,7 +62,7 @@ func New(opts Options) (*Pool, error) {
 		stopJanitor: cancel,
 		shutdown:    make(chan struct{}),
 	}
-	if opts.IdleTTL > 0 {
+	if opts.sweepEvery() > 0 {
 		p.wg.Add(1)
 		go p.janitor(ctx)
 	}

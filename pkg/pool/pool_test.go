@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -308,6 +309,91 @@ func TestIdleTTLRetires(t *testing.T) {
 	if got := p.Stats().Retired[ReasonIdle]; got != 2 {
 		t.Errorf("idle retirements %d, want 2", got)
 	}
+}
+
+// An entry unused for IdleConnTimeout has its idle connections closed, both
+// transports', and stays pooled: used again, it dials anew. While a lease is
+// live its connections stay.
+func TestIdleConnTimeoutClosesConnectionsNotEntries(t *testing.T) {
+	const timeout = 50 * time.Millisecond
+	u := newUpstream(t)
+	p := newTestPool(t, Options{Capacity: 8, IdleConnTimeout: timeout})
+	tg := u.target(t, "c1", "client")
+
+	l := acquire(t, p, tg)
+	mustGet(t, l.Transport(), u.url, "/hello")
+	mustGet(t, l.UpgradeTransport(), u.url, "/hello")
+	sweeps, since := p.sweeps.Load(), time.Now()
+	eventually(t, "janitor sweeps past the timeout", func() bool {
+		return time.Since(since) > 3*timeout && p.sweeps.Load() >= sweeps+4
+	})
+	if n := p.Stats().OpenConns; n != 2 || u.closed.Load() != 0 {
+		t.Fatalf("under a live lease: %d open connections, %d closed by the upstream's count; want 2 and 0", n, u.closed.Load())
+	}
+
+	l.Release()
+	eventually(t, "the unused entry's connections to close", func() bool {
+		return p.Stats().OpenConns == 0 && u.closed.Load() == 2
+	})
+	if st := p.Stats(); st.Live != 1 || st.Created != 1 || len(st.Retired) != 0 {
+		t.Fatalf("closing idle connections changed the entries: %+v", st)
+	}
+	dials := p.Stats().Dials
+	l = acquire(t, p, tg)
+	mustGet(t, l.Transport(), u.url, "/hello")
+	l.Release()
+	if st := p.Stats(); st.Dials != dials+1 || st.Created != 1 || st.OpenConns != 1 {
+		t.Errorf("used again: %d dials (want %d), %d entries created (want 1), %d open connections (want 1)", st.Dials, dials+1, st.Created, st.OpenConns)
+	}
+}
+
+// Health probes count as use of a pooled entry's connection: probed more
+// often than IdleConnTimeout, it stays open rather than being closed and
+// dialed again by the next probe.
+func TestProbedConnectionIsNotIdle(t *testing.T) {
+	const timeout = 50 * time.Millisecond
+	u := newUpstream(t)
+	p := newTestPool(t, Options{Capacity: 8, IdleConnTimeout: timeout})
+	tg := u.target(t, "c1", "client")
+	l := acquire(t, p, tg)
+	mustGet(t, l.Transport(), u.url, "/hello")
+	l.Release()
+	sweeps, since := p.sweeps.Load(), time.Now()
+	for time.Since(since) < 4*timeout || p.sweeps.Load() < sweeps+4 {
+		if err := p.Probe(tg, func(rt http.RoundTripper) error {
+			_, _, err := get(context.Background(), rt, u.url, "/hello")
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(timeout / 5)
+	}
+	if st := p.Stats(); st.Dials != 1 || st.OpenConns != 1 {
+		t.Fatalf("probed entry: %d dials, %d open connections; want 1 and 1", st.Dials, st.OpenConns)
+	}
+	eventually(t, "the connection to close once probes stop", func() bool { return p.Stats().OpenConns == 0 })
+}
+
+// Closing an entry's idle connections leaves a connection that carries a
+// stream: x/net checks under the connection's lock.
+func TestCloseIdleKeepsConnectionsWithStreams(t *testing.T) {
+	u := newUpstream(t)
+	p := newTestPool(t, Options{Capacity: 8})
+	l := acquire(t, p, u.target(t, "c1", "client"))
+	defer l.Release()
+	s := startStream(t, l.Transport(), u)
+	l.e.closeIdle()
+	lines := s.lines.Load()
+	eventually(t, "the watch to go on", func() bool { return s.lines.Load() > lines+2 })
+	if s.ended() || p.Stats().OpenConns != 1 {
+		t.Fatalf("closeIdle cut a connection with a stream (watch ended: %v, open connections %d)", s.ended(), p.Stats().OpenConns)
+	}
+	s.stop()
+	// The stream is forgotten once its reset is written.
+	eventually(t, "the connection without a stream to close", func() bool {
+		l.e.closeIdle()
+		return p.Stats().OpenConns == 0
+	})
 }
 
 // Targets that cannot work are errors that say what to fix, and create

@@ -55,8 +55,10 @@ func (p *Pool) peekSame(t *Target) (e *entry, ok bool, err error) {
 	return nil, false, nil
 }
 
-// releaseQuiet ends peekSame's hold; a retiring entry may drain now.
+// releaseQuiet ends a lease's or peekSame's hold; a retiring entry may
+// drain now.
 func (e *entry) releaseQuiet() {
+	e.lastActive.Store(e.pool.now())
 	e.mu.Lock()
 	e.active--
 	if e.retiring && e.active == 0 {

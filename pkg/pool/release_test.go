@@ -53,9 +53,30 @@ func useOnce(t *testing.T, p *Pool, u *upstream, cluster string) weak.Pointer[en
 	return w
 }
 
+// crowdTimerHeap makes the runtime keep stopped timers: with one P whose
+// timer heap holds many far-off timers, a timer stopped during the test is
+// often still in the heap, with its function, when the test looks. In
+// production a stopped timer may stay there until its time would have come;
+// whatever its function holds stays reachable that long.
+func crowdTimerHeap(t *testing.T) {
+	prev := runtime.GOMAXPROCS(1)
+	timers := make([]*time.Timer, 1000)
+	for i := range timers {
+		timers[i] = time.AfterFunc(2*time.Hour, func() {})
+	}
+	t.Cleanup(func() {
+		for _, tm := range timers {
+			tm.Stop()
+		}
+		runtime.GOMAXPROCS(prev)
+	})
+}
+
 // Every way out of the pool leaves a retired entry unreachable once its
 // connections are closed: eviction, deletion, rotation, idleness and Close.
+// No timer, live or stopped, may hold any part of it (crowdTimerHeap).
 func TestRetiredEntryIsGarbage(t *testing.T) {
+	crowdTimerHeap(t)
 	for _, tc := range []struct {
 		reason string
 		retire func(t *testing.T, p *Pool, u *upstream)

@@ -10,9 +10,10 @@ import (
 )
 
 // Values client-go uses (k8s.io/apimachinery/pkg/util/net.SetTransportDefaults).
+// Its IdleConnTimeout (90s) is the pool's Options.IdleConnTimeout instead:
+// the transports' own idle timers are off (see newTransport).
 const (
 	maxIdleConnsPerHost   = 25
-	idleConnTimeout       = 90 * time.Second
 	expectContinueTimeout = 1 * time.Second
 )
 
@@ -28,7 +29,6 @@ func newTransport(dialTLS dialFunc, o Options) (rt *http.Transport, h2 *h2health
 		DialTLSContext:        dialTLS,
 		ResponseHeaderTimeout: o.ResponseHeaderTimeout,
 		MaxIdleConnsPerHost:   maxIdleConnsPerHost,
-		IdleConnTimeout:       idleConnTimeout,
 		ExpectContinueTimeout: expectContinueTimeout,
 		// A proxy passes the client's Accept-Encoding through; transparent
 		// gzip would decompress bodies the client asked to get compressed.
@@ -59,7 +59,6 @@ func newUpgradeTransport(tlsCfg *tls.Config, dial dialFunc, o Options) *http.Tra
 		TLSClientConfig:       tlsCfg,
 		TLSHandshakeTimeout:   o.DialTimeout,
 		MaxIdleConnsPerHost:   maxIdleConnsPerHost,
-		IdleConnTimeout:       idleConnTimeout,
 		ExpectContinueTimeout: expectContinueTimeout,
 		DisableCompression:    true,
 		Protocols:             http1,
