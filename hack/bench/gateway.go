@@ -25,6 +25,7 @@ const (
 	mOpenConns  = "cluster_gateway_pool_open_connections"
 	mGoroutines = "go_goroutines"
 	mHeapInuse  = "go_memstats_heap_inuse_bytes"
+	mProbes     = "cluster_gateway_health_probes_total"
 	mMallocs    = "go_memstats_mallocs_total"
 	mAllocBytes = "go_memstats_alloc_bytes_total"
 )

@@ -92,16 +92,20 @@ type scanResult struct {
 	Base, Stored         memState // fresh gateway; n stored, none pooled (forced GC)
 	// Pooled is Capacity of the gateways with one GET each and nothing
 	// evicted yet (forced GC): the per-entry figures come from it.
-	Pooled      memState
-	PooledN     int
-	Passes      []scanPass
-	After       memState // scanAfter after the last pass, before a forced GC
-	AfterGC     memState // then, after a forced GC
-	Settled     memState // RSS once it stopped falling (no forced GC)
-	SettledAt   time.Duration
-	Stable      bool    // Settled is stable RSS, not the end of scanSettleMax
-	FillPeak    float64 // VmHWM from the gateway's start to the first pass
-	RSSSamples  []scanState
+	Pooled     memState
+	PooledN    int
+	Passes     []scanPass
+	After      memState // scanAfter after the last pass, before a forced GC
+	AfterGC    memState // then, after a forced GC
+	Settled    memState // RSS once it stopped falling (no forced GC)
+	SettledAt  time.Duration
+	Stable     bool    // Settled is stable RSS, not the end of scanSettleMax
+	FillPeak   float64 // VmHWM from the gateway's start to the first pass
+	RSSSamples []scanState
+	// Idle is the gateway's CPU from the forced GC scanAfter after the
+	// scan until RSS settled: no requests, every gateway stored, the
+	// prober at its defaults.
+	Idle        idleCPU
 	GatewayArgs []string
 	// HeapStored, HeapPooled and HeapAfter are where the live heap grew: the
 	// top of the stored profile against the fresh one, of the pooled against
@@ -255,6 +259,7 @@ func runScan(ctx context.Context, env *localenv.Env, gw *gatewayAdmin, n int, pr
 
 	// Then nothing: how fast does the process give memory back?
 	end := time.Now()
+	var idleFrom idleMark
 	var late []float64 // RSS samples from scanAfter on
 	for {
 		select {
@@ -274,6 +279,9 @@ func runScan(ctx context.Context, env *localenv.Env, gw *gatewayAdmin, n int, pr
 		if res.After.RSS == 0 {
 			res.After = s
 			if res.AfterGC, err = settled("after"); err != nil {
+				return nil, err
+			}
+			if idleFrom, err = markIdle(ctx, gw, pid); err != nil {
 				return nil, err
 			}
 			continue
@@ -297,7 +305,46 @@ func runScan(ctx context.Context, env *localenv.Env, gw *gatewayAdmin, n int, pr
 			break
 		}
 	}
+	idleTo, err := markIdle(ctx, gw, pid)
+	if err != nil {
+		return nil, err
+	}
+	res.Idle = idleFrom.until(idleTo)
 	return res, nil
+}
+
+// idleCPU is what the gateway spends with nobody sending it a request.
+type idleCPU struct {
+	Window       time.Duration
+	Cores        float64 // CPU time over the window
+	ProbesPerSec float64 // cluster_gateway_health_probes_total's rate
+}
+
+// idleMark is the gateway's CPU time and probe count at one moment.
+type idleMark struct {
+	at     time.Time
+	cpu    time.Duration
+	probes float64
+}
+
+func markIdle(ctx context.Context, gw *gatewayAdmin, pid int) (idleMark, error) {
+	cpu, err := procCPU(pid)
+	if err != nil {
+		return idleMark{}, err
+	}
+	m, err := gw.metrics(ctx)
+	if err != nil {
+		return idleMark{}, err
+	}
+	return idleMark{at: time.Now(), cpu: cpu, probes: sumOf(m, mProbes)}, nil
+}
+
+func (a idleMark) until(b idleMark) idleCPU {
+	w := b.at.Sub(a.at)
+	if w <= 0 {
+		return idleCPU{}
+	}
+	return idleCPU{Window: w, Cores: float64(b.cpu-a.cpu) / float64(w), ProbesPerSec: (b.probes - a.probes) / w.Seconds()}
 }
 
 // memState is gwState plus the live heap, go_memstats_heap_alloc_bytes:
