@@ -8,5 +8,7 @@
 // fingerprint changes, evicted when the LRU is full or it sat idle, and
 // retired gracefully: it is never handed out again, idle connections close at
 // once, live streams may run for RetireGrace, then every connection it dialed
-// is closed. Every goroutine belongs to the Pool and Close waits for them.
+// is closed. A live entry unused for IdleConnTimeout closes its idle
+// connections and stays. Every goroutine belongs to the Pool and Close waits
+// for them, and no timer, running or stopped, holds a retired entry.
 package pool
