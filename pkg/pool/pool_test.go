@@ -295,12 +295,7 @@ func TestIdleTTLRetires(t *testing.T) {
 	})
 
 	held := acquire(t, p, u.target(t, "busy", "client"))
-	since := time.Now()
-	sweeps := p.sweeps.Load()
-	// Wait until the janitor has looked at it several times past the TTL.
-	eventually(t, "janitor sweeps past the TTL", func() bool {
-		return time.Since(since) > 3*ttl && p.sweeps.Load() >= sweeps+4
-	})
+	sweepsPast(t, p, ttl)
 	if p.Len() != 1 {
 		t.Fatal("entry with a live lease was retired as idle")
 	}
@@ -311,22 +306,36 @@ func TestIdleTTLRetires(t *testing.T) {
 	}
 }
 
+// sweepsPast waits until the janitor has swept several times, the last ones
+// more than d after the call.
+func sweepsPast(t *testing.T, p *Pool, d time.Duration) {
+	t.Helper()
+	sweeps, since := p.sweeps.Load(), time.Now()
+	eventually(t, "janitor sweeps past the timeout", func() bool {
+		return time.Since(since) > 3*d && p.sweeps.Load() >= sweeps+4
+	})
+}
+
+// idleConnPool is a pool that closes connections unused for timeout, with
+// a lease on c1's entry that sent one GET.
+func idleConnPool(t *testing.T, timeout time.Duration) (*Pool, *upstream, *Target, *Lease) {
+	t.Helper()
+	u := newUpstream(t)
+	p := newTestPool(t, Options{Capacity: 8, IdleConnTimeout: timeout})
+	tg := u.target(t, "c1", "client")
+	l := acquire(t, p, tg)
+	mustGet(t, l.Transport(), u.url, "/hello")
+	return p, u, tg, l
+}
+
 // An entry unused for IdleConnTimeout has its idle connections closed, both
 // transports', and stays pooled: used again, it dials anew. While a lease is
 // live its connections stay.
 func TestIdleConnTimeoutClosesConnectionsNotEntries(t *testing.T) {
 	const timeout = 50 * time.Millisecond
-	u := newUpstream(t)
-	p := newTestPool(t, Options{Capacity: 8, IdleConnTimeout: timeout})
-	tg := u.target(t, "c1", "client")
-
-	l := acquire(t, p, tg)
-	mustGet(t, l.Transport(), u.url, "/hello")
+	p, u, tg, l := idleConnPool(t, timeout)
 	mustGet(t, l.UpgradeTransport(), u.url, "/hello")
-	sweeps, since := p.sweeps.Load(), time.Now()
-	eventually(t, "janitor sweeps past the timeout", func() bool {
-		return time.Since(since) > 3*timeout && p.sweeps.Load() >= sweeps+4
-	})
+	sweepsPast(t, p, timeout)
 	if n := p.Stats().OpenConns; n != 2 || u.closed.Load() != 0 {
 		t.Fatalf("under a live lease: %d open connections, %d closed by the upstream's count; want 2 and 0", n, u.closed.Load())
 	}
@@ -352,11 +361,7 @@ func TestIdleConnTimeoutClosesConnectionsNotEntries(t *testing.T) {
 // dialed again by the next probe.
 func TestProbedConnectionIsNotIdle(t *testing.T) {
 	const timeout = 50 * time.Millisecond
-	u := newUpstream(t)
-	p := newTestPool(t, Options{Capacity: 8, IdleConnTimeout: timeout})
-	tg := u.target(t, "c1", "client")
-	l := acquire(t, p, tg)
-	mustGet(t, l.Transport(), u.url, "/hello")
+	p, u, tg, l := idleConnPool(t, timeout)
 	l.Release()
 	sweeps, since := p.sweeps.Load(), time.Now()
 	for time.Since(since) < 4*timeout || p.sweeps.Load() < sweeps+4 {
