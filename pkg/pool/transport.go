@@ -22,6 +22,14 @@ const (
 // entry's TLS material, see entryTLS). It uses neither http.Transport.Proxy
 // (proxies are dialed by dial) nor the environment's proxy settings: the
 // upgrade path could not honour them.
+//
+// Neither this transport nor the upgrade one has an IdleConnTimeout:
+// net/http and x/net/http2 arm a timer per idle connection whose function
+// holds the connection, and so its transport and the entry, and stop it when
+// the connection closes; the runtime may keep a stopped timer, with its
+// function, until the timer's time would have come (90s), so every retired
+// entry would stay in memory that long. The pool's janitor closes the idle
+// connections of unused entries instead (Pool.closeIdleConns).
 func newTransport(dialTLS dialFunc, o Options) (rt *http.Transport, h2 *h2health, err error) {
 	rt = &http.Transport{
 		// Its TLSClientConfig is not used: http.Transport leaves TLS to
