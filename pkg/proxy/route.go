@@ -64,9 +64,43 @@ func routed(req *http.Request, ri *apirequest.RequestInfo) bool {
 
 // connectSubpath is the subpath the generic server's connect handler gives
 // a connecter (k8s.io/apiserver handlers.getRequestOptions): the parts after
-// .../NAME/proxy with a leading slash, and a trailing one if the request had
-// one.
+// .../NAME/proxy joined with slashes, with a leading slash, and a trailing
+// one if the request had one. It is that string cut out of the request's
+// path, which holds it, rather than joined anew: every proxied request asks.
 func connectSubpath(ri *apirequest.RequestInfo) string {
+	path := ri.Path
+	end := len(strings.TrimRight(path, "/")) // Parts come from the path trimmed of slashes
+	trailing := end < len(path)
+	n := len(ri.Parts) - 3 // parts after NAME/proxy
+	if n <= 0 {
+		if trailing {
+			return "/"
+		}
+		return ""
+	}
+	// The last n parts of path[:end] start at start.
+	start := end
+	for range n {
+		i := strings.LastIndexByte(path[:start], '/')
+		if i < 0 {
+			return joinedSubpath(ri) // not a path Parts were split from
+		}
+		start = i
+	}
+	// path[start] is the slash before the first of them; an empty first
+	// part (".../proxy//x") brings its own leading slash, as joining does.
+	if start+1 < end && path[start+1] == '/' {
+		start++
+	}
+	if trailing {
+		end++ // path[end] is a slash
+	}
+	return path[start:end]
+}
+
+// joinedSubpath is connectSubpath by its definition, for a RequestInfo whose
+// Parts did not come from its Path.
+func joinedSubpath(ri *apirequest.RequestInfo) string {
 	p := strings.Join(ri.Parts[3:], "/")
 	if len(p) > 0 && !strings.HasPrefix(p, "/") {
 		p = "/" + p

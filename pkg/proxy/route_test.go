@@ -97,3 +97,27 @@ func TestRouteServesTheProxySubresource(t *testing.T) {
 		}
 	}
 }
+
+// connectSubpath cuts the subpath out of the request's path; it must be
+// exactly what joining the parts gives (the connect handler's rule), for any
+// path the server routes here, and cost no allocation.
+func FuzzConnectSubpath(f *testing.F) {
+	for _, p := range []string{"", "/", "/api", "/api/", "/api/v1/pods", "//api", "//api//v1//", "/a///b", "///", "/%2F/x", "/a/./b/../c", "/api/v1/namespaces/default/pods/p1/log/"} {
+		f.Add(p)
+	}
+	f.Fuzz(func(t *testing.T, sub string) {
+		const prefix = "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/c1/proxy"
+		req := httptest.NewRequest(http.MethodGet, "https://hub.example/", nil)
+		req.URL.Path = prefix + sub
+		ri, err := hubRequestInfo.NewRequestInfo(req)
+		if err != nil || !isProxy(ri) {
+			return
+		}
+		if got, want := connectSubpath(ri), joinedSubpath(ri); got != want {
+			t.Fatalf("connectSubpath(%q) = %q, joining the parts gives %q", req.URL.Path, got, want)
+		}
+		if n := testing.AllocsPerRun(10, func() { _ = connectSubpath(ri) }); n != 0 {
+			t.Fatalf("connectSubpath(%q) allocates %v times", req.URL.Path, n)
+		}
+	})
+}
