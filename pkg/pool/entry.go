@@ -171,16 +171,17 @@ func (e *entry) untrack(c *trackedConn) {
 	}
 }
 
-// lease counts a new user; the caller holds the pool lock, so a retiring
-// entry (already out of the LRU) can never gain one.
-func (e *entry) lease(now int64) *Lease {
+// lease counts a new user, held by l; the caller holds the pool lock, so a
+// retiring entry (already out of the LRU) can never gain one.
+func (e *entry) lease(l *Lease, now int64) {
 	e.mu.Lock()
 	e.active++
 	e.mu.Unlock()
 	e.lastUsed.Store(now)
 	e.lastActive.Store(now)
 	e.pool.noteStreamStarted()
-	return &Lease{e: e}
+	l.e, l.created = e, false
+	l.released.Store(false)
 }
 
 func (e *entry) release(now int64) {

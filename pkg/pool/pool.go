@@ -78,47 +78,65 @@ func (p *Pool) now() int64 { return int64(time.Since(p.start)) }
 // Acquire keeps no reference to t (an entry copies what it needs), so t may
 // live in a caller's per-request allocation.
 func (p *Pool) Acquire(t *Target) (*Lease, error) {
+	l := new(Lease)
+	if err := p.AcquireInto(l, t); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// ErrLeaseHeld is AcquireInto's answer for a Lease that still holds an entry.
+var ErrLeaseHeld = errors.New("pool: AcquireInto was given a lease that is still held; release it first")
+
+// AcquireInto is Acquire into a Lease the caller owns, such as one in its
+// per-request state, which saves the proxy an allocation per request. l
+// must not hold a lease (a zero Lease, or one released).
+func (p *Pool) AcquireInto(l *Lease, t *Target) error {
+	if l.e != nil && !l.released.Load() {
+		return ErrLeaseHeld
+	}
 	// Steady state: the same Target as the live entry's, no hashing.
-	if l, ok, err := p.acquireSame(t); ok {
-		return l, err
+	if ok, err := p.acquireSame(l, t); ok {
+		return err
 	}
 	addr, err := t.validate()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := p.checkLiterals(t); err != nil {
-		return nil, err
+		return err
 	}
 	fp := t.Fingerprint()
 
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return nil, ErrClosed
+		return ErrClosed
 	}
 	if e, ok := p.lru.Get(t.Cluster); ok && e.fp == fp {
-		l := e.lease(p.now())
+		e.lease(l, p.now())
 		p.mu.Unlock()
-		return l, nil
+		return nil
 	}
 	p.mu.Unlock()
 
 	// Parse keys and build transports outside the lock.
 	ne, err := p.newEntry(t, addr, fp)
 	if err != nil {
-		return nil, err
+		return err
 	}
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return nil, ErrClosed
+		return ErrClosed
 	}
 	if e, ok := p.lru.Get(t.Cluster); ok {
 		if e.fp == fp {
 			// Another Acquire built the same entry first; ne has no
 			// connections or goroutines and is dropped.
-			return e.lease(p.now()), nil
+			e.lease(l, p.now())
+			return nil
 		}
 		p.lru.Remove(t.Cluster)
 		p.retireLocked(e, ReasonRotated)
@@ -129,9 +147,9 @@ func (p *Pool) Acquire(t *Target) (*Lease, error) {
 	}
 	p.lru.Add(t.Cluster, ne)
 	p.noteCreated()
-	l := ne.lease(p.now())
+	ne.lease(l, p.now())
 	l.created = true
-	return l, nil
+	return nil
 }
 
 // Remove retires cluster's entry, for reason (ReasonDeleted: the gateway is

@@ -68,20 +68,22 @@ func sameURL(u, kept *url.URL, has bool) bool {
 	return has && *u == *kept
 }
 
-// acquireSame is Acquire's fast path: a lease on the live entry when it was
-// built from a Target of the same shape, with no validation (the entry's
-// Target passed it) and no hashing. ok is false when Acquire must go on.
-func (p *Pool) acquireSame(t *Target) (l *Lease, ok bool, err error) {
+// acquireSame is Acquire's fast path: a lease, into l, on the live entry
+// when it was built from a Target of the same shape, with no validation (the
+// entry's Target passed it) and no hashing. ok is false when Acquire must go
+// on.
+func (p *Pool) acquireSame(l *Lease, t *Target) (ok bool, err error) {
 	if t == nil {
-		return nil, false, nil
+		return false, nil
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return nil, true, ErrClosed
+		return true, ErrClosed
 	}
 	if e, found := p.lru.Get(t.Cluster); found && e.shape.same(t) {
-		return e.lease(p.now()), true, nil
+		e.lease(l, p.now())
+		return true, nil
 	}
-	return nil, false, nil
+	return false, nil
 }

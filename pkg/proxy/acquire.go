@@ -12,20 +12,19 @@ import (
 // nothing would retire until it idled out: it is retired now, and this
 // lease goes on on the retiring entry, as one taken before the deletion
 // would.
-func (p *Proxy) acquire(t *pool.Target) (*pool.Lease, error) {
-	lease, err := p.opts.Pool.Acquire(t)
-	if err != nil {
-		return nil, err
+func (p *Proxy) acquire(lease *pool.Lease, t *pool.Target) error {
+	if err := p.opts.Pool.AcquireInto(lease, t); err != nil {
+		return err
 	}
 	// The store drops a gateway before it tells the pool (OnChange), so
 	// either the deletion's Remove comes after this Acquire, or this Get
 	// sees the gateway gone. An entry that was pooled already was in the
 	// pool when any Remove came: that Remove retired it, or comes later.
 	if !lease.Created() {
-		return lease, nil
+		return nil
 	}
 	if _, err := p.opts.Store.Get(t.Cluster); apierrors.IsNotFound(err) {
 		p.opts.Pool.Remove(t.Cluster, pool.ReasonDeleted)
 	}
-	return lease, nil
+	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
+	"github.com/clustergateway/cluster-gateway/pkg/pool"
 )
 
 // A request that read its gateway before the gateway was deleted and
@@ -47,8 +48,8 @@ func TestNoEntryLeftForADeletedGateway(t *testing.T) {
 			t.Fatal("the store did not see the deletion")
 		}
 	}
-	lease, err := px.acquire(target)
-	if err != nil {
+	lease := new(pool.Lease)
+	if err := px.acquire(lease, target); err != nil {
 		t.Fatalf("a request that started before the deletion: %v", err)
 	}
 	if lease.Transport() == nil {

@@ -139,6 +139,7 @@ type exchange struct {
 	rec    statusRecorder
 	inner  innerParse // unless the handler chain's memo has it
 	target pool.Target
+	lease  pool.Lease
 	fwd    forwarded
 }
 
@@ -204,7 +205,8 @@ func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath st
 		writeStatus(w, req, err)
 		return
 	}
-	lease, err := p.acquire(&x.target)
+	lease := &x.lease
+	err = p.acquire(lease, &x.target)
 	if errors.Is(err, endpointpolicy.ErrDenied) {
 		writeStatus(w, req, endpointDenied(name, err))
 		return
