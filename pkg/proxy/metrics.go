@@ -46,7 +46,7 @@ func (m *Metrics) Register(r metrics.KubeRegistry) {
 }
 
 // statusRecorder remembers the status code, keeping the writer's
-// Flusher and Hijacker (upgrades need them).
+// Flusher, CloseNotifier and Hijacker (upgrades need them).
 type statusRecorder struct {
 	http.ResponseWriter
 	code int
@@ -81,7 +81,29 @@ func (m *Metrics) instrument(w http.ResponseWriter, req *http.Request, kind stri
 // instrumentInto is instrument with the recorder allocated by the caller.
 func (m *Metrics) instrumentInto(rec *statusRecorder, w http.ResponseWriter, req *http.Request, kind string) (http.ResponseWriter, *statusRecorder) {
 	*rec = statusRecorder{ResponseWriter: w, m: m, req: req, kind: kind, start: time.Now()}
+	if _, hijacks := w.(http.Hijacker); !hijacks {
+		if _, ok := w.(responsewriter.CloseNotifierFlusher); ok {
+			// HTTP/2: what WrapForHTTP1Or2 would add, rec has itself,
+			// without an allocation per request.
+			return rec, rec
+		}
+	}
 	return responsewriter.WrapForHTTP1Or2(rec), rec
+}
+
+// Flush and CloseNotify are the writer's, for an HTTP/2 writer that is not
+// wrapped (instrumentInto).
+func (r *statusRecorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (r *statusRecorder) CloseNotify() <-chan bool {
+	if cn, ok := r.ResponseWriter.(http.CloseNotifier); ok { //nolint:staticcheck // the generic server's writers keep it; so must a wrapper
+		return cn.CloseNotify()
+	}
+	return nil
 }
 
 // done records the request's outcome; call it once, when serving ends.
