@@ -25,7 +25,7 @@ var profileFuncs = []profileShare{
 	{Key: "verify", What: "of which chain verification (crypto/x509, on cache misses)", Func: "crypto/x509.(*Certificate).Verify"},
 	{Key: "authz", What: "authorization: pkg/authzcache's decisions (the lookup, and the authorizers on a miss)", Func: "github.com/clustergateway/cluster-gateway/pkg/authzcache.(*Authorizer).Authorize"},
 	{Key: "webhook", What: "of which the delegated (webhook) authorizer: SubjectAccessReviews on misses", Func: "k8s.io/apiserver/plugin/pkg/authorizer/webhook.(*WebhookAuthorizer).Authorize"},
-	{Key: "serve", What: "the proxy handler (its own goroutine; the HTTP/2 connections' read loops run apart)", Func: "github.com/clustergateway/cluster-gateway/pkg/proxy.(*Proxy).serve"},
+	{Key: "serve", What: "the proxy handler (its own goroutine; the HTTP/2 connections' read loops run apart)", Func: "github.com/clustergateway/cluster-gateway/pkg/proxy.(*Proxy).Serve"},
 	{Key: "acquire", What: "of which Pool.Acquire", Func: "github.com/clustergateway/cluster-gateway/pkg/pool.(*Pool).Acquire"},
 	{Key: "otel", What: "OpenTelemetry HTTP server metrics of the generic server's tracing filter (in the gateway's chain only with --tracing-config-file)", Func: "go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp/internal/semconv.HTTPServer.RecordMetrics"},
 	{Key: "tlsread", What: "TLS reads (client and upstream connections)", Func: "crypto/tls.(*Conn).Read"},

@@ -67,14 +67,14 @@ func (r *report) goBenchSection(b *strings.Builder) {
 	fmt.Fprintf(b, "## 1. In-process benchmarks (pkg/proxy)\n\n`%s`\n\n", r.GoBench.Command)
 	b.WriteString("One in-process upstream (TLS, HTTP/2, client-certificate auth) answers a Namespace GET (`get`, ~0.4 KiB) or a list of 100 pods (`list`, ~50 KiB). " +
 		"Each benchmark sends GETs from 4×GOMAXPROCS goroutines over one keep-alive HTTP/2 client: `Direct` to the upstream; " +
-		"`BareReverseProxy` through `httputil.ReverseProxy` with one shared transport; `ProxyGateway` through the real `Proxy.Handler` with a real pool and the " +
+		"`BareReverseProxy` through `httputil.ReverseProxy` with one shared transport; `ProxyGateway` through the real `Proxy.Serve` (what the gateway's route calls) with a real pool and the " +
 		"informer cache (fed by a fake clientset: the hub is not measured), behind a TLS frontend that sets the user and RequestInfo as the generic server does, " +
-		"without authentication or authorization (section 2 has those). `ServePieces` are the per-request steps of `serve` before the round trip; " +
+		"without authentication or authorization (section 2 has those). `ServePieces` are the per-request steps of `Serve` before the round trip; " +
 		"`fingerprint` is what `Acquire` no longer computes per request (see below). ns/op of a parallel benchmark is wall time per request with every goroutine busy.\n\n")
 	b.WriteString(r.GoBench.markdown())
 	b.WriteString("\n`Pool.Acquire` used to hash CA, certificate and key with sha256 on every request: ~1.2 µs and 6 allocs, which a CPU profile of `ProxyGateway/get` " +
-		"taken before the change put at ~3% of all CPU in the benchmark and about a fifth of `serve`'s own. " +
-		"An entry now keeps a private copy of the Target fields it was built from and `Acquire` compares them (no hashing, 1 alloc: the lease); " +
+		"taken before the change put at ~3% of all CPU in the benchmark and about a fifth of `Serve`'s own. " +
+		"An entry now keeps a private copy of the Target fields it was built from and `Acquire` compares them (no hashing); `Serve` leases into its per-request state (`AcquireInto`: no allocation); " +
 		"a changed Target still falls back to the fingerprint and rotates the entry. See `acquire-release` above and `AcquireRelease` (pkg/pool).\n\n")
 }
 

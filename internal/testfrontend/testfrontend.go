@@ -35,7 +35,7 @@ const Prefix = "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/"
 // Connecter is what serves a gateway's proxy subresource (pkg/proxy's
 // Proxy; an interface, so that pkg/proxy's own tests may use this package).
 type Connecter interface {
-	Handler(name, subpath string) http.Handler
+	Serve(w http.ResponseWriter, r *http.Request, name, subpath string)
 }
 
 var requestInfo = &apirequest.RequestInfoFactory{
@@ -55,7 +55,7 @@ func Handler(px Connecter, u user.Info) http.Handler {
 		}
 		ctx := apirequest.WithRequestInfo(apirequest.WithUser(r.Context(), u), ri)
 		sub := strings.TrimPrefix(r.URL.Path, Prefix+ri.Name+"/proxy")
-		px.Handler(ri.Name, sub).ServeHTTP(w, r.WithContext(ctx))
+		px.Serve(w, r.WithContext(ctx), ri.Name, sub) // as the gateway's route does: no handler built per request
 	})
 }
 

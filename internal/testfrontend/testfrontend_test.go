@@ -13,12 +13,10 @@ import (
 // connecter answers with what it was handed.
 type connecter struct{}
 
-func (connecter) Handler(name, subpath string) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		u, _ := apirequest.UserFrom(r.Context())
-		ri, _ := apirequest.RequestInfoFrom(r.Context())
-		fmt.Fprintf(w, "%s %s %s %s %s/%s %s", r.Proto, name, subpath, u.GetName(), ri.Resource, ri.Subresource, r.URL.RawQuery)
-	})
+func (connecter) Serve(w http.ResponseWriter, r *http.Request, name, subpath string) {
+	u, _ := apirequest.UserFrom(r.Context())
+	ri, _ := apirequest.RequestInfoFrom(r.Context())
+	fmt.Fprintf(w, "%s %s %s %s %s/%s %s", r.Proto, name, subpath, u.GetName(), ri.Resource, ri.Subresource, r.URL.RawQuery)
 }
 
 func TestHandlerAndServer(t *testing.T) {

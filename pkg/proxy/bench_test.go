@@ -5,7 +5,7 @@ package proxy
 //
 //	BenchmarkDirect             client -> upstream
 //	BenchmarkBareReverseProxy   client -> httputil.ReverseProxy (one shared transport) -> upstream
-//	BenchmarkProxyGateway       client -> Proxy.Handler (real cache, real pool) -> upstream
+//	BenchmarkProxyGateway       client -> Proxy.Serve (real cache, real pool) -> upstream
 //
 // Every hop is real TLS over loopback with keep-alive HTTP/2 clients. The
 // gateway's front end (internal/testfrontend) sets the user and RequestInfo
@@ -258,9 +258,9 @@ func BenchmarkServePieces(b *testing.B) {
 	})
 	b.Run("acquire-release", func(b *testing.B) {
 		b.ReportAllocs()
+		var l pool.Lease // in the request's exchange, as Serve keeps it
 		for b.Loop() {
-			l, err := pl.Acquire(tg)
-			if err != nil {
+			if err := pl.AcquireInto(&l, tg); err != nil {
 				b.Fatal(err)
 			}
 			l.Release()

@@ -126,11 +126,11 @@ func (p *Proxy) gatewayChanged(old, new *gateways.Gateway) {
 // Metrics are the proxy's request metrics, to register with the server's registry.
 func (p *Proxy) Metrics() *Metrics { return p.metrics }
 
-// Handler serves one proxied request for the named gateway. subpath is the
-// path on the managed cluster; the query is taken from the request as sent.
+// Handler is Serve as the handler of one request, for the REST handler's
+// connect (which the route leaves only what it cannot place).
 func (p *Proxy) Handler(name, subpath string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		p.serve(w, req, name, subpath)
+		p.Serve(w, req, name, subpath)
 	})
 }
 
@@ -143,7 +143,10 @@ type exchange struct {
 	fwd    forwarded
 }
 
-func (p *Proxy) serve(w http.ResponseWriter, req *http.Request, name, subpath string) {
+// Serve serves one proxied request for the named gateway, as the route
+// does. subpath is the path on the managed cluster; the query is taken from
+// the request as sent.
+func (p *Proxy) Serve(w http.ResponseWriter, req *http.Request, name, subpath string) {
 	x := new(exchange)
 	// The inner request is parsed once and serves the metrics label, the
 	// subpath authorization and the watch handling.

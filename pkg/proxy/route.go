@@ -42,7 +42,7 @@ func (rt *Route) Handler(next http.Handler) http.Handler {
 		"resource", metrics.APIServerComponent, false, "", func(w http.ResponseWriter, req *http.Request) {
 			ri, _ := apirequest.RequestInfoFrom(req.Context())
 			metrics.RecordLongRunning(req, ri, metrics.APIServerComponent, func() {
-				rt.proxy.Load().serve(w, req, ri.Name, connectSubpath(ri))
+				rt.proxy.Load().Serve(w, req, ri.Name, connectSubpath(ri))
 			})
 		})
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {

@@ -32,15 +32,13 @@ type timedConnecter struct {
 	timeout time.Duration
 }
 
-func (c timedConnecter) Handler(name, subpath string) http.Handler {
+func (c timedConnecter) Serve(w http.ResponseWriter, r *http.Request, name, subpath string) {
 	h := genericfilters.WithTimeoutForNonLongRunningRequests(c.px.Handler(name, subpath), func(r *http.Request, ri *apirequest.RequestInfo) bool {
 		return IsProxyRequest(ri) || IsLongRunning(r, ri)
 	})
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), c.timeout)
-		defer cancel()
-		h.ServeHTTP(w, r.WithContext(ctx))
-	})
+	ctx, cancel := context.WithTimeout(r.Context(), c.timeout)
+	defer cancel()
+	h.ServeHTTP(w, r.WithContext(ctx))
 }
 
 // An ordinary request that outlives the request timeout is answered with
