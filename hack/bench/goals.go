@@ -104,7 +104,7 @@ func (r *report) goals() []goal {
 			g.Missing = "Go benchmarks not run"
 		}
 		out = append(out, g)
-		g = goal{Goal: fmt.Sprintf("In process (`%s`): handler allocs/op ≤ the bare proxy's + 20", body), Limit: 20}
+		g = goal{Goal: fmt.Sprintf("In process (`%s`): handler allocs/op ≤ the bare proxy's + %d", body, allocBudget), Limit: allocBudget}
 		if gn > 0 && bn > 0 {
 			g.Value = ga - ba
 			g.Measured = fmt.Sprintf("%+.0f (%.0f vs %.0f allocs/op)", g.Value, ga, ba)
@@ -173,6 +173,7 @@ func (r *report) goalsSection(b *strings.Builder) {
 	}
 	b.WriteString("\n\n")
 	r.cpuLimits(b, gs)
+	r.allocLimits(b)
 }
 
 // cpuLimits says, for each CPU goal not met, how much lower the gateway's
