@@ -9,8 +9,9 @@ import (
 // close connections that http.Transport still holds for live streams.
 type trackedConn struct {
 	net.Conn
-	e    *entry
-	once sync.Once
+	e     *entry
+	once  sync.Once
+	ready bool // counted in e.ready; under e.mu
 }
 
 func (c *trackedConn) Close() error {

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -23,9 +24,13 @@ type entry struct {
 	shape   shape  // the Target it was built from, for Acquire's fast path
 	addr    string // canonical host:port; the only address this entry dials
 
-	tls *entryTLS       // what its TLS connections are made of
-	rt  *http.Transport // HTTP/2-capable, for ordinary requests
-	h2  *h2health       // rt's HTTP/2 connections and their health checks
+	tls  *entryTLS       // what its TLS connections are made of
+	rt   *http.Transport // HTTP/2-capable, for ordinary requests
+	cold *coldStart      // rt as leases and probes use it: one dial at a cold start
+	h2   *h2health       // rt's HTTP/2 connections and their health checks
+	// ready counts rt's connections that finished their TLS handshake and
+	// are open: with none, requests wait for one dial (coldStart).
+	ready atomic.Int32
 	// upgrade is the HTTP/1.1-only transport for exec/attach/port-forward,
 	// built on the first such request: most entries never carry one.
 	upgrade   atomic.Pointer[http.Transport]
@@ -79,12 +84,27 @@ func (p *Pool) newEntry(t *Target, addr, fp string) (*entry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", t.Cluster, err)
 	}
+	e.cold = &coldStart{e: e}
+	e.h2.onNew = e.cold.connUsable
 	return e, nil
 }
 
 // dialTLS is the ordinary transport's DialTLSContext: a tracked connection
-// (dialContext), then the TLS handshake, offering HTTP/2.
+// (dialContext), then the TLS handshake, offering HTTP/2. Requests waiting
+// for a cold start's dial (coldStart) learn when it failed, or made an
+// HTTP/1.1 connection; an HTTP/2 one lets them go once the pool hands it
+// out (h2health.onNew), which is after this returns.
 func (e *entry) dialTLS(ctx context.Context, network, addr string) (net.Conn, error) {
+	conn, err := e.dialTLSConn(ctx, network, addr)
+	if err != nil {
+		e.cold.dialEnded(err)
+	} else if conn.(*tls.Conn).ConnectionState().NegotiatedProtocol != "h2" {
+		e.cold.dialEnded(nil)
+	}
+	return conn, err
+}
+
+func (e *entry) dialTLSConn(ctx context.Context, network, addr string) (net.Conn, error) {
 	c, err := e.dialContext(ctx, network, addr)
 	if err != nil {
 		return nil, err
@@ -93,7 +113,19 @@ func (e *entry) dialTLS(ctx context.Context, network, addr string) (net.Conn, er
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", e.cluster, err)
 	}
+	e.markReady(c.(*trackedConn))
 	return tc, nil
+}
+
+// markReady counts a handshaken connection of rt, unless it was closed
+// meanwhile; untrack uncounts it.
+func (e *entry) markReady(c *trackedConn) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, open := e.conns[c]; open && !c.ready {
+		c.ready = true
+		e.ready.Add(1)
+	}
 }
 
 // upgradeTransport is the entry's HTTP/1.1 transport, built on first use.
@@ -165,6 +197,9 @@ func (e *entry) untrack(c *trackedConn) {
 	e.mu.Lock()
 	_, ok := e.conns[c]
 	delete(e.conns, c)
+	if ok && c.ready {
+		e.ready.Add(-1)
+	}
 	e.mu.Unlock()
 	if ok {
 		e.note(e.pool.noteConnClosed)

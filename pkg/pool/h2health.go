@@ -44,6 +44,10 @@ type h2health struct {
 	mu      sync.Mutex
 	checks  map[*http2.ClientConn]*time.Timer
 	stopped bool
+
+	// onNew is told when a connection is handed out for the first time:
+	// from then on it serves requests through the pool (coldStart).
+	onNew func()
 }
 
 func newH2Health(inner http2.ClientConnPool, every, pingTimeout time.Duration) *h2health {
@@ -54,23 +58,26 @@ func newH2Health(inner http2.ClientConnPool, every, pingTimeout time.Duration) *
 // its health check. Every connection that carries a request passes here.
 func (h *h2health) GetClientConn(req *http.Request, addr string) (*http2.ClientConn, error) {
 	cc, err := h.ClientConnPool.GetClientConn(req, addr)
-	if err == nil && h.last.Load() != cc {
-		h.watch(cc)
+	if err == nil && h.last.Load() != cc && h.watch(cc) && h.onNew != nil {
+		h.onNew()
 	}
 	return cc, err
 }
 
-func (h *h2health) watch(cc *http2.ClientConn) {
+// watch starts cc's health check, and says whether cc is new.
+func (h *h2health) watch(cc *http2.ClientConn) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.stopped {
 		// The entry's connections are being closed; so is this one.
-		return
+		return false
 	}
 	h.last.Store(cc)
-	if _, ok := h.checks[cc]; !ok {
-		h.checks[cc] = time.AfterFunc(h.every, checkLater(weak.Make(h), weak.Make(cc)))
+	if _, ok := h.checks[cc]; ok {
+		return false
 	}
+	h.checks[cc] = time.AfterFunc(h.every, checkLater(weak.Make(h), weak.Make(cc)))
+	return true
 }
 
 // checkLater is a check's timer function. A live connection keeps both

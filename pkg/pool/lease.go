@@ -20,7 +20,7 @@ func (l *Lease) Created() bool { return l.created }
 
 // Transport is the HTTP/2-capable transport for ordinary requests, shared by
 // all leases of the entry. The caller adds the bearer token per request.
-func (l *Lease) Transport() http.RoundTripper { return l.e.rt }
+func (l *Lease) Transport() http.RoundTripper { return l.e.cold }
 
 // UpgradeTransport is an HTTP/1.1-only transport over the same tracked
 // dialer, for exec/attach/port-forward through UpgradeAwareHandler (whose

@@ -17,7 +17,7 @@ func (p *Pool) Probe(t *Target, fn func(http.RoundTripper) error) error {
 			return err
 		}
 		defer e.releaseQuiet()
-		return fn(e.rt)
+		return fn(e.cold)
 	}
 	addr, err := t.validate()
 	if err != nil {
@@ -32,7 +32,7 @@ func (p *Pool) Probe(t *Target, fn func(http.RoundTripper) error) error {
 	}
 	e.transient = true
 	defer e.closeAll()
-	return fn(e.rt)
+	return fn(e.cold)
 }
 
 // peekSame is acquireSame without touching the LRU order, idleness or the

@@ -1,0 +1,90 @@
+package pool
+
+import (
+	"net/http"
+	"sync"
+)
+
+// coldStart is an entry's transport for ordinary requests, as leases and
+// probes get it. While the entry has no connection that finished its TLS
+// handshake, net/http dials once per waiting request, and an HTTP/2
+// connection then replaces all but one of them: a cold start with many
+// requests to one cluster (a restarted gateway, a controller's burst) made
+// a handshake per request, on the gateway and on the cluster. Here the first
+// request dials, and the others wait until that dial ends: then they use its
+// connection, or fail with its error, as they would have after dialing
+// themselves. With a connection open nothing waits; net/http dials more
+// connections when one is not enough (HTTP/1.1, or HTTP/2's stream limit).
+type coldStart struct {
+	e  *entry
+	mu sync.Mutex
+	// dial is the dial that requests wait for, nil when none is awaited.
+	dial *awaitedDial
+}
+
+// awaitedDial ends when the entry's next dial does, or when the request
+// that started it returns first (it was cancelled, or did not dial).
+type awaitedDial struct {
+	done chan struct{}
+	err  error // the dial's error; nil when it made a connection (or did not end)
+}
+
+func (c *coldStart) RoundTrip(req *http.Request) (*http.Response, error) {
+	for c.e.ready.Load() == 0 {
+		c.mu.Lock()
+		d := c.dial
+		if d == nil {
+			// This request dials; the others wait for it.
+			d = &awaitedDial{done: make(chan struct{})}
+			c.dial = d
+			c.mu.Unlock()
+			resp, err := c.e.rt.RoundTrip(req)
+			c.end(d, nil)
+			return resp, err
+		}
+		c.mu.Unlock()
+		select {
+		case <-d.done:
+			if d.err != nil {
+				closeBody(req)
+				return nil, d.err
+			}
+		case <-req.Context().Done():
+			closeBody(req)
+			return nil, req.Context().Err()
+		}
+	}
+	return c.e.rt.RoundTrip(req)
+}
+
+// connUsable ends the awaited dial: a new HTTP/2 connection serves requests.
+func (c *coldStart) connUsable() { c.dialEnded(nil) }
+
+// dialEnded ends the awaited dial, if any, with a dial's outcome.
+func (c *coldStart) dialEnded(err error) {
+	c.mu.Lock()
+	d := c.dial
+	c.mu.Unlock()
+	if d != nil {
+		c.end(d, err)
+	}
+}
+
+// end releases d's waiters with err, once; a later dial is awaited anew.
+func (c *coldStart) end(d *awaitedDial, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dial != d {
+		return // already ended
+	}
+	d.err = err
+	close(d.done)
+	c.dial = nil
+}
+
+// closeBody honours the RoundTripper contract for a request not sent.
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		_ = req.Body.Close()
+	}
+}
