@@ -96,8 +96,8 @@ type topLine struct {
 	name      string
 }
 
-// topLine matches "  20003  1.2%  3.4%  40006  2.5%  name".
-var topRow = regexp.MustCompile(`^\s*(\d+)\s+[\d.]+%\s+[\d.]+%\s+(\d+)\s+[\d.]+%\s+(.+?)(?: \(inline\))?$`)
+// topRow matches "  20003  1.2%  3.4%  40006  2.5%  name".
+var topRow = regexp.MustCompile(`^\s*(\d+)\s+[\d.]+%\s+[\d.]+%\s+(\d+)\s+[\d.]+%\s+(.+?)(?: \((?:partial-)?inline\))?$`)
 
 func topLines(text string) []topLine {
 	var out []topLine
@@ -113,10 +113,10 @@ func topLines(text string) []topLine {
 }
 
 // peekRow matches a callee row below a -peek node: "  40006 50.00% |   name".
-var peekRow = regexp.MustCompile(`^\s*(\d+)\s+[\d.]+%\s+\|\s+(.+?)(?: \(inline\))?$`)
+var peekRow = regexp.MustCompile(`^\s*(\d+)\s+[\d.]+%\s+\|\s+(.+?)(?: \((?:partial-)?inline\))?$`)
 
 // peekNode matches the node's own row: "  20003  0.41%  ...  60009  1.24%  | name".
-var peekNode = regexp.MustCompile(`^\s*(\d+)\s+[\d.]+%\s+[\d.]+%\s+(\d+)\s+[\d.]+%\s+\|\s+(.+?)(?: \(inline\))?$`)
+var peekNode = regexp.MustCompile(`^\s*(\d+)\s+[\d.]+%\s+[\d.]+%\s+(\d+)\s+[\d.]+%\s+\|\s+(.+?)(?: \((?:partial-)?inline\))?$`)
 
 // peekCallees reads fn's callees and its own allocations from -peek output.
 func peekCallees(text, fn string, per func(float64) float64) []allocSite {

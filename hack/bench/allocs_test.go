@@ -13,7 +13,7 @@ const peekText = `Showing nodes accounting for 460079, 98.59% of 466667 total
                                               4002   100% |   github.com/clustergateway/cluster-gateway/pkg/proxy.BenchmarkProxyGateway.Handler.func2
       2001 0.043% 0.043%       8004  0.28%                | github.com/clustergateway/cluster-gateway/pkg/proxy.(*Proxy).Serve
                                               4002 39.14% |   github.com/clustergateway/cluster-gateway/pkg/proxy.parseInnerOnce
-                                              2001 15.37% |   net/http.(*Request).WithContext (inline)
+                                              2001 15.37% |   net/http.(*Request).WithContext (partial-inline)
 ----------------------------------------------------------+-------------
                                               9999   100% |   something.Else
 `

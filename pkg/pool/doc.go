@@ -10,6 +10,7 @@
 // once, live streams may run for RetireGrace, then every connection it dialed
 // is closed. A live entry unused for IdleConnTimeout closes its idle
 // connections and stays. Requests that arrive together at an entry with no
-// connection share one dial and handshake (coldStart). Every goroutine belongs to the Pool and Close waits
-// for them, and no timer, running or stopped, holds a retired entry.
+// connection share one dial and handshake (coldStart). Every goroutine
+// belongs to the Pool and Close waits for them, and no timer, running or
+// stopped, holds a retired entry.
 package pool

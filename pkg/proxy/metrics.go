@@ -73,12 +73,8 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 	return r.ResponseWriter.Write(b)
 }
 
-// instrument wraps w; the recorder's done records the request's outcome.
-func (m *Metrics) instrument(w http.ResponseWriter, req *http.Request, kind string) (http.ResponseWriter, *statusRecorder) {
-	return m.instrumentInto(new(statusRecorder), w, req, kind)
-}
-
-// instrumentInto is instrument with the recorder allocated by the caller.
+// instrumentInto wraps w in rec, which the caller allocated; rec's done
+// records the request's outcome.
 func (m *Metrics) instrumentInto(rec *statusRecorder, w http.ResponseWriter, req *http.Request, kind string) (http.ResponseWriter, *statusRecorder) {
 	*rec = statusRecorder{ResponseWriter: w, m: m, req: req, kind: kind, start: time.Now()}
 	if _, hijacks := w.(http.Hijacker); !hijacks {
