@@ -98,7 +98,9 @@ type Server struct {
 	Prober  *health.Prober
 	// CertCache verifies client-certificate chains once; nil when off.
 	CertCache *certauth.Cache
-	workers   *workers.Pool
+	// AuthzCache keeps authorization decisions; nil when off.
+	AuthzCache *authzcache.Authorizer
+	workers    *workers.Pool
 }
 
 // New builds the server; nothing runs until Run.
@@ -126,12 +128,13 @@ func (c *Config) New() (*Server, error) {
 	g.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(v1alpha1.GetOpenAPIDefinitions, namer)
 	g.OpenAPIV3Config.Info.Title = "Cluster Gateway"
 
+	var authzCache *authzcache.Authorizer
 	if c.Extra.AuthzCache.Size > 0 && g.Authorization.Authorizer != nil {
-		cached, err := authzcache.New(g.Authorization.Authorizer, c.Extra.AuthzCache)
-		if err != nil {
+		var err error
+		if authzCache, err = authzcache.New(g.Authorization.Authorizer, c.Extra.AuthzCache); err != nil {
 			return nil, err
 		}
-		g.Authorization.Authorizer = cached
+		g.Authorization.Authorizer = authzCache
 	}
 	certCache, err := c.cacheCertificateAuthentication()
 	if err != nil {
@@ -145,7 +148,7 @@ func (c *Config) New() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the hub client: %w", err)
 	}
-	s := &Server{Generic: generic, Store: gateways.NewStore(client, c.Extra.SecretNamespace), CertCache: certCache, workers: reqWorkers}
+	s := &Server{Generic: generic, Store: gateways.NewStore(client, c.Extra.SecretNamespace), CertCache: certCache, AuthzCache: authzCache, workers: reqWorkers}
 	if s.Pool, err = pool.New(c.Extra.Pool); err != nil {
 		return nil, err
 	}
@@ -227,6 +230,9 @@ func (c *Config) New() (*Server, error) {
 		s.workers.Start(ctx)
 		go s.Store.Run(ctx)
 		go s.Prober.Run(ctx)
+		if s.AuthzCache != nil {
+			go s.AuthzCache.Run(ctx)
+		}
 		if r, ok := c.Extra.ClientCA.(dynamiccertificates.ControllerRunner); ok {
 			_ = r.RunOnce(ctx) // errors are retried by Run
 			go r.Run(ctx, 1)

@@ -13,7 +13,10 @@
 //     a burst of clients after each TTL);
 //   - allowed decisions are kept for the allowed TTL, denied and no-opinion
 //     ones for the unauthorized TTL, errors never, so a decision is never
-//     older than the webhook's cache would have let it be.
+//     older than the webhook's cache would have let it be;
+//   - expired decisions are dropped (Run), so the cache holds what callers
+//     asked in the last TTL or two, not Size decisions long after a burst
+//     (a controller that scanned every cluster once).
 package authzcache
 
 import (
@@ -48,6 +51,7 @@ type Options struct {
 type Authorizer struct {
 	next   authorizer.Authorizer
 	opts   Options
+	clock  clock.WithTicker
 	cache  *cache.LRUExpireCache
 	flight singleflight.Group
 }
@@ -57,14 +61,61 @@ func New(next authorizer.Authorizer, opts Options) (*Authorizer, error) {
 	return newWithClock(next, opts, clock.RealClock{})
 }
 
-func newWithClock(next authorizer.Authorizer, opts Options, c clock.Clock) (*Authorizer, error) {
+func newWithClock(next authorizer.Authorizer, opts Options, c clock.WithTicker) (*Authorizer, error) {
 	if opts.Size <= 0 {
 		return nil, fmt.Errorf("authorization cache size must be positive, not %d", opts.Size)
 	}
 	if opts.AllowTTL < 0 || opts.DenyTTL < 0 {
 		return nil, fmt.Errorf("authorization cache TTLs must not be negative (allowed %v, unauthorized %v)", opts.AllowTTL, opts.DenyTTL)
 	}
-	return &Authorizer{next: next, opts: opts, cache: cache.NewLRUExpireCacheWithClock(opts.Size, c)}, nil
+	return &Authorizer{next: next, opts: opts, clock: c, cache: cache.NewLRUExpireCacheWithClock(opts.Size, c)}, nil
+}
+
+// Run drops expired decisions every TTL (the longer of the two) until ctx
+// is done. LRUExpireCache forgets an expired decision only when it is asked
+// for again or pushed out by newer ones: without this, one burst of
+// distinct requests (a scan of every cluster) keeps Size decisions for good.
+func (a *Authorizer) Run(ctx context.Context) {
+	every := max(a.opts.AllowTTL, a.opts.DenyTTL)
+	if every <= 0 {
+		return // nothing is ever kept
+	}
+	t := a.clock.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			a.dropExpired()
+		}
+	}
+}
+
+// dropExpired removes the decisions that have expired. The cache lists only
+// unexpired keys, so the expired ones are all keys less those; a decision
+// added meanwhile is not among all keys and stays.
+func (a *Authorizer) dropExpired() {
+	var all []any
+	a.cache.RemoveAll(func(k any) bool { all = append(all, k); return false })
+	if len(all) == 0 {
+		return
+	}
+	live := make(map[any]struct{}, len(all))
+	for _, k := range a.cache.Keys() {
+		live[k] = struct{}{}
+	}
+	expired := make(map[any]struct{}, len(all)-min(len(all), len(live)))
+	for _, k := range all {
+		if _, ok := live[k]; !ok {
+			expired[k] = struct{}{}
+		}
+	}
+	if len(expired) > 0 {
+		// One re-added since the listing goes too: one more review, never
+		// a stale decision.
+		a.cache.RemoveAll(func(k any) bool { _, ok := expired[k]; return ok })
+	}
 }
 
 type decision struct {

@@ -285,3 +285,91 @@ func TestBoundedAndUncachable(t *testing.T) {
 		t.Fatal("size 0 accepted")
 	}
 }
+
+// entries counts what the cache holds, expired decisions included.
+func entries(a *Authorizer) int {
+	n := 0
+	a.cache.RemoveAll(func(any) bool { n++; return false })
+	return n
+}
+
+// Expired decisions are dropped, whether allowed or denied, and unexpired
+// ones stay and are still answered from the cache.
+func TestExpiredDecisionsAreDropped(t *testing.T) {
+	next := &counting{decide: func(a authorizer.Attributes) (authorizer.Decision, string, error) {
+		if strings.HasPrefix(a.GetName(), "deny") {
+			return authorizer.DecisionDeny, "no", nil
+		}
+		return authorizer.DecisionAllow, "ok", nil
+	}}
+	clk := clocktesting.NewFakeClock(time.Now())
+	a := newCache(t, next, clk) // allowed kept 10s, denied 5s
+	ctx := context.Background()
+	ask := func(name string) {
+		t.Helper()
+		attr := base()
+		attr.Name = name
+		if _, _, err := a.Authorize(ctx, attr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []string{"allow-1", "allow-2", "allow-3", "deny-1", "deny-2"} {
+		ask(n)
+	}
+	if got := entries(a); got != 5 {
+		t.Fatalf("%d decisions cached, want 5", got)
+	}
+	clk.Step(6 * time.Second) // the denied ones have expired
+	a.dropExpired()
+	if got := entries(a); got != 3 {
+		t.Fatalf("%d decisions kept after the denied ones expired, want the 3 allowed", got)
+	}
+	ask("allow-4")
+	clk.Step(5 * time.Second) // allow-1..3 expired at 10s; allow-4 lives until 16s
+	a.dropExpired()
+	if got := entries(a); got != 1 {
+		t.Fatalf("%d decisions kept, want only allow-4", got)
+	}
+	calls := next.calls.Load()
+	ask("allow-4")
+	if next.calls.Load() != calls {
+		t.Fatal("the unexpired decision was dropped: asked again")
+	}
+	ask("allow-1")
+	if next.calls.Load() != calls+1 {
+		t.Fatal("an expired decision was answered from the cache")
+	}
+}
+
+// Run sweeps every TTL until its context ends: a burst that filled the
+// cache leaves nothing once its decisions have expired.
+func TestRunDropsExpiredDecisions(t *testing.T) {
+	next := &counting{}
+	clk := clocktesting.NewFakeClock(time.Now())
+	a := newCache(t, next, clk)
+	for i := range 100 { // Size
+		attr := base()
+		attr.Name = "cluster-" + strings.Repeat("x", i)
+		if _, _, err := a.Authorize(context.Background(), attr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := entries(a); got != 100 {
+		t.Fatalf("%d decisions cached, want 100", got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	// Step once Run's ticker exists, and again until it has swept.
+	deadline := time.Now().Add(10 * time.Second)
+	for entries(a) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d expired decisions still cached after Run's ticks", entries(a))
+		}
+		if clk.HasWaiters() {
+			clk.Step(10 * time.Second)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
