@@ -17,6 +17,19 @@ const (
 	expectContinueTimeout = 1 * time.Second
 )
 
+// decoderHeaderTableSize is the HPACK table the pool's connections let a
+// cluster fill with response headers (HTTP/2's default is 4096). A
+// kube-apiserver indexes every response header, its unique Audit-Id
+// included, so on a long-lived connection the default table fills with
+// Audit-Ids: about 10 KiB of entries, strings and indexes per connection,
+// a quarter of a pooled entry, kept for the connection's life. 1 KiB holds
+// the headers that repeat (content type, cache control, the priority-and-
+// fairness UIDs) with a few unique ones; those repeating headers are then
+// sent anew every few responses: a little decoding traded for memory.
+// The encoder's table (request headers, impersonation included) keeps
+// the cluster's limit: a user's groups repeat on every request.
+const decoderHeaderTableSize = 1024
+
 // newTransport builds an entry's transport for ordinary requests around its
 // tracked dialer: HTTP/2 over TLS connections that dialTLS makes (the
 // entry's TLS material, see entryTLS). It uses neither http.Transport.Proxy
@@ -51,6 +64,7 @@ func newTransport(dialTLS dialFunc, o Options) (rt *http.Transport, h2 *h2health
 	// with the entry's own check: x/net's keeps every closed connection
 	// reachable for ReadIdleTimeout (see h2health).
 	t2.ReadIdleTimeout, t2.PingTimeout = 0, 0
+	t2.MaxDecoderHeaderTableSize = decoderHeaderTableSize
 	h2 = newH2Health(t2.ConnPool, o.HTTP2ReadIdleTimeout, o.HTTP2PingTimeout)
 	t2.ConnPool = h2
 	return rt, h2, nil

@@ -9,9 +9,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
+	"time"
 
+	"golang.org/x/net/http2"
 	utilproxy "k8s.io/apimachinery/pkg/util/proxy"
 
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
@@ -229,5 +232,53 @@ func TestEntryTrustSurvivesTheCallersBuffers(t *testing.T) {
 		if _, _, err := get(context.Background(), rt, u.url, "/hello"); err != nil {
 			t.Errorf("%T after the caller's CA buffer changed: %v", rt, err)
 		}
+	}
+}
+
+// A pooled connection tells the cluster, in its first SETTINGS, to keep its
+// response-header table to decoderHeaderTableSize: the cluster's encoder
+// may then index no more than that (RFC 7541 4.2), so the connection's
+// decoder holds no more, however many unique Audit-Ids the cluster sends.
+func TestConnectionsBoundTheClustersHeaderTable(t *testing.T) {
+	serverCA, clientCA := testpki.MustCA(t, "server-ca"), testpki.MustCA(t, "client-ca")
+	serving := serverCA.MustIssue(t, testpki.Spec{CommonName: "upstream", IPs: []string{"127.0.0.1"}, Server: true})
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{serving.TLS()}, NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan map[http2.SettingID]uint32, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		settings := map[http2.SettingID]uint32{}
+		defer func() { got <- settings }()
+		preface := make([]byte, len(http2.ClientPreface))
+		if _, err := io.ReadFull(c, preface); err != nil || string(preface) != http2.ClientPreface {
+			return
+		}
+		f, err := http2.NewFramer(io.Discard, c).ReadFrame()
+		if sf, ok := f.(*http2.SettingsFrame); ok && err == nil {
+			_ = sf.ForeachSetting(func(s http2.Setting) error { settings[s.ID] = s.Val; return nil })
+		}
+	}()
+
+	client := clientCA.MustIssue(t, testpki.Spec{CommonName: "client", Client: true})
+	u := &url.URL{Scheme: "https", Host: ln.Addr().String()}
+	p := newTestPool(t, Options{Capacity: 2})
+	l := acquire(t, p, &Target{Cluster: "c0", Address: u, CAData: serverCA.CertPEM, CertData: client.CertPEM, KeyData: client.KeyPEM})
+	defer l.Release()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u.String()+"/", nil)
+	if resp, err := l.Transport().RoundTrip(req); err == nil {
+		resp.Body.Close() // the listener answers nothing: an error is expected
+	}
+	settings := <-got
+	if v, ok := settings[http2.SettingHeaderTableSize]; !ok || v != decoderHeaderTableSize {
+		t.Fatalf("the connection's SETTINGS %v: header table size %d (sent: %v), want %d", settings, v, ok, decoderHeaderTableSize)
 	}
 }
