@@ -26,6 +26,7 @@ const (
 	mGoroutines = "go_goroutines"
 	mHeapInuse  = "go_memstats_heap_inuse_bytes"
 	mProbes     = "cluster_gateway_health_probes_total"
+	mClusters   = "cluster_gateway_health_clusters"
 	mMallocs    = "go_memstats_mallocs_total"
 	mAllocBytes = "go_memstats_alloc_bytes_total"
 )

@@ -20,7 +20,8 @@ func (r *report) scanSection(b *strings.Builder) {
 	perStoredHeap := (s.Stored.Marked - s.Base.Marked) / float64(s.N)
 	fmt.Fprintf(b, "## 5. Memory under a scan of more clusters than the pool holds\n\n")
 	fmt.Fprintf(b, "The gateway restarted with the default pool (`--pool-capacity` %d; no pool flag among its arguments) and %d ClusterGateways stored "+
-		"(alternately managed-1 and managed-2, distinct names; created and listed in %s). First %d of them get one GET each (the pool fills, nothing is evicted yet); "+
+		"(alternately managed-1 and managed-2, distinct names; created and listed in %s; the stored row is read once the prober had probed each of them, %s later). "+
+		"First %d of them get one GET each (the pool fills, nothing is evicted yet; the pooled row is read after one more round of probes, %s later, so that its connections have carried probes as well as a GET, like those the passes leave behind); "+
 		"then %d passes each send one GET through the hub (`%s` of every cluster, via the aggregator and the gateway) for every gateway in turn, "+
 		"with %d workers sharing one HTTP/2 client: a controller that lists something in every cluster, with %d× more clusters than the pool holds, "+
 		"so nearly every request evicts an entry and dials a new connection. Peak RSS is VmHWM, reset before each pass (`/proc/<pid>/clear_refs`); "+
@@ -29,7 +30,7 @@ func (r *report) scanSection(b *strings.Builder) {
 		"heap alloc is `go_memstats_heap_alloc_bytes` (live plus what was allocated since the GC: the prober and in-flight requests keep allocating), "+
 		"heap in use `go_memstats_heap_inuse_bytes` (also the free room of spans holding live objects); "+
 		"the peak heap in use is the highest sampled once a second during the pass. The gateway binary: `%s`.\n\n",
-		s.Capacity, s.N, s.CreateTime.Round(time.Second), s.PooledN, len(s.Passes), requestPath, s.Clients, s.N/s.Capacity, s.GatewayBin)
+		s.Capacity, s.N, s.CreateTime.Round(time.Second), s.ProbedWait.Round(time.Second), s.PooledN, s.PooledProbedWait.Round(time.Second), len(s.Passes), requestPath, s.Clients, s.N/s.Capacity, s.GatewayBin)
 
 	b.WriteString("| gateway state | duration | errors | peak RSS | peak heap in use (sampled) | live heap (GC) | heap alloc (GC) | heap in use (GC) | RSS (GC) | pool entries | retiring | open connections | goroutines |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -132,7 +133,7 @@ func (r *report) scanSizing(b *strings.Builder, perHeap, perStoredHeap float64) 
 	}
 	b.WriteString("### Sizing `--pool-capacity`\n\n")
 	fmt.Fprintf(b, "In this run each pooled cluster held %s of live heap (its entry, transport and client key pair, "+
-		"and one open HTTP/2 connection after one small GET), and each stored ClusterGateway %s (its parsed form and credential in the informer cache, "+
+		"and one open HTTP/2 connection after one small GET and a round of probes), and each stored ClusterGateway %s (its parsed form and credential in the informer cache, "+
 		"its health state). With the default `GOGC=100` the Go runtime lets the heap grow to about twice the live heap before it collects, so estimate\n\n"+
 		"    RSS ≈ %s + 2 × (capacity × %s + ClusterGateways × %s)\n\n"+
 		"(%s: a fresh gateway here). For this run's %d entries and %d gateways that is %s; the measured peak RSS was %s. "+

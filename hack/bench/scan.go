@@ -89,7 +89,15 @@ type scanResult struct {
 	N, Capacity, Clients int
 	GatewayBin           string
 	CreateTime           time.Duration
-	Base, Stored         memState // fresh gateway; n stored, none pooled (forced GC)
+	// ProbedWait is how long the stored row waited, after the gateway had
+	// listed every gateway, until the prober had probed each once, and
+	// PooledProbedWait how long the pooled row waited after its GETs for
+	// one more round of probes: both rows are then in the steady state the
+	// scan leaves behind (every cluster's probe state filled, pooled
+	// connections that carried probes as well as a GET), so the rows after
+	// the scan are compared with like.
+	ProbedWait, PooledProbedWait time.Duration
+	Base, Stored                 memState // fresh gateway; n stored, none pooled (forced GC)
 	// Pooled is Capacity of the gateways with one GET each and nothing
 	// evicted yet (forced GC): the per-entry figures come from it.
 	Pooled     memState
@@ -194,6 +202,9 @@ func runScan(ctx context.Context, env *localenv.Env, gw *gatewayAdmin, n int, pr
 		return nil, err
 	}
 	res.CreateTime = time.Since(start)
+	if res.ProbedWait, err = waitAllProbed(ctx, gw); err != nil {
+		return nil, err
+	}
 	if res.Stored, err = settled("stored"); err != nil {
 		return nil, err
 	}
@@ -213,6 +224,9 @@ func runScan(ctx context.Context, env *localenv.Env, gw *gatewayAdmin, n int, pr
 	res.PooledN = min(n, res.Capacity-int(res.Stored.Entries))
 	if err := parallel(ctx, res.PooledN, scanClients, func(i int) error { return get(ctx, hubClient, url(i)) }); err != nil {
 		return nil, fmt.Errorf("fill the pool: %w", err)
+	}
+	if res.PooledProbedWait, err = waitProbeRound(ctx, gw, n); err != nil {
+		return nil, err
 	}
 	if res.Pooled, err = settled("pooled"); err != nil {
 		return nil, err
@@ -311,6 +325,65 @@ func runScan(ctx context.Context, env *localenv.Env, gw *gatewayAdmin, n int, pr
 	}
 	res.Idle = idleFrom.until(idleTo)
 	return res, nil
+}
+
+// waitAllProbed waits until the prober has probed every cluster once: none
+// is Unknown any more (cluster_gateway_health_clusters; every bench cluster
+// answers its probe).
+func waitAllProbed(ctx context.Context, gw *gatewayAdmin) (time.Duration, error) {
+	start := time.Now()
+	deadline := start.Add(5 * time.Minute)
+	for {
+		m, err := gw.metrics(ctx)
+		if err == nil {
+			unknown, found := 0.0, false
+			for k, v := range m {
+				if strings.HasPrefix(k, mClusters+"{") && strings.Contains(k, `reachable="Unknown"`) {
+					unknown, found = v, true
+				}
+			}
+			if !found {
+				return 0, fmt.Errorf("the gateway's /metrics has no %s{reachable=\"Unknown\"}", mClusters)
+			}
+			if unknown == 0 {
+				return time.Since(start), nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("clusters still not probed after %s (last error: %v)", time.Since(start).Round(time.Second), err)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// waitProbeRound waits until the prober has made n more probes: with n
+// clusters, taken round-robin from its queue, about one more each.
+func waitProbeRound(ctx context.Context, gw *gatewayAdmin, n int) (time.Duration, error) {
+	start := time.Now()
+	m, err := gw.metrics(ctx)
+	if err != nil {
+		return 0, err
+	}
+	from := sumOf(m, mProbes)
+	deadline := start.Add(5 * time.Minute)
+	for {
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(time.Second):
+		}
+		m, err := gw.metrics(ctx)
+		if err == nil && sumOf(m, mProbes)-from >= float64(n) {
+			return time.Since(start), nil
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("the prober made fewer than %d probes in %s (last error: %v)", n, time.Since(start).Round(time.Second), err)
+		}
+	}
 }
 
 // idleCPU is what the gateway spends with nobody sending it a request.
