@@ -227,6 +227,15 @@ func (r *report) cpuLimits(b *strings.Builder, gs []goal) {
 			p.share("h2clientread")+p.share("h2clientwrite"), p.share("h2clientread"), p.share("h2clientwrite"), us(min(shared, 100)))
 		fmt.Fprintf(b, " The gateway's own: the generic filters on the request workers %.1f%% (the workers' %.1f%% less the proxy handler's %.1f%%; authentication %.1f%%, authorization %.1f%%), about %s per request; allocation %.1f%% and garbage collection %.1f%%; scheduling %.1f%%.",
 			chain, p.share("workers"), p.share("serve"), p.share("authn"), p.share("authz"), us(chain), p.share("malloc"), p.share("gc"), p.share("sched"))
+		if l.load == "hub" {
+			port := ""
+			if g, gp := r.target("gateway"), r.profile("gateway"); g != nil && gp != nil {
+				c, _ := g.res.cpuPerReq("gateway")
+				port = fmt.Sprintf("; on the gateway's own port %s", fmtDur(time.Duration(gp.share("hpackenc")/100*float64(c))))
+			}
+			fmt.Fprintf(b, " Of the client's request writes, encoding the request headers (HPACK) is %.1f%%, about %s per request%s: through the hub every request carries the hub's new Audit-Id, which the HTTP/2 client indexes and so evicts an older entry, and that eviction grows the request's new goroutine's stack (x/net's, one per request).",
+				p.share("hpackenc"), us(p.share("hpackenc")), port)
+		}
 		switch l.load {
 		case "konn":
 			tunnel := p.share("grpcsend") + p.share("grpcloopy") + p.share("grpcreader") + p.share("tunnelserve")
