@@ -21,8 +21,8 @@ const (
 // cluster fill with response headers (HTTP/2's default is 4096). A
 // kube-apiserver indexes every response header, its unique Audit-Id
 // included, so on a long-lived connection the default table fills with
-// Audit-Ids: about 10 KiB of entries, strings and indexes per connection,
-// a quarter of a pooled entry, kept for the connection's life. 1 KiB holds
+// Audit-Ids: 4 KiB as HPACK counts it, more in memory (the entries, their
+// strings and two indexes), kept for the connection's life. 1 KiB holds
 // the headers that repeat (content type, cache control, the priority-and-
 // fairness UIDs) with a few unique ones; those repeating headers are then
 // sent anew every few responses: a little decoding traded for memory.
