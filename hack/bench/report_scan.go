@@ -105,8 +105,9 @@ func (r *report) scanSection(b *strings.Builder) {
 	if i := s.Idle; i.Window > 0 {
 		fmt.Fprintf(b, "Idle, with the %d gateways stored and no request (the %s from the forced GC %s after the scan until RSS settled): the gateway used %.2f of a CPU "+
 			"while its prober, at its defaults, probed %.0f clusters a second. A probe of a cluster without a pooled connection dials it and makes a TLS handshake; "+
-			"the prober's rate, and so its cost, follows clusters / `--probe-interval`.\n\n",
-			s.N, i.Window.Round(time.Second), scanAfter, i.Cores, i.ProbesPerSec)
+			"the prober's rate, and so its cost, follows clusters / `--probe-interval`. "+
+			"Where that CPU goes: `go tool pprof %s` (the window's first %s, profiled).\n\n",
+			s.N, i.Window.Round(time.Second), scanAfter, i.Cores, i.ProbesPerSec, "gateway-cpu-idle.pprof", scanIdleProfile)
 	}
 	for _, h := range []struct{ what, top string }{
 		{fmt.Sprintf("the %d stored ClusterGateways (stored profile less the fresh gateway's)", s.N), s.HeapStored},

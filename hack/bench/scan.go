@@ -59,11 +59,14 @@ func runScanStep(ctx context.Context, o options, env *localenv.Env, gw *gatewayA
 // The scan: a controller that lists something in every cluster once a
 // minute, with more clusters than the pool holds.
 const (
-	scanPasses      = 5
-	scanClients     = 16
-	scanAfter       = time.Minute     // RSS and heap this long after the last pass
-	scanSettleMax   = 4 * time.Minute // how long to wait for RSS to settle
-	scanPeakRSSGoal = 300e6           // bytes: 300 MB
+	scanPasses    = 5
+	scanClients   = 16
+	scanAfter     = time.Minute     // RSS and heap this long after the last pass
+	scanSettleMax = 4 * time.Minute // how long to wait for RSS to settle
+	// scanIdleProfile is the CPU profile taken at the start of the idle
+	// window, which lasts at least four RSS samples (40s).
+	scanIdleProfile = 30 * time.Second
+	scanPeakRSSGoal = 300e6 // bytes: 300 MB
 	// pkg/pool's default --pool-capacity (pool.NewOptions; importing
 	// pkg/pool here would pull its dependencies into hack's go.mod).
 	scanDefaultCapacity = 1000
@@ -274,6 +277,7 @@ func runScan(ctx context.Context, env *localenv.Env, gw *gatewayAdmin, n int, pr
 	// Then nothing: how fast does the process give memory back?
 	end := time.Now()
 	var idleFrom idleMark
+	idleProfile := make(chan error, 1)
 	var late []float64 // RSS samples from scanAfter on
 	for {
 		select {
@@ -298,6 +302,12 @@ func runScan(ctx context.Context, env *localenv.Env, gw *gatewayAdmin, n int, pr
 			if idleFrom, err = markIdle(ctx, gw, pid); err != nil {
 				return nil, err
 			}
+			// Where the idle CPU goes (the prober): a profile of the
+			// first scanIdleProfile of the idle window, beside the heap
+			// profiles.
+			go func() {
+				idleProfile <- gw.cpuProfile(ctx, scanIdleProfile, filepath.Join(profileDir, "gateway-cpu-idle.pprof"))
+			}()
 			continue
 		}
 		late = append(late, s.RSS)
@@ -322,6 +332,11 @@ func runScan(ctx context.Context, env *localenv.Env, gw *gatewayAdmin, n int, pr
 	idleTo, err := markIdle(ctx, gw, pid)
 	if err != nil {
 		return nil, err
+	}
+	if !idleFrom.at.IsZero() { // the profile was started
+		if err := <-idleProfile; err != nil {
+			logf("scan: idle CPU profile: %v", err)
+		}
 	}
 	res.Idle = idleFrom.until(idleTo)
 	return res, nil
