@@ -113,3 +113,29 @@ func TestScanGoals(t *testing.T) {
 		t.Error("RSS that did not settle was judged")
 	}
 }
+
+// The idle CPU's breakdown gives each part's share and its CPU per probe
+// (share × CPUs ÷ probes per second).
+func TestScanIdleBreakdown(t *testing.T) {
+	const mb = 1 << 20
+	s := &scanResult{
+		N: 10000, Capacity: 1000, PooledN: 1000, Stored: memState{Marked: 40 * mb}, Pooled: memState{Marked: 80 * mb},
+		Idle: idleCPU{Window: 40 * time.Second, Cores: 0.8, ProbesPerSec: 400}, // 2 ms per probe
+		IdleProfile: &pathProfile{Path: "state/gateway-cpu-idle.pprof", Samples: "24s", Shares: []profileShare{
+			{Key: "handshake", What: "TLS handshakes", Func: "crypto/tls.(*Conn).clientHandshake", Pct: 50},
+			{Key: "gc", What: "garbage collection", Func: "runtime.gcBgMarkWorker", Pct: 10},
+		}},
+	}
+	var b strings.Builder
+	(&report{Scan: s}).scanSection(&b)
+	for _, want := range []string{
+		"`go tool pprof state/gateway-cpu-idle.pprof`",
+		"| TLS handshakes (`crypto/tls.(*Conn).clientHandshake`) | 50.0% | 1.00 ms |",
+		"| garbage collection (`runtime.gcBgMarkWorker`) | 10.0% | 200 µs |",
+		"Per probe in all: 2.00 ms.",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the scan section lacks %q:\n%s", want, b.String())
+		}
+	}
+}

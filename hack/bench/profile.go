@@ -46,6 +46,22 @@ var profileFuncs = []profileShare{
 	{Key: "stack", What: "goroutine stack growth: the HTTP/2 server runs each request in a new goroutine whose stack is copied each time it doubles; ordinary requests are handed to pkg/workers' goroutines, whose stacks have grown already (what remains is mostly the HTTP/2 client's goroutine per request)", Func: "runtime.copystack"},
 }
 
+// idleFuncs are the parts of the idle gateway's work (the prober) worth
+// naming: a probe of a cluster without a pooled connection is a new
+// connection, so mostly a TLS 1.3 handshake.
+var idleFuncs = []profileShare{
+	{Key: "handshake", What: "TLS handshakes (probes of clusters without a pooled connection)", Func: "crypto/tls.(*Conn).clientHandshake"},
+	{Key: "keyshares", What: "of which the key shares offered (X25519 and ML-KEM-768 key generation)", Func: "crypto/tls.(*hybridKeyExchange).keyShares"},
+	{Key: "secret", What: "of which the shared secret (X25519, ML-KEM decapsulation)", Func: "crypto/tls.(*hybridKeyExchange).clientSharedSecret"},
+	{Key: "chain", What: "of which verifying the cluster's certificate chain", Func: "crypto/tls.(*Conn).verifyServerCertificate"},
+	{Key: "sig", What: "of which verifying the cluster's handshake signature", Func: "crypto/tls.verifyHandshakeSignature"},
+	{Key: "clientcert", What: "of which the client certificate (signing with the cluster credential's key)", Func: "crypto/tls.(*clientHandshakeStateTLS13).sendClientCertificate"},
+	{Key: "entry", What: "building each probe's transient pool entry (TLS material parsed, transports)", Func: "github.com/clustergateway/cluster-gateway/pkg/pool.(*Pool).newEntry"},
+	{Key: "readloop", What: "HTTP/2 read loops (the probes' answers)", Func: "golang.org/x/net/http2.(*ClientConn).readLoop"},
+	{Key: "gc", What: "garbage collection (background marking)", Func: "runtime.gcBgMarkWorker"},
+	{Key: "malloc", What: "allocation (the allocator itself)", Func: "runtime.mallocgc"},
+}
+
 // profiledLoads are the loads during whose first round the gateway is
 // profiled, and what the profile shows.
 var profiledLoads = []struct{ Key, What string }{
@@ -136,7 +152,7 @@ func readProfiles(ctx context.Context, goBin, base string, ts []*target) []pathP
 		if _, err := os.Stat(path); err != nil {
 			continue
 		}
-		p, err := profileBreakdown(ctx, goBin, path)
+		p, err := profileBreakdown(ctx, goBin, path, profileFuncs)
 		if err != nil {
 			logf("cannot read the gateway profile %s: %v", path, err)
 			continue
@@ -152,8 +168,9 @@ func readProfiles(ctx context.Context, goBin, base string, ts []*target) []pathP
 	return out
 }
 
-// profileBreakdown reads flat and cumulative percentages with `go tool pprof -top`.
-func profileBreakdown(ctx context.Context, goBin, path string) (*pathProfile, error) {
+// profileBreakdown reads flat and cumulative percentages with `go tool
+// pprof -top`, and the shares of funcs.
+func profileBreakdown(ctx context.Context, goBin, path string, funcs []profileShare) (*pathProfile, error) {
 	out, err := exec.CommandContext(ctx, goBin, "tool", "pprof", "-top", "-nodecount=100000", "-nodefraction=0", "-edgefraction=0", path).Output()
 	if err != nil {
 		return nil, err
@@ -188,7 +205,7 @@ func profileBreakdown(ctx context.Context, goBin, path string) (*pathProfile, er
 		return 0
 	})
 	p.Top = p.Top[:min(len(p.Top), topFuncs)]
-	p.Shares = slices.Clone(profileFuncs)
+	p.Shares = slices.Clone(funcs)
 	for i := range p.Shares {
 		p.Shares[i].Pct = cum[p.Shares[i].Func]
 	}

@@ -103,11 +103,22 @@ func (r *report) scanSection(b *strings.Builder) {
 	}
 	fmt.Fprintf(b, "- Per-entry memory reported: %s heap per pooled cluster with an open connection (above).\n\n", kib(perHeap))
 	if i := s.Idle; i.Window > 0 {
+		profPath := idleProfileName
+		if s.IdleProfile != nil {
+			profPath = s.IdleProfile.Path
+		}
 		fmt.Fprintf(b, "Idle, with the %d gateways stored and no request (the %s from the forced GC %s after the scan until RSS settled): the gateway used %.2f of a CPU "+
 			"while its prober, at its defaults, probed %.0f clusters a second. A probe of a cluster without a pooled connection dials it and makes a TLS handshake; "+
 			"the prober's rate, and so its cost, follows clusters / `--probe-interval`. "+
 			"Where that CPU goes: `go tool pprof %s` (the window's first %s, profiled).\n\n",
-			s.N, i.Window.Round(time.Second), scanAfter, i.Cores, i.ProbesPerSec, "gateway-cpu-idle.pprof", scanIdleProfile)
+			s.N, i.Window.Round(time.Second), scanAfter, i.Cores, i.ProbesPerSec, profPath, scanIdleProfile)
+		if p := s.IdleProfile; p != nil && i.ProbesPerSec > 0 {
+			b.WriteString("| part (cumulative; the named parts overlap where one says \"of which\") | share of the idle gateway's CPU | CPU per probe |\n|---|---:|---:|\n")
+			for _, sh := range p.Shares {
+				fmt.Fprintf(b, "| %s (`%s`) | %.1f%% | %s |\n", sh.What, sh.Func, sh.Pct, fmtDur(time.Duration(sh.Pct/100*i.Cores/i.ProbesPerSec*float64(time.Second))))
+			}
+			fmt.Fprintf(b, "\nProfiled CPU: %s. Per probe in all: %s.\n\n", p.Samples, fmtDur(time.Duration(i.Cores/i.ProbesPerSec*float64(time.Second))))
+		}
 	}
 	for _, h := range []struct{ what, top string }{
 		{fmt.Sprintf("the %d stored ClusterGateways (stored profile less the fresh gateway's)", s.N), s.HeapStored},

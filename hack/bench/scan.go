@@ -48,6 +48,11 @@ func runScanStep(ctx context.Context, o options, env *localenv.Env, gw *gatewayA
 		rep.Scan.HeapStored = heapTop(ctx, o.Go, o.StateDir, "stored", "before")
 		rep.Scan.HeapPooled = heapTop(ctx, o.Go, o.StateDir, "pooled", "stored")
 		rep.Scan.HeapAfter = heapTop(ctx, o.Go, o.StateDir, "after", "pooled")
+		if p, perr := profileBreakdown(ctx, o.Go, filepath.Join(o.StateDir, idleProfileName), idleFuncs); perr == nil {
+			rep.Scan.IdleProfile = p
+		} else {
+			logf("scan: cannot read the idle CPU profile: %v", perr)
+		}
 		// The raw figures, next to the heap profiles.
 		if raw, jerr := json.MarshalIndent(rep.Scan, "", "  "); jerr == nil {
 			err = errors.Join(err, os.WriteFile(filepath.Join(o.StateDir, "scan.json"), raw, 0o644))
@@ -66,6 +71,7 @@ const (
 	// scanIdleProfile is the CPU profile taken at the start of the idle
 	// window, which lasts at least four RSS samples (40s).
 	scanIdleProfile = 30 * time.Second
+	idleProfileName = "gateway-cpu-idle.pprof"
 	scanPeakRSSGoal = 300e6 // bytes: 300 MB
 	// pkg/pool's default --pool-capacity (pool.NewOptions; importing
 	// pkg/pool here would pull its dependencies into hack's go.mod).
@@ -117,6 +123,7 @@ type scanResult struct {
 	// scan until RSS settled: no requests, every gateway stored, the
 	// prober at its defaults.
 	Idle        idleCPU
+	IdleProfile *pathProfile // the idle window's CPU profile, by idleFuncs
 	GatewayArgs []string
 	// HeapStored, HeapPooled and HeapAfter are where the live heap grew: the
 	// top of the stored profile against the fresh one, of the pooled against
@@ -306,7 +313,7 @@ func runScan(ctx context.Context, env *localenv.Env, gw *gatewayAdmin, n int, pr
 			// first scanIdleProfile of the idle window, beside the heap
 			// profiles.
 			go func() {
-				idleProfile <- gw.cpuProfile(ctx, scanIdleProfile, filepath.Join(profileDir, "gateway-cpu-idle.pprof"))
+				idleProfile <- gw.cpuProfile(ctx, scanIdleProfile, filepath.Join(profileDir, idleProfileName))
 			}()
 			continue
 		}
