@@ -14,6 +14,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
 )
@@ -71,6 +72,7 @@ const (
 	// scanIdleProfile is the CPU profile taken at the start of the idle
 	// window, which lasts at least four RSS samples (40s).
 	scanIdleProfile = 30 * time.Second
+	scanWaitMax     = 5 * time.Minute // for the prober (waitMetrics)
 	idleProfileName = "gateway-cpu-idle.pprof"
 	scanPeakRSSGoal = 300e6 // bytes: 300 MB
 	// pkg/pool's default --pool-capacity (pool.NewOptions; importing
@@ -353,59 +355,53 @@ func runScan(ctx context.Context, env *localenv.Env, gw *gatewayAdmin, n int, pr
 // is Unknown any more (cluster_gateway_health_clusters; every bench cluster
 // answers its probe).
 func waitAllProbed(ctx context.Context, gw *gatewayAdmin) (time.Duration, error) {
-	start := time.Now()
-	deadline := start.Add(5 * time.Minute)
-	for {
-		m, err := gw.metrics(ctx)
-		if err == nil {
-			unknown, found := 0.0, false
-			for k, v := range m {
-				if strings.HasPrefix(k, mClusters+"{") && strings.Contains(k, `reachable="Unknown"`) {
-					unknown, found = v, true
-				}
-			}
-			if !found {
-				return 0, fmt.Errorf("the gateway's /metrics has no %s{reachable=\"Unknown\"}", mClusters)
-			}
-			if unknown == 0 {
-				return time.Since(start), nil
+	return waitMetrics(ctx, gw, "every cluster probed", func(m map[string]float64) (bool, error) {
+		for k, v := range m {
+			if strings.HasPrefix(k, mClusters+"{") && strings.Contains(k, `reachable="Unknown"`) {
+				return v == 0, nil
 			}
 		}
-		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("clusters still not probed after %s (last error: %v)", time.Since(start).Round(time.Second), err)
-		}
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(time.Second):
-		}
-	}
+		return false, fmt.Errorf("the gateway's /metrics has no %s{reachable=\"Unknown\"}", mClusters)
+	})
 }
 
 // waitProbeRound waits until the prober has made n more probes: with n
 // clusters, taken round-robin from its queue, about one more each.
 func waitProbeRound(ctx context.Context, gw *gatewayAdmin, n int) (time.Duration, error) {
-	start := time.Now()
 	m, err := gw.metrics(ctx)
 	if err != nil {
 		return 0, err
 	}
 	from := sumOf(m, mProbes)
-	deadline := start.Add(5 * time.Minute)
-	for {
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(time.Second):
-		}
+	return waitMetrics(ctx, gw, fmt.Sprintf("%d more probes", n), func(m map[string]float64) (bool, error) {
+		return sumOf(m, mProbes)-from >= float64(n), nil
+	})
+}
+
+// waitMetrics reads the gateway's /metrics every second until done says
+// so (or fails), for up to scanWaitMax, and returns how long it waited;
+// what names the wait in its error.
+func waitMetrics(ctx context.Context, gw *gatewayAdmin, what string, done func(map[string]float64) (bool, error)) (time.Duration, error) {
+	start := time.Now()
+	var scrapeErr, doneErr error
+	err := wait.PollUntilContextTimeout(ctx, time.Second, scanWaitMax, true, func(ctx context.Context) (bool, error) {
 		m, err := gw.metrics(ctx)
-		if err == nil && sumOf(m, mProbes)-from >= float64(n) {
-			return time.Since(start), nil
+		if scrapeErr = err; err != nil {
+			return false, nil // retried until the timeout
 		}
-		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("the prober made fewer than %d probes in %s (last error: %v)", n, time.Since(start).Round(time.Second), err)
-		}
+		ok, err := done(m)
+		doneErr = err
+		return ok, err
+	})
+	switch {
+	case err == nil:
+		return time.Since(start), nil
+	case doneErr != nil:
+		return 0, doneErr
+	case ctx.Err() != nil:
+		return 0, ctx.Err()
 	}
+	return 0, fmt.Errorf("%s: not after %s (last scrape error: %v)", what, time.Since(start).Round(time.Second), scrapeErr)
 }
 
 // idleCPU is what the gateway spends with nobody sending it a request.
