@@ -20,6 +20,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
 	gatewayv1alpha1 "github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
@@ -350,21 +351,20 @@ func isoRun(ctx context.Context, gw *gatewayAdmin, env *localenv.Env, ph *isoPha
 		}
 	}
 	// The next phase starts with nothing of this one still held.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		m, err := gw.metrics(ctx)
-		if err != nil {
-			return err
+	// Still held after 30s is reported and the run goes on.
+	var m map[string]float64
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		var err error
+		if m, err = gw.metrics(ctx); err != nil {
+			return false, err
 		}
-		if m[mActive] == 0 && m[mFairInFlight] == 0 && m[mFairQueued] == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			logf("isolation: after the phase, %v leases, %v in flight and %v queued still held", m[mActive], m[mFairInFlight], m[mFairQueued])
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
+		return m[mActive] == 0 && m[mFairInFlight] == 0 && m[mFairQueued] == 0, nil
+	})
+	if wait.Interrupted(err) && ctx.Err() == nil {
+		logf("isolation: after the phase, %v leases, %v in flight and %v queued still held", m[mActive], m[mFairInFlight], m[mFairQueued])
+		return nil
 	}
+	return err
 }
 
 // noisyWorker GETs url in a loop and, on 429, waits as its Retry-After says

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
@@ -139,33 +140,31 @@ func benchSecret(env *localenv.Env, i int) *corev1.Secret {
 // waitListed waits until the gateway's cache holds all n bench gateways.
 func waitListed(ctx context.Context, gw *gatewayAdmin, n int) error {
 	path := "/apis/gateway.clustergateway.io/v1alpha1/clustergateways?labelSelector=" + benchLabel + "%3Dtrue"
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		body, err := gw.get(ctx, path)
-		if err == nil && strings.Count(body, `"name":"bench-`) >= n {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the gateway did not list %d bench gateways in time (last error: %v)", n, err)
-		}
-		time.Sleep(500 * time.Millisecond)
+		last = err
+		return err == nil && strings.Count(body, `"name":"bench-`) >= n, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the gateway did not list %d bench gateways in time (last error: %v)", n, last)
 	}
+	return nil
 }
 
 // waitPoolBack waits until the deleted gateways' entries are retired and
 // their connections closed.
 func waitPoolBack(ctx context.Context, gw *gatewayAdmin, base gwState) error {
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		s, err := gw.state(ctx)
-		if err == nil && s.Entries <= base.Entries && s.Retiring == 0 && s.OpenConns <= base.OpenConns {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("pool not back to its baseline after deleting the bench gateways: %+v (base %+v, err %v)", s, base, err)
-		}
-		time.Sleep(500 * time.Millisecond)
+	var s gwState
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		s, last = gw.state(ctx)
+		return last == nil && s.Entries <= base.Entries && s.Retiring == 0 && s.OpenConns <= base.OpenConns, nil
+	})
+	if err != nil {
+		return fmt.Errorf("pool not back to its baseline after deleting the bench gateways: %+v (base %+v, err %v)", s, base, last)
 	}
+	return nil
 }
 
 // parallel runs f(0..n-1) on conc workers and returns the first error.

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
 )
@@ -92,17 +95,14 @@ func extendTargets(ctx context.Context, env *localenv.Env, ts []*target) ([]*tar
 // waitAllowed waits until benchUser's RoleBinding has reached the hub's
 // authorizer and t answers.
 func waitAllowed(ctx context.Context, t *target) error {
-	deadline := time.Now().Add(time.Minute)
-	for {
-		err := get(ctx, t.Client, t.URL)
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%s as %s: %w", t.Name, benchUser, err)
-		}
-		time.Sleep(200 * time.Millisecond)
+	var last error
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		last = get(ctx, t.Client, t.URL)
+		return last == nil, nil
+	}); err != nil {
+		return fmt.Errorf("%s as %s: %w", t.Name, benchUser, cmp.Or(last, err))
 	}
+	return nil
 }
 
 // Per-cluster limits of the gateway: ordinary requests in flight to one
