@@ -123,8 +123,6 @@ func (m *Manager) build(ctx context.Context, mat *material) (*tunnel, error) {
 		// proxy-server enforces grpc's default policy (pings at most every
 		// 5 min, none without streams), so stay above it or be cut off.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 6 * time.Minute, Timeout: 30 * time.Second}),
-		grpc.WithInitialWindowSize(tunnelWindow),
-		grpc.WithInitialConnWindowSize(tunnelWindow),
 	)
 	if err != nil {
 		m.buildFailures.Add(1)
@@ -213,9 +211,3 @@ func (m *Manager) shutdown() {
 		t.close()
 	}
 }
-
-// tunnelWindow is the tunnel's fixed gRPC flow-control window. Setting it
-// turns off gRPC's bandwidth-delay estimation, which otherwise pings the
-// proxy-server after nearly every response read through the tunnel. 16 MiB is
-// the ceiling that estimation grows to, so throughput is never lower.
-const tunnelWindow = 16 << 20
