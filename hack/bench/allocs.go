@@ -96,9 +96,12 @@ type topLine struct {
 	name      string
 }
 
-// topRow matches "  20003  1.2%  3.4%  40006  2.5%  name".
-var topRow = regexp.MustCompile(`^\s*(\d+)\s+[\d.]+%\s+[\d.]+%\s+(\d+)\s+[\d.]+%\s+(.+?)(?: \((?:partial-)?inline\))?$`)
+// topRow matches a row of `pprof -top` in counts, "  20003  1.2%  3.4%
+// 40006  2.5%  name", also of a -diff_base profile (negative counts).
+var topRow = regexp.MustCompile(`^\s*(-?\d+)\s+-?[\d.]+%\s+-?[\d.]+%\s+(-?\d+)\s+-?[\d.]+%\s+(.+?)(?: \((?:partial-)?inline\))?$`)
 
+// topLines reads the rows of `pprof -top` in counts (alloc_objects), names
+// without pprof's "(inline)".
 func topLines(text string) []topLine {
 	var out []topLine
 	sc := bufio.NewScanner(strings.NewReader(text))

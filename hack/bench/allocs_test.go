@@ -48,6 +48,20 @@ func TestAllocProfileParsing(t *testing.T) {
 	}
 }
 
+// A -diff_base profile (the load's allocations, after less before) can
+// have negative counts; its rows are read too.
+func TestAllocDiffRows(t *testing.T) {
+	const diff = `      flat  flat%   sum%        cum   cum%
+     -3000 -1.50% -1.50%       6000  3.00%  crypto/tls.(*Conn).Write
+      9000  4.50%  3.00%       9000  4.50%  bufio.NewReaderSize (inline)
+`
+	got := topLines(diff)
+	if len(got) != 2 || got[0] != (topLine{flat: -3000, cum: 6000, name: "crypto/tls.(*Conn).Write"}) ||
+		got[1] != (topLine{flat: 9000, cum: 9000, name: "bufio.NewReaderSize"}) {
+		t.Fatalf("diff rows: %+v", got)
+	}
+}
+
 // The difference from the bare proxy is split into the front end's
 // stand-in, the handler's own work, the ReverseProxy and the rest, which
 // add up to it.

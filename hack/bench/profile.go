@@ -106,18 +106,8 @@ func (p *pathProfile) readAllocs(ctx context.Context, goBin, path string, reques
 		logf("cannot read the gateway's allocation profiles of %s: %v", path, err)
 		return
 	}
-	for _, line := range strings.Split(string(out), "\n") {
-		// flat flat% sum% cum cum% name
-		f := strings.Fields(line)
-		if len(f) < 6 || !strings.HasSuffix(f[1], "%") {
-			continue
-		}
-		flat, err1 := strconv.ParseFloat(f[0], 64)
-		c, err2 := strconv.ParseFloat(f[3], 64)
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		p.AllocTop = append(p.AllocTop, topFunc{Func: strings.Join(f[5:], " "), Flat: flat / float64(requests), Cum: c / float64(requests)})
+	for _, l := range topLines(string(out)) {
+		p.AllocTop = append(p.AllocTop, topFunc{Func: l.name, Flat: l.flat / float64(requests), Cum: l.cum / float64(requests)})
 	}
 }
 
