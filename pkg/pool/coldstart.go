@@ -11,10 +11,11 @@ import (
 // connection then replaces all but one of them: a cold start with many
 // requests to one cluster (a restarted gateway, a controller's burst) made
 // a handshake per request, on the gateway and on the cluster. Here the first
-// request dials, and the others wait until that dial ends: then they use its
-// connection, or fail with its error, as they would have after dialing
-// themselves. With a connection open nothing waits; net/http dials more
-// connections when one is not enough (HTTP/1.1, or HTTP/2's stream limit).
+// request dials (the entry itself, not net/http: firstRoundTrip), and the
+// others wait until that dial ends: then they use its connection, or fail
+// with its error, as they would have after dialing themselves. With a
+// connection open nothing waits; net/http dials more connections when one
+// is not enough (HTTP/1.1, or HTTP/2's stream limit).
 type coldStart struct {
 	e  *entry
 	mu sync.Mutex
@@ -38,7 +39,7 @@ func (c *coldStart) RoundTrip(req *http.Request) (*http.Response, error) {
 			d = &awaitedDial{done: make(chan struct{})}
 			c.dial = d
 			c.mu.Unlock()
-			resp, err := c.e.rt.RoundTrip(req)
+			resp, err := c.e.firstRoundTrip(req)
 			c.end(d, nil)
 			return resp, err
 		}
