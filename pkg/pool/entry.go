@@ -131,6 +131,9 @@ func (e *entry) firstRoundTrip(req *http.Request) (*http.Response, error) {
 	case err := <-dialed:
 		if err != nil {
 			closeBody(req)
+			if req.Context().Err() != nil {
+				return nil, context.Cause(req.Context()) // the likelier cause; net/http prefers it too
+			}
 			return nil, err
 		}
 	case <-req.Context().Done():
