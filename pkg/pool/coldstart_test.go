@@ -109,19 +109,8 @@ func TestColdStartSharesTheDialError(t *testing.T) {
 // An HTTP/1.1-only cluster still gets a connection per concurrent request:
 // the first request's dial opens the way, and net/http dials the rest.
 func TestColdStartHTTP1(t *testing.T) {
-	serverCA, clientCA := testpki.MustCA(t, "server-ca"), testpki.MustCA(t, "client-ca")
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(50 * time.Millisecond) // keep each connection busy
-		_, _ = w.Write([]byte(r.Proto))
-	}))
-	serving := serverCA.MustIssue(t, testpki.Spec{CommonName: "upstream", IPs: []string{"127.0.0.1"}, Server: true})
-	srv.TLS = &tls.Config{Certificates: []tls.Certificate{serving.TLS()}, NextProtos: []string{"http/1.1"}}
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	base, _ := url.Parse(srv.URL)
-	client := clientCA.MustIssue(t, testpki.Spec{CommonName: "c", Client: true})
+	base, tg := http1Cluster(t, 50*time.Millisecond) // keep each connection busy
 	p := newTestPool(t, Options{Capacity: 8})
-	tg := &Target{Cluster: "h1", Address: base, CAData: serverCA.CertPEM, CertData: client.CertPEM, KeyData: client.KeyPEM}
 	errs, bodies := concurrently(t, p, tg, base, "/", 4)
 	for i, err := range errs {
 		if err != nil || bodies[i] != "HTTP/1.1" {
@@ -184,16 +173,9 @@ func TestFirstConnectionSkipsNetHTTP(t *testing.T) {
 // first cold start (the entry's own dial finds HTTP/1.1 and is closed);
 // from then on net/http dials for it and keeps its idle connections.
 func TestFirstConnectionHTTP1(t *testing.T) {
-	serverCA, clientCA := testpki.MustCA(t, "server-ca"), testpki.MustCA(t, "client-ca")
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte(r.Proto)) }))
-	serving := serverCA.MustIssue(t, testpki.Spec{CommonName: "upstream", IPs: []string{"127.0.0.1"}, Server: true})
-	srv.TLS = &tls.Config{Certificates: []tls.Certificate{serving.TLS()}, NextProtos: []string{"http/1.1"}}
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	base, _ := url.Parse(srv.URL)
-	client := clientCA.MustIssue(t, testpki.Spec{CommonName: "c", Client: true})
+	base, tg := http1Cluster(t, 0)
 	p := newTestPool(t, Options{Capacity: 8})
-	l := acquire(t, p, &Target{Cluster: "h1", Address: base, CAData: serverCA.CertPEM, CertData: client.CertPEM, KeyData: client.KeyPEM})
+	l := acquire(t, p, tg)
 	defer l.Release()
 	byNetHTTP := netHTTPDials(l.e)
 	if _, body := mustGet(t, l.Transport(), base, "/"); body != "HTTP/1.1" {
@@ -213,4 +195,21 @@ func TestFirstConnectionHTTP1(t *testing.T) {
 	if d := p.Stats().Dials; d != 2 {
 		t.Fatalf("a later cold start of an HTTP/1.1 cluster dialed (%d dials in all, want 2)", d)
 	}
+}
+
+// http1Cluster is a cluster that speaks only HTTP/1.1 over TLS, answering
+// each request with its protocol after delay, and the Target of it.
+func http1Cluster(t *testing.T, delay time.Duration) (*url.URL, *Target) {
+	serverCA, clientCA := testpki.MustCA(t, "server-ca"), testpki.MustCA(t, "client-ca")
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(delay)
+		_, _ = w.Write([]byte(r.Proto))
+	}))
+	serving := serverCA.MustIssue(t, testpki.Spec{CommonName: "upstream", IPs: []string{"127.0.0.1"}, Server: true})
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{serving.TLS()}, NextProtos: []string{"http/1.1"}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	base, _ := url.Parse(srv.URL)
+	client := clientCA.MustIssue(t, testpki.Spec{CommonName: "c", Client: true})
+	return base, &Target{Cluster: "h1", Address: base, CAData: serverCA.CertPEM, CertData: client.CertPEM, KeyData: client.KeyPEM}
 }
