@@ -21,7 +21,7 @@ type profileShare struct {
 // (pkg/certauth), so crypto/x509's Verify should be near zero in steady state.
 var profileFuncs = []profileShare{
 	{Key: "authn", What: "authentication (the authenticators, not the handlers after them)", Func: "k8s.io/apiserver/pkg/authentication/request/union.(*unionAuthRequestHandler).AuthenticateRequest"},
-	{Key: "certauth", What: "of which pkg/certauth's cached chain lookup (hash of the peer chain, LRU)", Func: "github.com/clustergateway/cluster-gateway/pkg/certauth.(*Cache).verify"},
+	{Key: "certauth", What: "of which pkg/certauth's cached chain lookup (by connection, else a hash of the peer chain in an LRU)", Func: "github.com/clustergateway/cluster-gateway/pkg/certauth.(*Cache).lookupConn"},
 	{Key: "verify", What: "of which chain verification (crypto/x509, on cache misses)", Func: "crypto/x509.(*Certificate).Verify"},
 	{Key: "authz", What: "authorization: pkg/authzcache's decisions (the lookup, and the authorizers on a miss)", Func: "github.com/clustergateway/cluster-gateway/pkg/authzcache.(*Authorizer).Authorize"},
 	{Key: "webhook", What: "of which the delegated (webhook) authorizer: SubjectAccessReviews on misses", Func: "k8s.io/apiserver/plugin/pkg/authorizer/webhook.(*WebhookAuthorizer).Authorize"},

@@ -10,7 +10,10 @@
 // pool is compared by identity: the dynamic CA providers hand out a new pool
 // when the CA bundle changes, so a rotated bundle is used on the very next
 // request, and a connection reused across the change is verified again. An
-// entry ends at the earliest notAfter of its chain. Of failures, only "signed
+// entry ends at the earliest notAfter of its chain. In front of the LRU, each
+// authenticator remembers the entries of recent connections by their TLS
+// state (see connMemo), so that the requests of a kept-alive connection skip
+// hashing the chain and the LRU's lock. Of failures, only "signed
 // by an unknown authority" is kept (it depends on the chain and the pool, not
 // on the time): a user's certificate is first tried as the front proxy's, as
 // the generic server does, and that refusal need not be worked out again.
@@ -18,13 +21,16 @@ package certauth
 
 import (
 	"crypto/sha256"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
@@ -42,6 +48,7 @@ type Cache struct {
 	lru                         *lru.Cache[key, *verified]
 	now                         func() time.Time
 	hits, misses, verifications atomic.Int64
+	connHits                    atomic.Int64 // of hits, those found by connection (connMemo)
 }
 
 type key struct {
@@ -78,18 +85,48 @@ func (c *Cache) Stats() (hits, misses, verifications int64, size int) {
 	return c.hits.Load(), c.misses.Load(), c.verifications.Load(), c.lru.Len()
 }
 
-// verify returns the chains of peer (leaf first) under opts, from the cache
-// or by verifying them.
-func (c *Cache) verify(peer []*x509.Certificate, opts x509.VerifyOptions) ([][]*x509.Certificate, error) {
-	v, err := c.lookup(peer, opts)
-	if err != nil {
-		return nil, err
+// connMemoSlots is how many connections' entries an authenticator
+// remembers by TLS state: a slot per connection, chosen by the state's
+// address, the last connection there kept.
+const connMemoSlots = 64
+
+// connMemo remembers entries by connection. HTTP/2 and HTTP/1 servers alike
+// hand every request of a connection the same *tls.ConnectionState (made
+// once, after the handshake, and not changed), so the same state means the
+// same peer chain. An entry found here is used only under the same CA pool
+// (by identity) and key usages, and only before its notAfter, as in the LRU.
+// A remembered state stays reachable until its slot is taken by another
+// connection: at most connMemoSlots states per authenticator.
+type connMemo [connMemoSlots]atomic.Pointer[connEntry]
+
+type connEntry struct {
+	state  *tls.ConnectionState // held, so its address is not reused while here
+	roots  *x509.CertPool
+	usages []x509.ExtKeyUsage
+	v      *verified
+}
+
+// lookupConn is lookup for the peer chain of state, through m.
+func (c *Cache) lookupConn(m *connMemo, state *tls.ConnectionState, opts x509.VerifyOptions) (*verified, error) {
+	// A multiplicative hash of the state's address (the heap does not move
+	// objects): its top bits pick the slot.
+	slot := &m[(uint64(uintptr(unsafe.Pointer(state)))*0x9E3779B97F4A7C15)>>58]
+	if e := slot.Load(); e != nil && e.state == state && e.roots == opts.Roots &&
+		slices.Equal(e.usages, opts.KeyUsages) && c.now().Before(e.v.notAfter) {
+		c.hits.Add(1)
+		c.connHits.Add(1)
+		return e.v, e.v.err
 	}
-	return v.chains, nil
+	v, err := c.lookup(state.PeerCertificates, opts)
+	if v != nil {
+		slot.Store(&connEntry{state: state, roots: opts.Roots, usages: slices.Clone(opts.KeyUsages), v: v})
+	}
+	return v, err
 }
 
 // lookup returns the cache entry of peer's chains under opts, verifying and
-// adding them when they are not there.
+// adding them when they are not there. The entry is nil when the answer is
+// not kept (an error other than an unknown authority).
 func (c *Cache) lookup(peer []*x509.Certificate, opts x509.VerifyOptions) (*verified, error) {
 	h := sha256.New()
 	for _, cert := range peer {
@@ -122,8 +159,9 @@ func (c *Cache) lookup(peer []*x509.Certificate, opts x509.VerifyOptions) (*veri
 		// for as long as both are the same, whatever the time. Kept, so
 		// that a user's certificate is not tried against the front-proxy
 		// CA on every request.
-		c.lru.Add(k, &verified{err: err, notAfter: peer[0].NotAfter})
-		return nil, err
+		v := &verified{err: err, notAfter: peer[0].NotAfter}
+		c.lru.Add(k, v)
+		return v, err
 	}
 	if err != nil {
 		return nil, err
@@ -148,6 +186,7 @@ func (c *Cache) lookup(peer []*x509.Certificate, opts x509.VerifyOptions) (*veri
 // cache shares its answers: every request used to hash the certificate for
 // the credential ID and build the user twice over (a dozen allocations).
 func (c *Cache) ClientCert(ca dynamiccertificates.CAContentProvider) authenticator.Request {
+	memo := new(connMemo)
 	return authenticator.RequestFunc(func(req *http.Request) (*authenticator.Response, bool, error) {
 		if req.TLS == nil || len(req.TLS.PeerCertificates) == 0 {
 			return nil, false, nil
@@ -156,7 +195,7 @@ func (c *Cache) ClientCert(ca dynamiccertificates.CAContentProvider) authenticat
 		if !ok {
 			return nil, false, nil
 		}
-		v, err := c.lookup(req.TLS.PeerCertificates, opts)
+		v, err := c.lookupConn(memo, req.TLS, opts)
 		if err != nil {
 			return nil, false, fmt.Errorf("verifying certificate with subject %q failed: %w", req.TLS.PeerCertificates[0].Subject, err)
 		}
@@ -215,6 +254,7 @@ func withAuthenticatedGroup(r *authenticator.Response) *authenticator.Response {
 // from the headers, as headerrequest.NewDynamicVerifyOptionsSecure does.
 func (c *Cache) RequestHeader(rh RequestHeaderConfig) authenticator.Request {
 	headers := headerrequest.NewDynamic(rh.UsernameHeaders, rh.UIDHeaders, rh.GroupHeaders, rh.ExtraHeaderPrefixes)
+	memo := new(connMemo)
 	return authenticator.RequestFunc(func(req *http.Request) (*authenticator.Response, bool, error) {
 		if req.TLS == nil || len(req.TLS.PeerCertificates) == 0 {
 			return nil, false, nil
@@ -223,7 +263,7 @@ func (c *Cache) RequestHeader(rh RequestHeaderConfig) authenticator.Request {
 		if !ok {
 			return nil, false, nil
 		}
-		if _, err := c.verify(req.TLS.PeerCertificates, opts); err != nil {
+		if _, err := c.lookupConn(memo, req.TLS, opts); err != nil {
 			return nil, false, err
 		}
 		if err := allowed(req.TLS.PeerCertificates[0].Subject, rh.AllowedClientNames.Value()); err != nil {

@@ -3,6 +3,7 @@ package certauth
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -129,5 +130,63 @@ func TestRequestHeader(t *testing.T) {
 	// is not is worked out once.
 	if _, _, after, _ := c.Stats(); after-before != 1 {
 		t.Errorf("three requests with a user's certificate verified it %d times against the front-proxy CA, want 1", after-before)
+	}
+}
+
+// The requests of one connection find its chain by the connection: one
+// verification and no LRU lookup after the first, and still refused once the
+// certificate expires or its CA leaves the bundle. Many connections (more
+// than the memo's slots) are each still authenticated as themselves.
+func TestConnectionRemembered(t *testing.T) {
+	ca := testpki.MustCA(t, "certauth-conn")
+	alice := ca.MustIssue(t, testpki.Spec{CommonName: "alice", Client: true})
+	provider := &fakeCA{}
+	provider.pool.Store(ca.Pool())
+	c, err := NewCache(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth := c.ClientCert(provider)
+	conn := &tls.ConnectionState{PeerCertificates: []*x509.Certificate{alice.Cert}}
+	on := func(state *tls.ConnectionState) *http.Request {
+		req, _ := http.NewRequest(http.MethodGet, "https://gateway/", nil)
+		req.TLS = state
+		return req
+	}
+	for range 100 {
+		if resp, ok, err := auth.AuthenticateRequest(on(conn)); !ok || err != nil || resp.User.GetName() != "alice" {
+			t.Fatalf("alice: %v %v %v", resp, ok, err)
+		}
+	}
+	hits, misses, verifications, _ := c.Stats()
+	if verifications != 1 || misses != 1 || hits != 99 || c.connHits.Load() != 99 {
+		t.Fatalf("100 requests on one connection: %d verifications, %d misses, %d hits (%d by connection), want 1, 1, 99 (99)", verifications, misses, hits, c.connHits.Load())
+	}
+
+	// Expired: refused on the same connection.
+	c.now = func() time.Time { return alice.Cert.NotAfter.Add(time.Minute) }
+	if _, ok, err := auth.AuthenticateRequest(on(conn)); ok || err == nil {
+		t.Fatalf("an expired certificate on a remembered connection: ok=%v err=%v, want refused", ok, err)
+	}
+	c.now = time.Now
+	// The CA left the bundle: refused on the same connection.
+	provider.pool.Store(testpki.MustCA(t, "certauth-conn-other").Pool())
+	if _, ok, err := auth.AuthenticateRequest(on(conn)); ok || err == nil {
+		t.Fatalf("a remembered connection after its CA left the bundle: ok=%v err=%v, want refused", ok, err)
+	}
+	provider.pool.Store(ca.Pool())
+
+	// More connections than slots, each a user of its own, twice over.
+	var conns []*tls.ConnectionState
+	for i := range 3 * connMemoSlots {
+		p := ca.MustIssue(t, testpki.Spec{CommonName: fmt.Sprintf("user-%d", i), Client: true})
+		conns = append(conns, &tls.ConnectionState{PeerCertificates: []*x509.Certificate{p.Cert}})
+	}
+	for range 2 {
+		for i, state := range conns {
+			if resp, ok, err := auth.AuthenticateRequest(on(state)); !ok || err != nil || resp.User.GetName() != fmt.Sprintf("user-%d", i) {
+				t.Fatalf("connection %d: %v %v %v", i, resp, ok, err)
+			}
+		}
 	}
 }

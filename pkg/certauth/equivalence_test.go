@@ -64,8 +64,14 @@ func certs(t *testing.T, ca *testpki.CA) map[string][]*x509.Certificate {
 }
 
 func tlsRequest(chain []*x509.Certificate) *http.Request {
+	return connRequest(&tls.ConnectionState{PeerCertificates: chain})
+}
+
+// connRequest is a request on the connection whose TLS state is state: a
+// server gives every request of a connection the same state.
+func connRequest(state *tls.ConnectionState) *http.Request {
 	req, _ := http.NewRequest(http.MethodGet, "https://gateway/", nil)
-	req.TLS = &tls.ConnectionState{PeerCertificates: chain}
+	req.TLS = state
 	req.Header.Set("X-Remote-User", "bob")
 	req.Header.Add("X-Remote-Group", "team")
 	req.Header.Set("X-Remote-Extra-Scopes", "read")
@@ -73,7 +79,8 @@ func tlsRequest(chain []*x509.Certificate) *http.Request {
 }
 
 // No cache may let a request through that the uncached path would refuse:
-// for every kind of chain, asked three times (a miss, then hits), the cached
+// for every kind of chain, asked three times on one connection (a miss, then
+// hits by connection) and once on another (a hit in the LRU), the cached
 // authenticators decide exactly as the generic server's own do.
 func TestSameDecisionsAsUncached(t *testing.T) {
 	ca := testpki.MustCA(t, "certauth-equivalence")
@@ -102,8 +109,12 @@ func TestSameDecisionsAsUncached(t *testing.T) {
 	for kind, pair := range pairs {
 		for name, chain := range certs(t, ca) {
 			want := decide(pair[0], tlsRequest(chain))
-			for i := range 3 {
-				req := tlsRequest(chain)
+			conn := &tls.ConnectionState{PeerCertificates: chain}
+			for i := range 4 {
+				req := connRequest(conn)
+				if i == 3 {
+					req = tlsRequest(chain) // another connection
+				}
 				if got := decide(pair[1], req); !reflect.DeepEqual(got, want) {
 					t.Errorf("%s, %s, request %d: cached %+v, uncached %+v", kind, name, i+1, got, want)
 				}
@@ -115,6 +126,9 @@ func TestSameDecisionsAsUncached(t *testing.T) {
 	}
 	if _, _, verifications, _ := c.Stats(); verifications == 0 {
 		t.Fatal("nothing was verified")
+	}
+	if c.connHits.Load() == 0 {
+		t.Fatal("no request was answered by its connection")
 	}
 }
 
@@ -145,10 +159,10 @@ func TestRotatedBundleOnAReusedConnection(t *testing.T) {
 	auth := c.ClientCert(provider)
 
 	// One TLS connection, as a client keeping it alive would use it.
-	peer := []*x509.Certificate{alice.Cert}
+	conn := &tls.ConnectionState{PeerCertificates: []*x509.Certificate{alice.Cert}}
 	check := func(step string, wantOK bool) {
 		t.Helper()
-		resp, ok, err := auth.AuthenticateRequest(tlsRequest(peer))
+		resp, ok, err := auth.AuthenticateRequest(connRequest(conn))
 		if ok != wantOK || (ok && resp.User.GetName() != "alice") || (!ok && err == nil) {
 			t.Fatalf("%s: ok=%v err=%v, want ok=%v", step, ok, err, wantOK)
 		}
