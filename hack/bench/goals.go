@@ -233,7 +233,7 @@ func (r *report) cpuLimits(b *strings.Builder, gs []goal) {
 				c, _ := g.res.cpuPerReq("gateway")
 				port = fmt.Sprintf("; on the gateway's own port %s", fmtDur(time.Duration(gp.share("hpackenc")/100*float64(c))))
 			}
-			fmt.Fprintf(b, " Of the client's request writes, encoding the request headers (HPACK) is %.1f%%, about %s per request%s: the pool's connections index no request header (pkg/pool's encoderHeaderTableSize), so the hub's new Audit-Id on every request costs its literal and no table eviction, which used to grow the stack of x/net's new goroutine per request (about 6%% of the gateway's CPU through the hub).",
+			fmt.Fprintf(b, " Of the client's request writes, encoding the request headers (HPACK) is %.1f%%, about %s per request%s: through the hub every request carries the hub's new Audit-Id, which the HTTP/2 client indexes and so evicts an older entry, and that eviction grows the request's new goroutine's stack (x/net's, one per request).",
 				p.share("hpackenc"), us(p.share("hpackenc")), port)
 		}
 		switch l.load {

@@ -37,7 +37,7 @@ var profileFuncs = []profileShare{
 	{Key: "h2serverwrite", What: "HTTP/2 server: frame writes on their own goroutines", Func: "golang.org/x/net/http2.(*serverConn).writeFrameAsync"},
 	{Key: "h2clientread", What: "HTTP/2 client to the cluster: the connection's read loop", Func: "golang.org/x/net/http2.(*ClientConn).readLoop"},
 	{Key: "h2clientwrite", What: "HTTP/2 client to the cluster: writing each request (a goroutine per request)", Func: "golang.org/x/net/http2.(*clientStream).doRequest"},
-	{Key: "hpackenc", What: "of which HTTP/2 client to the cluster: encoding each request's headers (HPACK) on that goroutine, as literals: the pool's connections index none (through the hub every request carries a new Audit-Id, whose indexing evicted an older entry and grew the new goroutine's stack)", Func: "golang.org/x/net/http2/hpack.(*Encoder).WriteField"},
+	{Key: "hpackenc", What: "of which HTTP/2 client to the cluster: encoding each request's headers (HPACK) on that goroutine; through the hub every request carries a new Audit-Id, which is indexed and evicts an older entry, and the eviction's map lookups grow the new goroutine's stack (that growth included here)", Func: "golang.org/x/net/http2/hpack.(*Encoder).WriteField"},
 	{Key: "sched", What: "scheduling: goroutines parking and waking", Func: "runtime.schedule"},
 	{Key: "grpcsend", What: "Konnectivity tunnel: gRPC sends of the connection's writes", Func: "google.golang.org/grpc.(*clientStream).SendMsg"},
 	{Key: "grpcloopy", What: "Konnectivity tunnel: gRPC's writer goroutine", Func: "google.golang.org/grpc/internal/transport.(*loopyWriter).run"},

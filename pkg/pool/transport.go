@@ -26,21 +26,9 @@ const (
 // the headers that repeat (content type, cache control, the priority-and-
 // fairness UIDs) with a few unique ones; those repeating headers are then
 // sent anew every few responses: a little decoding traded for memory.
+// The encoder's table (request headers, impersonation included) keeps
+// the cluster's limit: a user's groups repeat on every request.
 const decoderHeaderTableSize = 1024
-
-// encoderHeaderTableSize is the HPACK table the pool's connections index
-// request headers into: none (x/net's smallest limit, 1 byte, holds no
-// field). A request through the hub carries the hub's new Audit-Id (kept so
-// that the cluster's audit log names the hub's request), so with a table
-// every request would index a new entry and evict an old one, and that
-// eviction, on x/net's new goroutine per request, grew the goroutine's
-// stack: about 6% of the gateway's CPU through the hub (runtime.copystack,
-// docs/performance.md). Unindexed, a request's headers are sent in full
-// (Huffman-coded: tens to hundreds of bytes more per request, with the
-// impersonated groups), the cluster keeps none of them (a few allocations
-// more there to decode them), and no credential header stays in either
-// side's table.
-const encoderHeaderTableSize = 1
 
 // newTransport builds an entry's transport for ordinary requests around its
 // tracked dialer: HTTP/2 over TLS connections that dialTLS makes (the
@@ -77,7 +65,6 @@ func newTransport(dialTLS dialFunc, o Options) (rt *http.Transport, h2 *h2health
 	// reachable for ReadIdleTimeout (see h2health).
 	t2.ReadIdleTimeout, t2.PingTimeout = 0, 0
 	t2.MaxDecoderHeaderTableSize = decoderHeaderTableSize
-	t2.MaxEncoderHeaderTableSize = encoderHeaderTableSize
 	h2 = newH2Health(t2.ConnPool, o.HTTP2ReadIdleTimeout, o.HTTP2PingTimeout)
 	t2.ConnPool = h2
 	return rt, h2, nil

@@ -2,7 +2,6 @@ package pool
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -16,7 +15,6 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 	utilproxy "k8s.io/apimachinery/pkg/util/proxy"
 
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
@@ -283,110 +281,4 @@ func TestConnectionsBoundTheClustersHeaderTable(t *testing.T) {
 	if v, ok := settings[http2.SettingHeaderTableSize]; !ok || v != decoderHeaderTableSize {
 		t.Fatalf("the connection's SETTINGS %v: header table size %d (sent: %v), want %d", settings, v, ok, decoderHeaderTableSize)
 	}
-}
-
-// A pooled connection indexes none of its request headers: every request's
-// header block, as the cluster receives it, decodes with an HPACK table that
-// holds nothing, so the cluster keeps no header of earlier requests (through
-// the hub each request's unique Audit-Id would otherwise be indexed and evict
-// an older entry on both sides). The requests' headers arrive whole.
-func TestConnectionsIndexNoRequestHeaders(t *testing.T) {
-	serverCA, clientCA := testpki.MustCA(t, "server-ca"), testpki.MustCA(t, "client-ca")
-	serving := serverCA.MustIssue(t, testpki.Spec{CommonName: "upstream", IPs: []string{"127.0.0.1"}, Server: true})
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{serving.TLS()}, NextProtos: []string{"h2"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	type block struct {
-		fields map[string]string
-		err    error
-	}
-	blocks := make(chan block, 8)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		preface := make([]byte, len(http2.ClientPreface))
-		if _, err := io.ReadFull(c, preface); err != nil {
-			blocks <- block{err: err}
-			return
-		}
-		fr := http2.NewFramer(c, c)
-		// A table of one byte keeps no field (each costs 32 bytes and more),
-		// so a block that refers to an earlier request's field fails here.
-		fr.ReadMetaHeaders = hpack.NewDecoder(1, nil)
-		if err := fr.WriteSettings(); err != nil {
-			blocks <- block{err: err}
-			return
-		}
-		var resp bytes.Buffer
-		enc := hpack.NewEncoder(&resp)
-		for {
-			f, err := fr.ReadFrame()
-			if err != nil {
-				if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-					blocks <- block{err: err}
-				}
-				return
-			}
-			switch f := f.(type) {
-			case *http2.SettingsFrame:
-				if !f.IsAck() {
-					_ = fr.WriteSettingsAck()
-				}
-			case *http2.MetaHeadersFrame:
-				fields := map[string]string{}
-				for _, hf := range f.Fields {
-					fields[hf.Name] = hf.Value
-				}
-				blocks <- block{fields: fields}
-				resp.Reset()
-				_ = enc.WriteField(hpack.HeaderField{Name: ":status", Value: "200"})
-				_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: resp.Bytes(), EndStream: true, EndHeaders: true})
-			}
-		}
-	}()
-
-	client := clientCA.MustIssue(t, testpki.Spec{CommonName: "client", Client: true})
-	u := &url.URL{Scheme: "https", Host: ln.Addr().String()}
-	p := newTestPool(t, Options{Capacity: 2})
-	l := acquire(t, p, &Target{Cluster: "c0", Address: u, CAData: serverCA.CertPEM, CertData: client.CertPEM, KeyData: client.KeyPEM})
-	defer l.Release()
-	auditIDs := []string{"6f1c1f7e-0d7a-4a53-9d55-1d8f1d0a0001", "6f1c1f7e-0d7a-4a53-9d55-1d8f1d0a0002", "6f1c1f7e-0d7a-4a53-9d55-1d8f1d0a0003"}
-	for i, id := range auditIDs {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u.String()+"/api/v1/namespaces/default", nil)
-		req.Header.Set("Audit-Id", id)
-		req.Header.Set("Impersonate-User", "alice")
-		req.Header["Impersonate-Group"] = []string{"team-a", "system:authenticated"}
-		resp, rtErr := l.Transport().RoundTrip(req)
-		if rtErr == nil {
-			resp.Body.Close()
-		}
-		var b block
-		select {
-		case b = <-blocks:
-		case <-ctx.Done():
-			t.Fatalf("request %d: the cluster saw no header block (round trip: %v)", i+1, rtErr)
-		}
-		cancel()
-		if b.err != nil {
-			t.Fatalf("request %d: the cluster could not decode its headers without an HPACK table: %v", i+1, b.err)
-		}
-		if rtErr != nil {
-			t.Fatalf("request %d: %v", i+1, rtErr)
-		}
-		if b.fields["audit-id"] != id || b.fields["impersonate-user"] != "alice" || b.fields[":path"] != "/api/v1/namespaces/default" {
-			t.Fatalf("request %d: the cluster saw %v", i+1, b.fields)
-		}
-	}
-	l.Release()
-	p.Close()
-	ln.Close()
-	<-served
 }
