@@ -8,7 +8,7 @@ import (
 
 // Tolerance of the "live heap after eviction" goal: the per-entry size is
 // measured once (the pool filled, nothing evicted) and heap figures move by
-// a few MiB between forced GCs.
+// a few MiB between forced GCs (each is the median of settleSamples).
 const scanHeapTolerance = 1.10
 
 // scanSection is section 5 of the report: memory under a scan of more
@@ -25,12 +25,12 @@ func (r *report) scanSection(b *strings.Builder) {
 		"then %d passes each send one GET through the hub (`%s` of every cluster, via the aggregator and the gateway) for every gateway in turn, "+
 		"with %d workers sharing one HTTP/2 client: a controller that lists something in every cluster, with %d× more clusters than the pool holds, "+
 		"so nearly every request evicts an entry and dials a new connection. Peak RSS is VmHWM, reset before each pass (`/proc/<pid>/clear_refs`); "+
-		"the \"(GC)\" columns are read right after a forced GC (`/debug/pprof/heap?gc=1`, whose profiles are saved in the state directory as `gateway-heap-scan-*.pprof`); "+
+		"the \"(GC)\" columns are read right after a forced GC (`/debug/pprof/heap?gc=1`, whose profiles are saved in the state directory as `gateway-heap-scan-*.pprof`), %d times a second apart, the sample of median live heap kept (the prober's probes in flight at a GC move one sample by megabytes); "+
 		"live heap is what the last GC marked, from the goal it set (`go_memstats_next_gc_bytes` = live + (live + `go_memstats_stack_inuse_bytes`) × GOGC/100, globals left out); "+
 		"heap alloc is `go_memstats_heap_alloc_bytes` (live plus what was allocated since the GC: the prober and in-flight requests keep allocating), "+
 		"heap in use `go_memstats_heap_inuse_bytes` (also the free room of spans holding live objects); "+
 		"the peak heap in use is the highest sampled once a second during the pass. The gateway binary: `%s`.\n\n",
-		s.Capacity, s.N, s.CreateTime.Round(time.Second), s.ProbedWait.Round(time.Second), s.PooledN, s.PooledProbedWait.Round(time.Second), len(s.Passes), requestPath, s.Clients, s.N/s.Capacity, s.GatewayBin)
+		s.Capacity, s.N, s.CreateTime.Round(time.Second), s.ProbedWait.Round(time.Second), s.PooledN, s.PooledProbedWait.Round(time.Second), len(s.Passes), requestPath, s.Clients, s.N/s.Capacity, settleSamples, s.GatewayBin)
 
 	b.WriteString("| gateway state | duration | errors | peak RSS | peak heap in use (sampled) | live heap (GC) | heap alloc (GC) | heap in use (GC) | RSS (GC) | pool entries | retiring | open connections | goroutines |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")

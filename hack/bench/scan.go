@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -180,10 +182,7 @@ func runScan(ctx context.Context, env *localenv.Env, gw *gatewayAdmin, n int, pr
 	}
 	pid := env.Gateway.Process.Pid()
 	settled := func(step string) (memState, error) {
-		if err := gw.gc(ctx, filepath.Join(profileDir, "gateway-heap-scan-"+step+".pprof")); err != nil {
-			return memState{}, err
-		}
-		return readMem(ctx, gw)
+		return medianAfterGC(ctx, gw, filepath.Join(profileDir, "gateway-heap-scan-"+step+".pprof"))
 	}
 	var err error
 	if res.Base, err = settled("before"); err != nil {
@@ -436,6 +435,54 @@ func (a idleMark) until(b idleMark) idleCPU {
 		return idleCPU{}
 	}
 	return idleCPU{Window: w, Cores: float64(b.cpu-a.cpu) / float64(w), ProbesPerSec: (b.probes - a.probes) / w.Seconds()}
+}
+
+// settleSamples is how many forced GCs, a second apart, medianAfterGC
+// takes.
+const settleSamples = 5
+
+// medianAfterGC forces a GC in the gateway and reads its memory
+// settleSamples times, a second apart, and returns the sample whose marked
+// heap is the median; the heap profile saved at save is that sample's. With
+// 10,000 gateways stored the prober builds hundreds of transient entries a
+// second (handshakes, parsed TLS material), and whichever are in flight at
+// a GC move a single sample's live heap by megabytes, which the per-entry
+// size (a difference of two such samples) would carry.
+func medianAfterGC(ctx context.Context, gw *gatewayAdmin, save string) (memState, error) {
+	type sample struct {
+		m       memState
+		profile string
+	}
+	var samples []sample
+	defer func() {
+		for _, s := range samples {
+			os.Remove(s.profile)
+		}
+	}()
+	for i := range settleSamples {
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				return memState{}, ctx.Err()
+			case <-time.After(time.Second):
+			}
+		}
+		profile := fmt.Sprintf("%s.%d", save, i)
+		if err := gw.gc(ctx, profile); err != nil {
+			return memState{}, err
+		}
+		m, err := readMem(ctx, gw)
+		samples = append(samples, sample{m, profile})
+		if err != nil {
+			return memState{}, err
+		}
+	}
+	slices.SortFunc(samples, func(a, b sample) int { return cmp.Compare(a.m.Marked, b.m.Marked) })
+	median := samples[len(samples)/2]
+	if err := os.Rename(median.profile, save); err != nil {
+		return memState{}, err
+	}
+	return median.m, nil
 }
 
 // memState is gwState plus the live heap, go_memstats_heap_alloc_bytes:
