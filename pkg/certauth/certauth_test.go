@@ -35,16 +35,23 @@ func request(p *testpki.Pair) *http.Request {
 	return req
 }
 
-func TestClientCertVerifiedOnce(t *testing.T) {
-	ca := testpki.MustCA(t, "certauth-ca")
-	alice := ca.MustIssue(t, testpki.Spec{CommonName: "alice", Organization: []string{"dev"}, Client: true})
+// clientCertAuth is the ClientCert authenticator of a new cache of size,
+// over a provider that trusts ca until its pool is replaced.
+func clientCertAuth(t *testing.T, ca *testpki.CA, size int) (*fakeCA, *Cache, authenticator.Request) {
+	t.Helper()
 	provider := &fakeCA{}
 	provider.pool.Store(ca.Pool())
-	c, err := NewCache(4)
+	c, err := NewCache(size)
 	if err != nil {
 		t.Fatal(err)
 	}
-	auth := c.ClientCert(provider)
+	return provider, c, c.ClientCert(provider)
+}
+
+func TestClientCertVerifiedOnce(t *testing.T) {
+	ca := testpki.MustCA(t, "certauth-ca")
+	alice := ca.MustIssue(t, testpki.Spec{CommonName: "alice", Organization: []string{"dev"}, Client: true})
+	provider, c, auth := clientCertAuth(t, ca, 4)
 	var first *authenticator.Response
 	for range 100 {
 		resp, ok, err := auth.AuthenticateRequest(request(alice))
@@ -140,21 +147,10 @@ func TestRequestHeader(t *testing.T) {
 func TestConnectionRemembered(t *testing.T) {
 	ca := testpki.MustCA(t, "certauth-conn")
 	alice := ca.MustIssue(t, testpki.Spec{CommonName: "alice", Client: true})
-	provider := &fakeCA{}
-	provider.pool.Store(ca.Pool())
-	c, err := NewCache(8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	auth := c.ClientCert(provider)
+	provider, c, auth := clientCertAuth(t, ca, 8)
 	conn := &tls.ConnectionState{PeerCertificates: []*x509.Certificate{alice.Cert}}
-	on := func(state *tls.ConnectionState) *http.Request {
-		req, _ := http.NewRequest(http.MethodGet, "https://gateway/", nil)
-		req.TLS = state
-		return req
-	}
 	for range 100 {
-		if resp, ok, err := auth.AuthenticateRequest(on(conn)); !ok || err != nil || resp.User.GetName() != "alice" {
+		if resp, ok, err := auth.AuthenticateRequest(connRequest(conn)); !ok || err != nil || resp.User.GetName() != "alice" {
 			t.Fatalf("alice: %v %v %v", resp, ok, err)
 		}
 	}
@@ -165,13 +161,13 @@ func TestConnectionRemembered(t *testing.T) {
 
 	// Expired: refused on the same connection.
 	c.now = func() time.Time { return alice.Cert.NotAfter.Add(time.Minute) }
-	if _, ok, err := auth.AuthenticateRequest(on(conn)); ok || err == nil {
+	if _, ok, err := auth.AuthenticateRequest(connRequest(conn)); ok || err == nil {
 		t.Fatalf("an expired certificate on a remembered connection: ok=%v err=%v, want refused", ok, err)
 	}
 	c.now = time.Now
 	// The CA left the bundle: refused on the same connection.
 	provider.pool.Store(testpki.MustCA(t, "certauth-conn-other").Pool())
-	if _, ok, err := auth.AuthenticateRequest(on(conn)); ok || err == nil {
+	if _, ok, err := auth.AuthenticateRequest(connRequest(conn)); ok || err == nil {
 		t.Fatalf("a remembered connection after its CA left the bundle: ok=%v err=%v, want refused", ok, err)
 	}
 	provider.pool.Store(ca.Pool())
@@ -184,7 +180,7 @@ func TestConnectionRemembered(t *testing.T) {
 	}
 	for range 2 {
 		for i, state := range conns {
-			if resp, ok, err := auth.AuthenticateRequest(on(state)); !ok || err != nil || resp.User.GetName() != fmt.Sprintf("user-%d", i) {
+			if resp, ok, err := auth.AuthenticateRequest(connRequest(state)); !ok || err != nil || resp.User.GetName() != fmt.Sprintf("user-%d", i) {
 				t.Fatalf("connection %d: %v %v %v", i, resp, ok, err)
 			}
 		}

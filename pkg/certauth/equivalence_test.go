@@ -191,13 +191,7 @@ func TestRotatedBundleOnAReusedConnection(t *testing.T) {
 // one is still authenticated correctly.
 func TestBoundedUnderManyCertificates(t *testing.T) {
 	ca := testpki.MustCA(t, "certauth-many")
-	provider := &fakeCA{}
-	provider.pool.Store(ca.Pool())
-	c, err := NewCache(16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	auth := c.ClientCert(provider)
+	_, c, auth := clientCertAuth(t, ca, 16)
 	for i := range 200 {
 		name := fmt.Sprintf("user-%d", i)
 		p := ca.MustIssue(t, testpki.Spec{CommonName: name, Client: true})
