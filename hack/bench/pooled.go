@@ -44,8 +44,14 @@ func measurePooled(ctx context.Context, env *localenv.Env, gw *gatewayAdmin, n, 
 		return nil, err
 	}
 	res := &pooledResult{N: n}
+	// A figure is the median of settleSamples forced GCs, as in the scan:
+	// the prober's probes in flight at one GC move a single sample.
 	settled := func(step string) (memState, error) {
-		if err := gw.gc(ctx, filepath.Join(profileDir, "gateway-heap-"+step+".pprof")); err != nil {
+		return medianAfterGC(ctx, gw, filepath.Join(profileDir, "gateway-heap-"+step+".pprof"))
+	}
+	// The release is polled: one forced GC per look.
+	released := func() (memState, error) {
+		if err := gw.gc(ctx, filepath.Join(profileDir, "gateway-heap-released.pprof")); err != nil {
 			return memState{}, err
 		}
 		return readMem(ctx, gw)
@@ -104,7 +110,7 @@ func measurePooled(ctx context.Context, env *localenv.Env, gw *gatewayAdmin, n, 
 	start = time.Now()
 	for {
 		time.Sleep(5 * time.Second)
-		if res.Released, err = settled("released"); err != nil {
+		if res.Released, err = released(); err != nil {
 			return nil, err
 		}
 		growth := res.Pooled.Heap - res.Base.Heap

@@ -183,8 +183,8 @@ func (r *report) pooledSection(b *strings.Builder) {
 	fmt.Fprintf(b, "## 3. Memory per pooled cluster\n\n")
 	fmt.Fprintf(b, "%d ClusterGateways created as Secrets on the hub (alternately managed-1 and managed-2, distinct names, same credentials; %s until the gateway listed them all), "+
 		"one GET through each on the gateway's port (%s), then deleted with one DeleteCollection (%s until every entry was retired and its connections closed). "+
-		"Each figure is read right after a forced GC in the gateway (`/debug/pprof/heap?gc=1`); heap in use is `go_memstats_heap_inuse_bytes`, live heap what that GC marked (as in section 5), RSS is VmRSS.\n\n",
-		p.N, p.CreateTime.Round(100*time.Millisecond), p.RequestTime.Round(100*time.Millisecond), p.DeleteTime.Round(100*time.Millisecond))
+		"Each figure is read right after a forced GC in the gateway (`/debug/pprof/heap?gc=1`), and each but the last row's is the median by live heap of %d such reads a second apart (as in section 5: the prober's probes in flight at one GC move a single read); the last row is polled every 5s until the heap in use is back within 10%% of what the entries added, or a minute has passed. Heap in use is `go_memstats_heap_inuse_bytes`, live heap what that GC marked (as in section 5), RSS is VmRSS.\n\n",
+		p.N, p.CreateTime.Round(100*time.Millisecond), p.RequestTime.Round(100*time.Millisecond), p.DeleteTime.Round(100*time.Millisecond), settleSamples)
 	b.WriteString("| gateway state | heap in use | live heap | RSS | goroutines | pool entries | open connections |\n|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, row := range []struct {
 		name string
