@@ -239,7 +239,7 @@ func (r *report) cpuLimits(b *strings.Builder, gs []goal) {
 		switch l.load {
 		case "konn":
 			tunnel := p.share("grpcsend") + p.share("grpcloopy") + p.share("grpcreader") + p.share("tunnelserve")
-			fmt.Fprintf(b, " The tunnel itself (konnectivity-client's gRPC stream: sends %.1f%%, writer goroutine %.1f%%, reader goroutine %.1f%%, dispatch %.1f%%) is %.1f%%, about %s per request, where the goal leaves %s for everything Konnectivity adds to Direct: each write on a tunnelled connection is a gRPC message through gRPC's writer goroutine, and each read a packet dispatched by the tunnel's goroutine, a fixed cost per request that the gateway does not choose.\n",
+			fmt.Fprintf(b, " The tunnel itself (konnectivity-client's gRPC streams: sends on the connections' sender goroutines %.1f%%, gRPC's writer goroutine %.1f%%, reader goroutine %.1f%%, dispatch %.1f%%) is %.1f%%, about %s per request, where the goal leaves %s for everything Konnectivity adds to Direct: each write on a tunnelled connection is a gRPC message through gRPC's writer goroutine, and each read a packet dispatched by the stream's goroutine, a fixed cost per request that the gateway does not choose.\n",
 				p.share("grpcsend"), p.share("grpcloopy"), p.share("grpcreader"), p.share("tunnelserve"), tunnel, us(tunnel), fmtDur(l.cpu-l.need-time.Duration(float64(l.cpu-l.need)/1.15)))
 		default:
 			filters := time.Duration(chain / 100 * float64(l.cpu))

@@ -39,7 +39,7 @@ var profileFuncs = []profileShare{
 	{Key: "h2clientwrite", What: "HTTP/2 client to the cluster: writing each request (a goroutine per request)", Func: "golang.org/x/net/http2.(*clientStream).doRequest"},
 	{Key: "hpackenc", What: "of which HTTP/2 client to the cluster: encoding each request's headers (HPACK) on that goroutine; through the hub every request carries a new Audit-Id, which is indexed and evicts an older entry, and the eviction's map lookups grow the new goroutine's stack (that growth included here)", Func: "golang.org/x/net/http2/hpack.(*Encoder).WriteField"},
 	{Key: "sched", What: "scheduling: goroutines parking and waking", Func: "runtime.schedule"},
-	{Key: "grpcsend", What: "Konnectivity tunnel: gRPC sends of the connection's writes", Func: "google.golang.org/grpc.(*clientStream).SendMsg"},
+	{Key: "grpcsend", What: "Konnectivity tunnel: each connection's writes as gRPC messages, on the connection's sender goroutine (pkg/pool/konnectivity)", Func: "github.com/clustergateway/cluster-gateway/pkg/pool/konnectivity.(*sender).run"},
 	{Key: "grpcloopy", What: "Konnectivity tunnel: gRPC's writer goroutine", Func: "google.golang.org/grpc/internal/transport.(*loopyWriter).run"},
 	{Key: "grpcreader", What: "Konnectivity tunnel: gRPC's reader goroutine", Func: "google.golang.org/grpc/internal/transport.(*http2Client).reader"},
 	{Key: "tunnelserve", What: "Konnectivity tunnel: konnectivity-client's dispatch of received packets", Func: "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client.(*grpcTunnel).serve"},

@@ -43,7 +43,7 @@ func (m *Manager) dial(ctx context.Context, network, addr string) (net.Conn, err
 		t.acquire()
 		c, err := t.rt.DialContext(ctx, "tcp", addr)
 		if err == nil {
-			return &trackedConn{Conn: c, t: t, remote: tunnelAddr(addr)}, nil
+			return newTrackedConn(c, t, addr), nil
 		}
 		t.release()
 		if try == 0 && ctx.Err() == nil && t.retired.Load() {

@@ -7,7 +7,8 @@
 // is lost, and follows mTLS material that rotates on disk: a new tunnel takes
 // new dials while the replaced one keeps its live connections for a grace
 // period. Dials fail fast while no tunnel is healthy, so callers answer 503
-// instead of hanging.
+// instead of hanging. Each connection dialed through it writes on a
+// goroutine of its own (sender), not on its callers'.
 //
 // The material is reloaded here rather than through k8s.io/apiserver's
 // dynamiccertificates: there the CA (DynamicFileCAContent) and the client

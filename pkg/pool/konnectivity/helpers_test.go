@@ -19,7 +19,7 @@ import (
 	"github.com/clustergateway/cluster-gateway/internal/testproc"
 )
 
-func startManager(t *testing.T, opts Options) *Manager {
+func startManager(t testing.TB, opts Options) *Manager {
 	t.Helper()
 	m, err := New(opts)
 	if err != nil {

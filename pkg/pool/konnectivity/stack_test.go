@@ -29,7 +29,7 @@ const backendIP = "127.0.0.3"
 // stack is a real proxy-server and proxy-agent on loopback, with an HTTPS
 // server behind the agent standing for a managed cluster's API server.
 type stack struct {
-	t   *testing.T
+	t   testing.TB
 	dir string
 	bin string
 
@@ -49,7 +49,7 @@ type stack struct {
 // findBinaries looks in $KONNECTIVITY_BIN if set, else in $KUBE_BIN and the
 // Makefile's output, and fails the test if proxy-server and proxy-agent are
 // not there (`make test-unit` builds them first).
-func findBinaries(t *testing.T) string {
+func findBinaries(t testing.TB) string {
 	t.Helper()
 	dirs := []string{os.Getenv("KUBE_BIN"), "../../../_output/bin"}
 	if explicit := os.Getenv("KONNECTIVITY_BIN"); explicit != "" {
@@ -76,7 +76,7 @@ func isExec(p string) bool {
 	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
 }
 
-func newStack(t *testing.T) *stack {
+func newStack(t testing.TB) *stack {
 	t.Helper()
 	s := &stack{t: t, dir: t.TempDir(), bin: findBinaries(t)}
 	s.serverCA, s.clientCA = testpki.MustCA(t, "proxy-server-ca"), testpki.MustCA(t, "gateway-client-ca")
@@ -254,7 +254,7 @@ func (s *stack) proxyConnections() int {
 	return n
 }
 
-func freePorts(t *testing.T, n int) []int {
+func freePorts(t testing.TB, n int) []int {
 	t.Helper()
 	var ports []int
 	var lns []net.Listener

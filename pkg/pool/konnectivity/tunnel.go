@@ -143,7 +143,16 @@ type trackedConn struct {
 	t      *tunnel
 	once   sync.Once
 	remote tunnelAddr
+	sender sender
 }
+
+func newTrackedConn(c net.Conn, t *tunnel, addr string) *trackedConn {
+	tc := &trackedConn{Conn: c, t: t, remote: tunnelAddr(addr)}
+	tc.sender.start(c)
+	return tc
+}
+
+func (c *trackedConn) Write(p []byte) (int, error) { return c.sender.write(c.Conn, p) }
 
 func (c *trackedConn) RemoteAddr() net.Addr { return c.remote }
 func (c *trackedConn) LocalAddr() net.Addr  { return tunnelAddr("konnectivity") }
@@ -155,6 +164,7 @@ func (a tunnelAddr) Network() string { return "tcp" }
 func (a tunnelAddr) String() string  { return string(a) }
 
 func (c *trackedConn) Close() error {
+	c.sender.halt()
 	err := c.Conn.Close()
 	c.once.Do(c.t.release)
 	return err
