@@ -130,16 +130,7 @@ func runLoad(b *testing.B, c *http.Client, base, path string, warmed func()) {
 		warmed()
 	}
 	b.ReportAllocs()
-	b.SetParallelism(4)
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if err := get(); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
+	testfrontend.GetInParallel(b, get)
 }
 
 func BenchmarkDirect(b *testing.B) {

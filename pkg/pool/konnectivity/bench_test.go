@@ -3,7 +3,6 @@ package konnectivity
 import (
 	"context"
 	"crypto/tls"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+
+	"github.com/clustergateway/cluster-gateway/internal/testfrontend"
 )
 
 // BenchmarkTunnelledRequest sends GETs on one HTTP/2 connection through a
@@ -57,29 +58,12 @@ func BenchmarkTunnelledRequest(b *testing.B) {
 			defer tr.CloseIdleConnections()
 			client := &http.Client{Transport: tr, Timeout: 20 * time.Second}
 			url := "https://" + backend + "/"
-			get := func() error {
-				resp, err := client.Get(url)
-				if err != nil {
-					return err
-				}
-				_, err = io.Copy(io.Discard, resp.Body)
-				_ = resp.Body.Close()
-				return err
-			}
+			get := func() error { return testfrontend.Get(context.Background(), client, url) }
 			if err := get(); err != nil { // the connection, before the clock
 				b.Fatal(err)
 			}
-			b.SetParallelism(4) // 8 workers on 2 CPUs
 			start := cpuTime()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					if err := get(); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
+			testfrontend.GetInParallel(b, get)
 			b.StopTimer()
 			b.ReportMetric(float64((cpuTime()-start).Nanoseconds())/float64(b.N), "cpu-ns/op")
 		})
