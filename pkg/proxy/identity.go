@@ -74,7 +74,9 @@ func scrubClientHeaders(h http.Header) {
 }
 
 // scrubWebSocketProtocols drops bearer-token subprotocols and keeps the rest
-// (v5.channel.k8s.io and friends) in order.
+// (v5.channel.k8s.io and friends) in order. A kube-apiserver reads a token
+// from a subprotocol that starts with the prefix; one that has it anywhere,
+// in any case, is dropped too, so that no spelling carries a token on.
 func scrubWebSocketProtocols(h http.Header) {
 	for k, vs := range h {
 		if !strings.EqualFold(strings.ReplaceAll(k, "_", "-"), "Sec-WebSocket-Protocol") {
@@ -84,7 +86,7 @@ func scrubWebSocketProtocols(h http.Header) {
 		for _, v := range vs {
 			for _, p := range strings.Split(v, ",") {
 				p = strings.TrimSpace(p)
-				if p != "" && !strings.HasPrefix(strings.ToLower(p), wsBearerPrefix) {
+				if p != "" && !strings.Contains(strings.ToLower(p), wsBearerPrefix) {
 					kept = append(kept, p)
 				}
 			}

@@ -158,7 +158,8 @@ func TestIdentityOutlivesHopByHopHeaders(t *testing.T) {
 				"Connection":             {"Upgrade, " + hostile},
 				"Upgrade":                {"websocket"},
 				"Impersonate-User":       {"system:admin"},
-				"Sec-Websocket-Protocol": {"v5.channel.k8s.io, base64url.bearer.authorization.k8s.io.Y2xpZW50LXRva2Vu"},
+				// The bearer prefix anywhere in a subprotocol, in any case, goes too.
+				"Sec-Websocket-Protocol": {"v5.channel.k8s.io, base64url.bearer.authorization.k8s.io.Y2xpZW50LXRva2Vu, x.Base64Url.Bearer.Authorization.K8s.Io.dG9rZW4"},
 			})
 			if !strings.HasPrefix(got, "HTTP/1.1 101") {
 				t.Fatalf("upgrade answered %q", got)
