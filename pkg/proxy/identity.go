@@ -65,12 +65,17 @@ func headerHasPrefix(name, lower string) bool {
 // reverse proxy sees it (so nothing of the client's is logged or forwarded),
 // and again in the upstream round tripper after hop-by-hop removal.
 func scrubClientHeaders(h http.Header) {
+	ws := false
 	for k := range h {
 		if identityHeader(k) {
 			delete(h, k)
+		} else if webSocketProtocolHeader(k) {
+			ws = true
 		}
 	}
-	scrubWebSocketProtocols(h)
+	if ws {
+		scrubWebSocketProtocols(h)
+	}
 }
 
 // scrubWebSocketProtocols drops bearer-token subprotocols and keeps the rest
@@ -79,7 +84,7 @@ func scrubClientHeaders(h http.Header) {
 // in any case, is dropped too, so that no spelling carries a token on.
 func scrubWebSocketProtocols(h http.Header) {
 	for k, vs := range h {
-		if !strings.EqualFold(strings.ReplaceAll(k, "_", "-"), "Sec-WebSocket-Protocol") {
+		if !webSocketProtocolHeader(k) {
 			continue
 		}
 		var kept []string
@@ -96,6 +101,19 @@ func scrubWebSocketProtocols(h http.Header) {
 			h["Sec-Websocket-Protocol"] = []string{strings.Join(kept, ", ")}
 		}
 	}
+}
+
+// webSocketProtocolHeader tells whether a header is Sec-WebSocket-Protocol,
+// compared as identityHeader compares (case-insensitively, '_' as '-').
+func webSocketProtocolHeader(name string) bool {
+	for i := 0; i < len(name); i++ {
+		if name[i] >= utf8.RuneSelf {
+			// Not a valid header name; fold it as Unicode does, to be safe.
+			return strings.EqualFold(strings.ReplaceAll(name, "_", "-"), "Sec-WebSocket-Protocol")
+		}
+	}
+	// Every request passes each of its headers here: no copy per name.
+	return headerIs(name, "sec-websocket-protocol")
 }
 
 // upgradeConnectionHeader keeps only the "Upgrade" token of an upgrade
