@@ -155,9 +155,9 @@ func TestIdentityOutlivesHopByHopHeaders(t *testing.T) {
 		t.Run(tc.gateway+"/upgrade", func(t *testing.T) {
 			srv := proxyServer(t, px, alice, false)
 			got := rawUpgrade(t, srv, "/"+tc.gateway+"/proxy/api/v1/namespaces/default/pods/p/exec?command=ls", http.Header{
-				"Connection":             {"Upgrade, " + hostile},
-				"Upgrade":                {"websocket"},
-				"Impersonate-User":       {"system:admin"},
+				"Connection":       {"Upgrade, " + hostile},
+				"Upgrade":          {"websocket"},
+				"Impersonate-User": {"system:admin"},
 				// The bearer prefix anywhere in a subprotocol, in any case, goes too.
 				"Sec-Websocket-Protocol": {"v5.channel.k8s.io, base64url.bearer.authorization.k8s.io.Y2xpZW50LXRva2Vu, x.Base64Url.Bearer.Authorization.K8s.Io.dG9rZW4"},
 			})
