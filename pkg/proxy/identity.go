@@ -20,18 +20,27 @@ const wsBearerPrefix = "base64url.bearer.authorization.k8s.io."
 // compared case-insensitively and with '_' as '-', so non-canonical spellings
 // (which some intermediaries fold into the canonical ones) are caught too.
 func identityHeader(name string) bool {
-	for i := 0; i < len(name); i++ {
-		if name[i] >= utf8.RuneSelf {
-			// Not a valid header name; fold it as Unicode does, to be safe.
-			n := strings.ReplaceAll(strings.ToLower(name), "_", "-")
-			return n == "authorization" || n == "proxy-authorization" || n == "cookie" ||
-				strings.HasPrefix(n, "impersonate-") || strings.HasPrefix(n, "x-remote-")
-		}
+	if !asciiName(name) {
+		n := strings.ReplaceAll(strings.ToLower(name), "_", "-")
+		return n == "authorization" || n == "proxy-authorization" || n == "cookie" ||
+			strings.HasPrefix(n, "impersonate-") || strings.HasPrefix(n, "x-remote-")
 	}
 	// Every request passes each of its headers here: compare in place
 	// rather than lower-casing a copy of each name.
 	return headerIs(name, "authorization") || headerIs(name, "proxy-authorization") || headerIs(name, "cookie") ||
 		headerHasPrefix(name, "impersonate-") || headerHasPrefix(name, "x-remote-")
+}
+
+// asciiName tells whether name is ASCII, as every valid header name is.
+// The header checks compare ASCII names in place and fold any other as
+// Unicode does, to be safe.
+func asciiName(name string) bool {
+	for i := 0; i < len(name); i++ {
+		if name[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // headerIs compares an ASCII header name with a lower-case one, ignoring
@@ -106,13 +115,9 @@ func scrubWebSocketProtocols(h http.Header) {
 // webSocketProtocolHeader tells whether a header is Sec-WebSocket-Protocol,
 // compared as identityHeader compares (case-insensitively, '_' as '-').
 func webSocketProtocolHeader(name string) bool {
-	for i := 0; i < len(name); i++ {
-		if name[i] >= utf8.RuneSelf {
-			// Not a valid header name; fold it as Unicode does, to be safe.
-			return strings.EqualFold(strings.ReplaceAll(name, "_", "-"), "Sec-WebSocket-Protocol")
-		}
+	if !asciiName(name) {
+		return strings.EqualFold(strings.ReplaceAll(name, "_", "-"), "Sec-WebSocket-Protocol")
 	}
-	// Every request passes each of its headers here: no copy per name.
 	return headerIs(name, "sec-websocket-protocol")
 }
 
