@@ -49,13 +49,6 @@ func measurePooled(ctx context.Context, env *localenv.Env, gw *gatewayAdmin, n, 
 	settled := func(step string) (memState, error) {
 		return medianAfterGC(ctx, gw, filepath.Join(profileDir, "gateway-heap-"+step+".pprof"))
 	}
-	// The release is polled: one forced GC per look.
-	released := func() (memState, error) {
-		if err := gw.gc(ctx, filepath.Join(profileDir, "gateway-heap-released.pprof")); err != nil {
-			return memState{}, err
-		}
-		return readMem(ctx, gw)
-	}
 	if res.Base, err = settled("before"); err != nil {
 		return nil, err
 	}
@@ -110,7 +103,8 @@ func measurePooled(ctx context.Context, env *localenv.Env, gw *gatewayAdmin, n, 
 	start = time.Now()
 	for {
 		time.Sleep(5 * time.Second)
-		if res.Released, err = released(); err != nil {
+		// Polled: one forced GC per look.
+		if res.Released, err = afterGC(ctx, gw, filepath.Join(profileDir, "gateway-heap-released.pprof")); err != nil {
 			return nil, err
 		}
 		growth := res.Pooled.Heap - res.Base.Heap

@@ -468,10 +468,7 @@ func medianAfterGC(ctx context.Context, gw *gatewayAdmin, save string) (memState
 			}
 		}
 		profile := fmt.Sprintf("%s.%d", save, i)
-		if err := gw.gc(ctx, profile); err != nil {
-			return memState{}, err
-		}
-		m, err := readMem(ctx, gw)
+		m, err := afterGC(ctx, gw, profile)
 		samples = append(samples, sample{m, profile})
 		if err != nil {
 			return memState{}, err
@@ -483,6 +480,15 @@ func medianAfterGC(ctx context.Context, gw *gatewayAdmin, save string) (memState
 		return memState{}, err
 	}
 	return median.m, nil
+}
+
+// afterGC forces a GC in the gateway, saving its heap profile at save, and
+// reads its memory.
+func afterGC(ctx context.Context, gw *gatewayAdmin, save string) (memState, error) {
+	if err := gw.gc(ctx, save); err != nil {
+		return memState{}, err
+	}
+	return readMem(ctx, gw)
 }
 
 // memState is gwState plus the live heap, go_memstats_heap_alloc_bytes:
