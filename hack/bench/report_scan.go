@@ -26,7 +26,7 @@ func (r *report) scanSection(b *strings.Builder) {
 		"with %d workers sharing one HTTP/2 client: a controller that lists something in every cluster, with %d× more clusters than the pool holds, "+
 		"so nearly every request evicts an entry and dials a new connection. Peak RSS is VmHWM, reset before each pass (`/proc/<pid>/clear_refs`); "+
 		"the \"(GC)\" columns are read right after a forced GC (`/debug/pprof/heap?gc=1`, whose profiles are saved in the state directory as `gateway-heap-scan-*.pprof`), %d times a second apart, the sample of median live heap kept (the prober's probes in flight at a GC move one sample by megabytes); "+
-		"live heap is what the last GC marked, from the goal it set (`go_memstats_next_gc_bytes` = live + (live + `go_memstats_stack_inuse_bytes`) × GOGC/100, globals left out); "+
+		"live heap is what the last GC marked (`go_gc_heap_live_bytes`); "+
 		"heap alloc is `go_memstats_heap_alloc_bytes` (live plus what was allocated since the GC: the prober and in-flight requests keep allocating), "+
 		"heap in use `go_memstats_heap_inuse_bytes` (also the free room of spans holding live objects); "+
 		"the peak heap in use is the highest sampled once a second during the pass. The gateway binary: `%s`.\n\n",
@@ -154,7 +154,9 @@ func (r *report) scanSizing(b *strings.Builder, perHeap, perStoredHeap float64) 
 		s.Capacity, s.N, mib(estimate(s.Capacity, s.N)), mib(s.peakRSS()), 5000, s.N, mib(estimate(5000, s.N)))
 	b.WriteString("Size the pool to the clusters used within `--pool-idle-ttl` if memory allows: a cluster that is evicted and used again pays a new TLS handshake " +
 		"(through konnectivity, a new tunnel stream too), which the scan above pays on nearly every request. `GOMEMLIMIT` (the chart does not set it) " +
-		"makes the runtime collect more often as the limit nears, instead of letting the heap reach twice the live heap.\n\n")
+		"makes the runtime collect more often as the limit nears, instead of letting the heap reach twice the live heap. " +
+		"A small gateway under load uses more than the estimate: while its live heap is under about half of `--gc-heap-floor` (64Mi by default; pkg/heapfloor) " +
+		"its heap grows to the floor before it collects (section 2 has the loads' RSS).\n\n")
 }
 
 // perEntry is the heap and RSS per pooled cluster with an open connection.

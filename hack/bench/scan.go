@@ -495,11 +495,11 @@ func afterGC(ctx context.Context, gw *gatewayAdmin, save string) (memState, erro
 // right after a forced GC it is what survived the GC, while heap in use also
 // counts the free room of every span that holds a live object.
 //
-// Marked is the heap the last GC marked live, from the goal it set:
-// goal = marked + (marked + stacks + globals) × GOGC/100, so marked ≈
-// (goal − stacks × g) / (1 + g) with g = GOGC/100, globals left out (a
-// constant, gone in differences). Unlike heap_alloc it does not grow with
-// what is allocated between the forced GC and the scrape.
+// Marked is the heap the last GC marked live (go_gc_heap_live_bytes, the
+// runtime's /gc/heap/live:bytes). Unlike heap_alloc it does not grow with
+// what is allocated between the forced GC and the scrape, and unlike an
+// estimate from the heap goal it does not depend on GOGC, which the
+// gateway's --gc-heap-floor raises while the live heap is small.
 type memState struct {
 	gwState
 	Live, Marked float64
@@ -519,11 +519,10 @@ func readMem(ctx context.Context, gw *gatewayAdmin) (memState, error) {
 	if err != nil {
 		return memState{}, err
 	}
-	g := m["go_gc_gogc_percent"] / 100
-	if g <= 0 {
-		g = 1
+	marked, ok := m["go_gc_heap_live_bytes"]
+	if !ok {
+		return memState{}, errors.New("the gateway's /metrics has no go_gc_heap_live_bytes (the Go runtime's /gc/heap/live:bytes): the live heap cannot be read")
 	}
-	marked := (m["go_memstats_next_gc_bytes"] - m["go_memstats_stack_inuse_bytes"]*g) / (1 + g)
 	return memState{Live: m[mHeapAlloc], Marked: marked, RSSFile: rssFile, gwState: gwState{
 		RSS: rss, Heap: m[mHeapInuse], Goroutines: m[mGoroutines],
 		Creations: m[mCreations], Dials: m[mDials], Tunnels: m[mTunnels],
