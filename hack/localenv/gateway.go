@@ -2,6 +2,7 @@ package localenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -86,9 +87,31 @@ func (e *Env) gatewayBin() string {
 // StartGateway starts the gateway with the standard flags plus extraArgs
 // (or Options.GatewayArgs if extraArgs is nil), waits for its /readyz and for
 // the hub to report the APIService Available.
+//
+// The gateway's port is chosen when the environment is made, long before a
+// start, and any socket may take it meanwhile (a connection's ephemeral
+// local port too: seen once, the gateway exiting with "address already in
+// use"). Then the gateway moves to a new port, and the hub's Service and
+// APIService are pointed there, up to twice.
 func (e *Env) StartGateway(ctx context.Context, extraArgs []string) error {
-	if err := e.startGatewayProcess(ctx, e.Gateway, "cluster-gateway", extraArgs); err != nil {
-		return err
+	g := e.Gateway
+	for attempt := 1; ; attempt++ {
+		err := e.startGatewayProcess(ctx, g, "cluster-gateway", extraArgs)
+		if err == nil {
+			break
+		}
+		if attempt == 3 || g.Process == nil || !g.Process.addrInUse() {
+			return err
+		}
+		port, perr := freePort("127.0.0.1")
+		if perr != nil {
+			return errors.Join(err, perr)
+		}
+		e.Logf("note: the gateway's port %d was taken before it could bind it; moving it to %d", g.Port, port)
+		g.Port, g.URL = port, "https://"+hostPort("127.0.0.1", port)
+		if err := e.applyServiceFor(port); err != nil {
+			return err
+		}
 	}
 	return e.waitHubServesGateway(ctx)
 }
@@ -181,6 +204,15 @@ func (e *Env) startGatewayProcess(ctx context.Context, g *Gateway, name string, 
 // the hub reaches the gateway there. PointAPIService(env.Gateway.Port)
 // restores the environment's wiring.
 func (e *Env) PointAPIService(ctx context.Context, port int) error {
+	if err := e.applyServiceFor(port); err != nil {
+		return err
+	}
+	return e.waitHubServesGateway(ctx)
+}
+
+// applyServiceFor applies the hub's Service and APIService for a gateway on
+// port on loopback.
+func (e *Env) applyServiceFor(port int) error {
 	svc, err := e.rewrite("service.yaml", localService(port))
 	if err != nil {
 		return err
@@ -189,10 +221,8 @@ func (e *Env) PointAPIService(ctx context.Context, port int) error {
 	if err != nil {
 		return err
 	}
-	if _, err := e.Kubectl(e.Hub.Kubeconfig, "apply", "-f", svc, "-f", apisvc); err != nil {
-		return err
-	}
-	return e.waitHubServesGateway(ctx)
+	_, err = e.Kubectl(e.Hub.Kubeconfig, "apply", "-f", svc, "-f", apisvc)
+	return err
 }
 
 // waitHubReachesGateway waits until the hub admin can list ClusterGateways
