@@ -88,9 +88,12 @@ func scrubClientHeaders(h http.Header) {
 }
 
 // scrubWebSocketProtocols drops bearer-token subprotocols and keeps the rest
-// (v5.channel.k8s.io and friends) in order. A kube-apiserver reads a token
-// from a subprotocol that starts with the prefix; one that has it anywhere,
-// in any case, is dropped too, so that no spelling carries a token on.
+// (v5.channel.k8s.io and friends) in order, each under the header name the
+// client sent it with: a client that sent two spellings (say
+// Sec-WebSocket-Protocol and sec_websocket_protocol) has both forwarded,
+// scrubbed, as it sent them. A kube-apiserver reads a token from a
+// subprotocol that starts with the prefix; one that has it anywhere, in any
+// case, is dropped too, so that no spelling carries a token on.
 func scrubWebSocketProtocols(h http.Header) {
 	for k, vs := range h {
 		if !webSocketProtocolHeader(k) {
@@ -105,9 +108,12 @@ func scrubWebSocketProtocols(h http.Header) {
 				}
 			}
 		}
-		delete(h, k)
-		if len(kept) > 0 {
-			h["Sec-Websocket-Protocol"] = []string{strings.Join(kept, ", ")}
+		// Only existing keys are replaced or deleted, which a range over
+		// the map allows; a new key might be visited again or not.
+		if len(kept) == 0 {
+			delete(h, k)
+		} else {
+			h[k] = []string{strings.Join(kept, ", ")}
 		}
 	}
 }

@@ -367,4 +367,18 @@ func TestWebSocketBearerScrubbed(t *testing.T) {
 	if len(h) != 0 {
 		t.Fatalf("a bearer-only subprotocol list must go away entirely: %v", h)
 	}
+	// Two spellings: each keeps its own subprotocols, under its own name
+	// (before, one spelling's replaced the other's).
+	for range 20 { // map order varies
+		h = http.Header{
+			"Sec-Websocket-Protocol": {"v5.channel.k8s.io, base64url.bearer.authorization.k8s.io." + tok},
+			"sec_websocket_protocol": {"base64url.bearer.authorization.k8s.io." + tok + ", v4.channel.k8s.io"},
+			"sec-websocket-protocol": {"x.BASE64URL.BEARER.AUTHORIZATION.K8S.IO." + tok},
+		}
+		scrubClientHeaders(h)
+		want := http.Header{"Sec-Websocket-Protocol": {"v5.channel.k8s.io"}, "sec_websocket_protocol": {"v4.channel.k8s.io"}}
+		if !reflect.DeepEqual(h, want) {
+			t.Fatalf("subprotocols under two spellings after scrubbing: %q, want %q", h, want)
+		}
+	}
 }
