@@ -16,6 +16,7 @@ import (
 // its own gRPC stream with its own flow control, and a write that waits for
 // its stream's window must not hold up the others.
 type sender struct {
+	c    net.Conn
 	mu   sync.Mutex // one write at a time
 	work chan []byte
 	res  chan sendResult
@@ -30,15 +31,16 @@ type sendResult struct {
 
 // start starts the goroutine that writes on c, until halted.
 func (s *sender) start(c net.Conn) {
+	s.c = c
 	s.work, s.res, s.stop = make(chan []byte), make(chan sendResult, 1), make(chan struct{})
-	go s.run(c)
+	go s.run()
 }
 
-func (s *sender) run(c net.Conn) {
+func (s *sender) run() {
 	for {
 		select {
 		case p := <-s.work:
-			n, err := c.Write(p)
+			n, err := s.c.Write(p)
 			s.res <- sendResult{n, err}
 		case <-s.stop:
 			return
@@ -46,9 +48,9 @@ func (s *sender) run(c net.Conn) {
 	}
 }
 
-// write writes p on c on the sender's goroutine, or on the caller's once
-// the sender is stopped.
-func (s *sender) write(c net.Conn, p []byte) (int, error) {
+// write writes p on the connection on the sender's goroutine, or on the
+// caller's once the sender is stopped.
+func (s *sender) write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	select {
@@ -56,7 +58,7 @@ func (s *sender) write(c net.Conn, p []byte) (int, error) {
 		r := <-s.res
 		return r.n, r.err
 	case <-s.stop:
-		return c.Write(p)
+		return s.c.Write(p)
 	}
 }
 

@@ -152,7 +152,7 @@ func newTrackedConn(c net.Conn, t *tunnel, addr string) *trackedConn {
 	return tc
 }
 
-func (c *trackedConn) Write(p []byte) (int, error) { return c.sender.write(c.Conn, p) }
+func (c *trackedConn) Write(p []byte) (int, error) { return c.sender.write(p) }
 
 func (c *trackedConn) RemoteAddr() net.Addr { return c.remote }
 func (c *trackedConn) LocalAddr() net.Addr  { return tunnelAddr("konnectivity") }
