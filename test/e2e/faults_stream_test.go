@@ -188,16 +188,12 @@ const warmBytes = 16 << 20
 func readPrefix(c *http.Client, url string, n int64) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	resp, err := c.Do(req)
+	body, err := getOK(ctx, c, url)
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s", resp.Status)
-	}
-	got, err := io.CopyN(io.Discard, resp.Body, n)
+	defer body.Close()
+	got, err := io.CopyN(io.Discard, body, n)
 	if err != nil {
 		return fmt.Errorf("%v after %d bytes", err, got)
 	}
@@ -208,17 +204,28 @@ func readPrefix(c *http.Client, url string, n int64) error {
 func fetchSum(c *http.Client, url string) (int64, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	resp, err := c.Do(req)
+	body, err := getOK(ctx, c, url)
 	if err != nil {
 		return 0, "", err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return 0, "", fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(b))
-	}
+	defer body.Close()
 	var h hash.Hash = sha256.New()
-	n, err := io.Copy(h, resp.Body)
+	n, err := io.Copy(h, body)
 	return n, hex.EncodeToString(h.Sum(nil)), err
+}
+
+// getOK GETs url and returns the body of a 200 answer; any other is an
+// error with its status and the start of its body.
+func getOK(ctx context.Context, c *http.Client, url string) (io.ReadCloser, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return nil, fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(b))
+	}
+	return resp.Body, nil
 }
