@@ -1,53 +1,164 @@
 package main
 
 import (
+	"bufio"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
+	"flag"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"os/exec"
 	"time"
 
+	"github.com/clustergateway/cluster-gateway/hack/localenv"
 	"github.com/clustergateway/cluster-gateway/internal/testfrontend"
 )
 
-// bareProxy is the baseline: httputil.ReverseProxy in this process with ONE
+// The bare reverse proxy is the baseline: httputil.ReverseProxy with ONE
 // shared transport to the upstream, served over TLS with HTTP/2 like the
 // gateway (internal/testfrontend's server, as pkg/proxy's benchmarks use).
-type bareProxy struct {
-	*testfrontend.Server
-	upTr *http.Transport
+// It runs in a process of its own, as the gateway does and as anyone would
+// deploy one: in the bench process it would share a Go scheduler, idle
+// threads and garbage collections with the load's clients, which the
+// gateway does not, and its CPU could only be estimated by subtracting the
+// clients'.
+
+// bareChildFlag makes the bench binary run as the bare proxy.
+const bareChildFlag = "bare-proxy-child"
+
+// bareReady is the child's first line on stdout.
+type bareReady struct {
+	URL   string
+	CAPEM []byte // the CA of its serving certificate
 }
 
-func startBareProxy(upstream string, upCAPEM, certPEM, keyPEM []byte) (*bareProxy, error) {
-	target, err := url.Parse(upstream)
+// bareChildMain serves the bare proxy to -upstream until its stdin ends.
+func bareChildMain(args []string) error {
+	fs := flag.NewFlagSet(bareChildFlag, flag.ContinueOnError)
+	upstream := fs.String("upstream", "", "URL of the upstream kube-apiserver")
+	caFile := fs.String("ca", "", "CA bundle of the upstream")
+	certFile := fs.String("cert", "", "client certificate for the upstream")
+	keyFile := fs.String("key", "", "its key")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	target, err := url.Parse(*upstream)
 	if err != nil {
-		return nil, err
+		return err
+	}
+	caPEM, err := os.ReadFile(*caFile)
+	if err != nil {
+		return err
 	}
 	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(upCAPEM) {
-		return nil, errors.New("no certificate in the upstream CA bundle")
+	if !roots.AppendCertsFromPEM(caPEM) {
+		return errors.New("no certificate in the upstream CA bundle")
 	}
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	pair, err := tls.LoadX509KeyPair(*certFile, *keyFile)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	upTr := &http.Transport{
 		TLSClientConfig:   &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}},
 		ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 25, IdleConnTimeout: 90 * time.Second, DisableCompression: true,
 	}
+	defer upTr.CloseIdleConnections()
 	srv, err := testfrontend.Start(&httputil.ReverseProxy{
 		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(target) },
 		Transport: upTr,
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return &bareProxy{Server: srv, upTr: upTr}, nil
+	defer srv.Close()
+	if err := json.NewEncoder(os.Stdout).Encode(bareReady{URL: srv.URL, CAPEM: srv.CAPEM}); err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, os.Stdin) // until the bench closes it, or dies
+	return nil
 }
 
-func (b *bareProxy) Close() {
-	b.Server.Close()
-	b.upTr.CloseIdleConnections()
+// bareProxy is the running child.
+type bareProxy struct {
+	bareReady
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+}
+
+// startBareProxy starts the bare proxy to cluster c in a process of its
+// own, with the client certificate the gateway uses for c.
+func startBareProxy(ctx context.Context, c *localenv.Cluster) (*bareProxy, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, self, "-"+bareChildFlag, "-upstream", c.URL, "-ca", c.CA.CertFile,
+		"-cert", c.GatewayUser.CertFile, "-key", c.GatewayUser.KeyFile)
+	// Should this process die without stopping it, the child's stdin ends
+	// with it, and so does the child; a cancelled ctx kills it.
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		stdin.Close()
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil { // closes both pipes
+		return nil, fmt.Errorf("start the bare proxy %s: %w", self, err)
+	}
+	b := &bareProxy{cmd: cmd, stdin: stdin}
+	ready := make(chan error, 1)
+	go func() {
+		out := bufio.NewScanner(stdout)
+		if !out.Scan() {
+			ready <- fmt.Errorf("the bare proxy (pid %d) exited before it was ready: %v", cmd.Process.Pid, out.Err())
+			return
+		}
+		ready <- json.Unmarshal(out.Bytes(), &b.bareReady)
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	select {
+	case err = <-ready:
+	case <-time.After(bareAnswer):
+		err = fmt.Errorf("the bare proxy (pid %d) was not ready within %s", cmd.Process.Pid, bareAnswer)
+	}
+	if err != nil {
+		return nil, errors.Join(err, b.Close())
+	}
+	return b, nil
+}
+
+// bareAnswer bounds the child's start and its exit after Close.
+const bareAnswer = 30 * time.Second
+
+// Pid is the child's process id.
+func (b *bareProxy) Pid() int { return b.cmd.Process.Pid }
+
+// Close ends the child (its stdin) and waits for it; if it has not ended
+// within bareAnswer, it is killed by its pid. Either way it has exited
+// when Close returns.
+func (b *bareProxy) Close() error {
+	b.stdin.Close()
+	done := make(chan error, 1)
+	go func() { done <- b.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("the bare proxy (pid %d): %w", b.cmd.Process.Pid, err)
+		}
+		return nil
+	case <-time.After(bareAnswer):
+		_ = b.cmd.Process.Kill()
+		return fmt.Errorf("the bare proxy (pid %d) did not stop; killed: %v", b.cmd.Process.Pid, <-done)
+	}
 }

@@ -48,6 +48,12 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "-"+bareChildFlag {
+		if err := bareChildMain(os.Args[2:]); err != nil {
+			log.Fatalf("bare proxy: %v", err)
+		}
+		return
+	}
 	var o options
 	flag.StringVar(&o.StateDir, "state-dir", "_output/bench", "fresh state directory for the local environment (removed first)")
 	flag.StringVar(&o.BinDir, "bin", "_output/bin", "kube-apiserver, kubectl, etcd, proxy-server, proxy-agent and cluster-gateway")
@@ -169,7 +175,7 @@ func runEnv(ctx context.Context, o options, rep *report) (err error) {
 // runLoadsAndPooled runs sections 2 and 3: the loads side by side, then
 // memory per pooled cluster.
 func runLoadsAndPooled(ctx context.Context, o options, env *localenv.Env, gw *gatewayAdmin, rep *report) error {
-	targets, closeTargets, err := buildTargets(env)
+	targets, closeTargets, err := buildTargets(ctx, env)
 	if err != nil {
 		return err
 	}
@@ -200,7 +206,7 @@ func runLoadsAndPooled(ctx context.Context, o options, env *localenv.Env, gw *ga
 }
 
 // buildTargets are the paths to the same object, side by side.
-func buildTargets(env *localenv.Env) ([]*target, func(), error) {
+func buildTargets(ctx context.Context, env *localenv.Env) ([]*target, func(), error) {
 	m1 := env.Managed[0]
 	pids := map[string]int{
 		"gateway":   env.Gateway.Process.Pid(),
@@ -217,10 +223,11 @@ func buildTargets(env *localenv.Env) ([]*target, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	bare, err := startBareProxy(m1.URL, m1.CA.CertPEM, m1.GatewayUser.CertPEM, m1.GatewayUser.KeyPEM)
+	bare, err := startBareProxy(ctx, m1)
 	if err != nil {
 		return nil, nil, err
 	}
+	pids["bare-proxy"] = bare.Pid()
 	bareClient, err := mtlsClient(bare.CAPEM, nil)
 	if err != nil {
 		bare.Close()
@@ -241,7 +248,7 @@ func buildTargets(env *localenv.Env) ([]*target, func(), error) {
 	}
 	ts := []*target{
 		{Key: "direct", Name: "direct → managed-1", Via: "client → kube-apiserver", URL: m1.URL + requestPath, Client: direct, Upstream: "managed-1"},
-		{Key: "bare", Name: "bare reverse proxy → managed-1", Via: "client → httputil.ReverseProxy in the bench process (one shared transport) → kube-apiserver", URL: bare.URL + requestPath, Client: bareClient, Upstream: "managed-1"},
+		{Key: "bare", Name: "bare reverse proxy → managed-1", Via: "client → httputil.ReverseProxy in a process of its own (one shared transport) → kube-apiserver", URL: bare.URL + requestPath, Client: bareClient, Upstream: "managed-1"},
 		{Key: "gateway", Name: "gateway port → cluster-1 (Direct)", Via: "client → gateway :port (x509 authn, generic filters) → pooled transport → kube-apiserver", URL: env.Gateway.URL + proxyPath(m1), Client: gwClient, Upstream: "managed-1"},
 		{Key: "hub", Name: "hub → gateway → cluster-1", Via: "client → hub kube-apiserver (aggregation) → gateway → kube-apiserver", URL: env.Hub.URL + proxyPath(m1), Client: hubClient, Upstream: "managed-1"},
 	}
@@ -262,7 +269,9 @@ func buildTargets(env *localenv.Env) ([]*target, func(), error) {
 		t.Pids = pids
 	}
 	return ts, func() {
-		bare.Close()
+		if err := bare.Close(); err != nil {
+			logf("%v", err)
+		}
 		for _, t := range ts {
 			if t.Client != nil {
 				t.Client.CloseIdleConnections()

@@ -87,11 +87,11 @@ func (r *report) loadSection(b *strings.Builder) {
 		"a hub user bound to `cluster-gateway:proxy-reader` and not in system:masters (whom the delegated authorizer allows without asking the hub), "+
 		"so every request is authorized as a real user's is.\n\n",
 		o.StateDir, r.Capacity, r.EnvStartup.Round(time.Second), requestPath, o.Concurrency, o.Duration, o.Rounds, o.Warm, benchUser)
-	b.WriteString("| path | req/s | req/s by round | p50 | p99 | errors | CPU/req gateway | CPU/req hub | CPU/req upstream | CPU/req konnectivity (server+agent) | CPU/req bench process |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| path | req/s | req/s by round | p50 | p99 | errors | CPU/req gateway | CPU/req hub | CPU/req upstream | CPU/req konnectivity (server+agent) | CPU/req bare proxy | CPU/req bench process |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, t := range r.Targets {
 		if t.TODO != "" {
-			fmt.Fprintf(b, "| %s | %s |  |  |  |  |  |  |  |  |  |\n", t.Name, t.TODO)
+			fmt.Fprintf(b, "| %s | %s |  |  |  |  |  |  |  |  |  |  |\n", t.Name, t.TODO)
 			continue
 		}
 		res := &t.res
@@ -100,15 +100,16 @@ func (r *report) loadSection(b *strings.Builder) {
 			rounds = append(rounds, fmt.Sprintf("%.0f", v))
 		}
 		konn := cpuStr(res, "proxy-server", "proxy-agent")
-		fmt.Fprintf(b, "| %s | %.0f | %s | %s | %s | %d | %s | %s | %s | %s | %s |\n", t.Name, res.rps(), strings.Join(rounds, " / "),
+		fmt.Fprintf(b, "| %s | %.0f | %s | %s | %s | %d | %s | %s | %s | %s | %s | %s |\n", t.Name, res.rps(), strings.Join(rounds, " / "),
 			fmtDur(res.pct(0.50)), fmtDur(res.pct(0.99)), res.Errors,
-			cpuStr(res, "gateway"), cpuStr(res, "hub"), cpuStr(res, t.Upstream), konn, cpuStr(res, "bench"))
+			cpuStr(res, "gateway"), cpuStr(res, "hub"), cpuStr(res, t.Upstream), konn, cpuStr(res, "bare-proxy"), cpuStr(res, "bench"))
 	}
 	b.WriteString("\nThe spread between rounds of one path is this machine's noise; the ratios below compare paths whose rounds were interleaved.\n")
 	b.WriteString("\nCPU per request is the process's utime+stime delta (/proc/<pid>/stat, 10 ms ticks) over the load divided by its requests; " +
-		"`bench process` is getrusage of hack/bench itself: the load clients in every row, plus the bare reverse proxy in its row. " +
+		"`bench process` is getrusage of hack/bench itself, the load clients. The bare reverse proxy runs in a process of its own, as the gateway does " +
+		"(before 2026-12-02 it ran in the bench process and its CPU was estimated as the bench process's in its row less that in the direct row). " +
 		"The gateway runs with its defaults, `--gc-heap-floor` (64Mi) among them: while its live heap is small it collects garbage only once the heap reaches the floor " +
-		"(pkg/heapfloor; docs/install.md has its cost in memory); the bench process, and so the bare proxy, with Go's default GOGC=100. " +
+		"(pkg/heapfloor; docs/install.md has its cost in memory); the bare proxy and the bench process with Go's default GOGC=100. " +
 		"A role that is not on a path shows its background CPU spread over that path's requests. A process's CPU per request also includes its " +
 		"background work spread over fewer requests, and grows when more busy processes share the CPUs (compare the upstream column across rows), " +
 		"so these are approximate.\n\n")
@@ -149,8 +150,8 @@ func (r *report) ratios(b *strings.Builder) {
 			gw.res.rps()/bare.res.rps(), gw.res.rps(), bare.res.rps(), d.res.rps(),
 			fmtDur(gw.res.pct(.5)), fmtDur(bare.res.pct(.5)), fmtDur(d.res.pct(.5)), fmtDur(gw.res.pct(.99)), fmtDur(bare.res.pct(.99)))
 		if g, ok := gw.res.cpuPerReq("gateway"); ok {
-			bp := bareProxyCPU(bare, d)
-			fmt.Fprintf(b, "- Proxy CPU per request: gateway process %s vs bare reverse proxy ≈ %s (bench-process CPU/req of the bare row minus the direct row, i.e. without the client): %.1f×.\n",
+			bp := bareProxyCPU(bare)
+			fmt.Fprintf(b, "- Proxy CPU per request: gateway process %s vs the bare reverse proxy's process %s: %.1f×.\n",
 				fmtDur(g), fmtDur(bp), ratio(g, bp))
 		}
 	}
@@ -270,12 +271,11 @@ func (r *report) firstErr() *target {
 	return nil
 }
 
-// bareProxyCPU estimates the bare proxy's own CPU per request: the bench
-// process's CPU/req in the bare row minus the client's alone (direct row).
-func bareProxyCPU(bare, direct *target) time.Duration {
-	b, _ := bare.res.cpuPerReq("bench")
-	d, _ := direct.res.cpuPerReq("bench")
-	return b - d
+// bareProxyCPU is the bare proxy's CPU per request in its row (its own
+// process's, like the gateway's).
+func bareProxyCPU(bare *target) time.Duration {
+	c, _ := bare.res.cpuPerReq("bare-proxy")
+	return c
 }
 
 func cpuStr(res *loadResult, roles ...string) string {

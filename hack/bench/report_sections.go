@@ -194,14 +194,12 @@ func (r *report) manyWorkersSection(b *strings.Builder) {
 		"it would hold most of them in its queue and answer 429 beyond both, and the row would show the limiter rather than the connection.\n\n",
 		flagMaxPerCluster, flagValue(r.GatewayArgs, flagMaxPerCluster, fmt.Sprint(defaultMaxPerCluster)), n, defaultMaxPerCluster)
 	b.WriteString(strings.Join(lines, "\n") + "\n")
-	gw, bare, d := r.target("gateway-many"), r.target("bare-many"), r.target("direct-many")
+	gw, bare := r.target("gateway-many"), r.target("bare-many")
 	if gw != nil && bare != nil {
 		fmt.Fprintf(b, "- Gateway port vs bare reverse proxy with %d workers: req/s %.2f×", n, gw.res.rps()/bare.res.rps())
-		if d != nil {
-			gc, _ := gw.res.cpuPerReq("gateway")
-			bc := bareProxyCPU(bare, d)
-			fmt.Fprintf(b, ", CPU per request %s vs ≈ %s (%.2f×)", fmtDur(gc), fmtDur(bc), ratio(gc, bc))
-		}
+		gc, _ := gw.res.cpuPerReq("gateway")
+		bc := bareProxyCPU(bare)
+		fmt.Fprintf(b, ", CPU per request %s vs %s (%.2f×)", fmtDur(gc), fmtDur(bc), ratio(gc, bc))
 		if gw.res.DDials == 0 {
 			fmt.Fprintf(b, "; the gateway dialed no connection during its %d-worker load, so all of it went over the one pooled HTTP/2 connection to the cluster.\n", n)
 		} else {
