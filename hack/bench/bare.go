@@ -8,13 +8,11 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/exec"
 	"time"
 
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
@@ -87,50 +85,33 @@ func bareChildMain(args []string) error {
 
 // bareProxy is the running child.
 type bareProxy struct {
+	*child
 	bareReady
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
 }
 
 // startBareProxy starts the bare proxy to cluster c in a process of its
 // own, with the client certificate the gateway uses for c.
 func startBareProxy(ctx context.Context, c *localenv.Cluster) (*bareProxy, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.CommandContext(ctx, self, "-"+bareChildFlag, "-upstream", c.URL, "-ca", c.CA.CertFile,
+	ch, err := startChild(ctx, "the bare proxy", bareChildFlag, "-upstream", c.URL, "-ca", c.CA.CertFile,
 		"-cert", c.GatewayUser.CertFile, "-key", c.GatewayUser.KeyFile)
-	// Should this process die without stopping it, the child's stdin ends
-	// with it, and so does the child; a cancelled ctx kills it.
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		stdin.Close()
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil { // closes both pipes
-		return nil, fmt.Errorf("start the bare proxy %s: %w", self, err)
-	}
-	b := &bareProxy{cmd: cmd, stdin: stdin}
+	b := &bareProxy{child: ch}
 	ready := make(chan error, 1)
 	go func() {
-		out := bufio.NewScanner(stdout)
+		out := bufio.NewScanner(ch.stdout)
 		if !out.Scan() {
-			ready <- fmt.Errorf("the bare proxy (pid %d) exited before it was ready: %v", cmd.Process.Pid, out.Err())
+			ready <- ch.errorf("exited before it was ready: %v", out.Err())
 			return
 		}
 		ready <- json.Unmarshal(out.Bytes(), &b.bareReady)
-		_, _ = io.Copy(io.Discard, stdout)
+		_, _ = io.Copy(io.Discard, ch.stdout)
 	}()
 	select {
 	case err = <-ready:
-	case <-time.After(bareAnswer):
-		err = fmt.Errorf("the bare proxy (pid %d) was not ready within %s", cmd.Process.Pid, bareAnswer)
+	case <-time.After(childAnswer):
+		err = ch.errorf("was not ready within %s", childAnswer)
 	}
 	if err != nil {
 		return nil, errors.Join(err, b.Close())
@@ -138,27 +119,5 @@ func startBareProxy(ctx context.Context, c *localenv.Cluster) (*bareProxy, error
 	return b, nil
 }
 
-// bareAnswer bounds the child's start and its exit after Close.
-const bareAnswer = 30 * time.Second
-
-// Pid is the child's process id.
-func (b *bareProxy) Pid() int { return b.cmd.Process.Pid }
-
-// Close ends the child (its stdin) and waits for it; if it has not ended
-// within bareAnswer, it is killed by its pid. Either way it has exited
-// when Close returns.
-func (b *bareProxy) Close() error {
-	b.stdin.Close()
-	done := make(chan error, 1)
-	go func() { done <- b.cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			return fmt.Errorf("the bare proxy (pid %d): %w", b.cmd.Process.Pid, err)
-		}
-		return nil
-	case <-time.After(bareAnswer):
-		_ = b.cmd.Process.Kill()
-		return fmt.Errorf("the bare proxy (pid %d) did not stop; killed: %v", b.cmd.Process.Pid, <-done)
-	}
-}
+// Close stops the child (child.stop).
+func (b *bareProxy) Close() error { return b.stop() }

@@ -287,7 +287,7 @@ func isoRun(ctx context.Context, gw *gatewayAdmin, env *localenv.Env, ph *isoPha
 	pids := map[string]int{"gateway": pid, "hub": env.Hub.Process.Pid(), "etcd": env.Etcd.Pid(),
 		env.Managed[0].Name: env.Managed[0].Process.Pid(), env.Managed[1].Name: env.Managed[1].Process.Pid()}
 	if n != nil {
-		pids["neighbour"] = n.cmd.Process.Pid
+		pids["neighbour"] = n.Pid()
 	}
 	cpu0, err := cpuOf(pids)
 	if err != nil {

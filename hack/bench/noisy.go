@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -94,78 +93,38 @@ func noisyChildMain(args []string) error {
 
 // noisyChild is the running neighbour.
 type noisyChild struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	out   *bufio.Scanner
+	*child
+	out *bufio.Scanner
 }
 
 // startNoisy starts the neighbour: workers GETting url as users.
 func startNoisy(ctx context.Context, env *localenv.Env, users []*localenv.User, url string, workers int) (*noisyChild, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
 	var certs, keys []string
 	for _, u := range users {
 		certs, keys = append(certs, u.Cert.CertFile), append(keys, u.Cert.KeyFile)
 	}
-	cmd := exec.CommandContext(ctx, self, "-"+noisyChildFlag, "-url", url, "-ca", env.Gateway.CA.CertFile,
+	c, err := startChild(ctx, "the noisy neighbour", noisyChildFlag, "-url", url, "-ca", env.Gateway.CA.CertFile,
 		"-certs", strings.Join(certs, ","), "-keys", strings.Join(keys, ","), "-workers", fmt.Sprint(workers))
-	// Should this process die without stopping it, the neighbour's stdin
-	// ends with it, and so does the neighbour; a cancelled ctx kills it.
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		stdin.Close()
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil { // closes both pipes
-		return nil, fmt.Errorf("start the noisy neighbour %s: %w", self, err)
-	}
-	return &noisyChild{cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout)}, nil
+	return &noisyChild{child: c, out: bufio.NewScanner(c.stdout)}, nil
 }
 
 // counts asks the neighbour what it saw so far. A neighbour that does not
-// answer within noisyAnswer is killed by its pid, which ends the read.
+// answer within childAnswer is killed by its pid, which ends the read.
 func (n *noisyChild) counts() (noisyCounts, error) {
 	var c noisyCounts
-	pid := n.cmd.Process.Pid
 	if _, err := io.WriteString(n.stdin, "counts\n"); err != nil {
-		return c, fmt.Errorf("the noisy neighbour (pid %d): %w", pid, err)
+		return c, n.errorf("%v", err)
 	}
-	t := time.AfterFunc(noisyAnswer, func() { _ = n.cmd.Process.Kill() })
+	t := time.AfterFunc(childAnswer, func() { _ = n.cmd.Process.Kill() })
 	defer t.Stop()
 	if !n.out.Scan() {
-		return c, fmt.Errorf("the noisy neighbour (pid %d) stopped answering: %v", pid, n.out.Err())
+		return c, n.errorf("stopped answering: %v", n.out.Err())
 	}
 	if err := json.Unmarshal(n.out.Bytes(), &c); err != nil {
-		return c, fmt.Errorf("the noisy neighbour (pid %d) answered %q: %w", pid, n.out.Bytes(), err)
+		return c, n.errorf("answered %q: %v", n.out.Bytes(), err)
 	}
 	return c, nil
-}
-
-// noisyAnswer bounds the neighbour's answer to counts and its exit after stop.
-const noisyAnswer = 30 * time.Second
-
-// stop ends the neighbour (its stdin) and waits for it; if it has not ended
-// within noisyAnswer, it is killed by its pid. Either way it has exited
-// (and been waited for) when stop returns.
-func (n *noisyChild) stop() error {
-	n.stdin.Close()
-	done := make(chan error, 1)
-	go func() { done <- n.cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			return fmt.Errorf("the noisy neighbour (pid %d): %w", n.cmd.Process.Pid, err)
-		}
-		return nil
-	case <-time.After(noisyAnswer):
-		_ = n.cmd.Process.Kill()
-		return fmt.Errorf("the noisy neighbour (pid %d) did not stop; killed: %v", n.cmd.Process.Pid, <-done)
-	}
 }
