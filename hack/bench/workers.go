@@ -84,7 +84,8 @@ func extendTargets(ctx context.Context, env *localenv.Env, ts []*target) ([]*tar
 				return nil, fmt.Errorf("-loads: no load %q (have %s)", k, strings.Join(targetKeys, ","))
 			}
 		}
-		ts = slices.DeleteFunc(ts, func(t *target) bool { return !slices.Contains(keep, t.Key) })
+		// A copy: DeleteFunc clears the tail, and buildTargets' closer still ranges over it.
+		ts = slices.DeleteFunc(slices.Clone(ts), func(t *target) bool { return !slices.Contains(keep, t.Key) })
 	}
 	if err := freshCallers(ctx, env, ts); err != nil {
 		return nil, err
