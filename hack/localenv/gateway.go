@@ -54,7 +54,8 @@ func (e *Env) newGateway() (*Gateway, error) {
 	}); err != nil {
 		return nil, err
 	}
-	// Fixed for the environment's life: the Service and APIService name it.
+	// The Service and APIService name it; StartGateway moves it (and them)
+	// only if another socket took it meanwhile.
 	if g.Port, err = freePort("127.0.0.1"); err != nil {
 		return nil, err
 	}
@@ -213,16 +214,26 @@ func (e *Env) PointAPIService(ctx context.Context, port int) error {
 // applyServiceFor applies the hub's Service and APIService for a gateway on
 // port on loopback.
 func (e *Env) applyServiceFor(port int) error {
-	svc, err := e.rewrite("service.yaml", localService(port))
+	svc, err := e.serviceFilesFor(port)
 	if err != nil {
 		return err
+	}
+	_, err = e.Kubectl(e.Hub.Kubeconfig, append([]string{"apply"}, svc...)...)
+	return err
+}
+
+// serviceFilesFor writes config/'s Service and APIService rewritten for a
+// gateway on port on loopback, as kubectl's -f arguments.
+func (e *Env) serviceFilesFor(port int) ([]string, error) {
+	svc, err := e.rewrite("service.yaml", localService(port))
+	if err != nil {
+		return nil, err
 	}
 	apisvc, err := e.rewrite("apiservice.yaml", localAPIService(port, e.Gateway.CA.CertPEM))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = e.Kubectl(e.Hub.Kubeconfig, "apply", "-f", svc, "-f", apisvc)
-	return err
+	return []string{"-f", svc, "-f", apisvc}, nil
 }
 
 // waitHubReachesGateway waits until the hub admin can list ClusterGateways

@@ -20,16 +20,11 @@ func (e *Env) installConfig() error {
 	for _, f := range configFiles {
 		args = append(args, "-f", filepath.Join(e.ConfigDir, f))
 	}
-	svc, err := e.rewrite("service.yaml", localService(e.Gateway.Port))
+	svc, err := e.serviceFilesFor(e.Gateway.Port)
 	if err != nil {
 		return err
 	}
-	apisvc, err := e.rewrite("apiservice.yaml", localAPIService(e.Gateway.Port, e.Gateway.CA.CertPEM))
-	if err != nil {
-		return err
-	}
-	args = append(args, "-f", svc, "-f", apisvc)
-	_, err = e.Kubectl(e.Hub.Kubeconfig, args...)
+	_, err = e.Kubectl(e.Hub.Kubeconfig, append(args, svc...)...)
 	return err
 }
 
