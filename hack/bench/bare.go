@@ -114,10 +114,7 @@ func startBareProxy(ctx context.Context, c *localenv.Cluster) (*bareProxy, error
 		err = ch.errorf("was not ready within %s", childAnswer)
 	}
 	if err != nil {
-		return nil, errors.Join(err, b.Close())
+		return nil, errors.Join(err, b.stop())
 	}
 	return b, nil
 }
-
-// Close stops the child (child.stop).
-func (b *bareProxy) Close() error { return b.stop() }

@@ -230,17 +230,17 @@ func buildTargets(ctx context.Context, env *localenv.Env) ([]*target, func(), er
 	pids["bare-proxy"] = bare.Pid()
 	bareClient, err := mtlsClient(bare.CAPEM, nil)
 	if err != nil {
-		bare.Close()
+		bare.stop()
 		return nil, nil, err
 	}
 	gwClient, err := mtlsClient(env.Gateway.CA.CertPEM, env.Hub.Admin)
 	if err != nil {
-		bare.Close()
+		bare.stop()
 		return nil, nil, err
 	}
 	hubClient, err := mtlsClient(env.Hub.CA.CertPEM, env.Hub.Admin)
 	if err != nil {
-		bare.Close()
+		bare.stop()
 		return nil, nil, err
 	}
 	proxyPath := func(c *localenv.Cluster) string {
@@ -255,7 +255,7 @@ func buildTargets(ctx context.Context, env *localenv.Env) ([]*target, func(), er
 	if k != nil {
 		d3, err := mtlsClient(k.Cluster.CA.CertPEM, k.Cluster.GatewayUser)
 		if err != nil {
-			bare.Close()
+			bare.stop()
 			return nil, nil, err
 		}
 		ts = append(ts,
@@ -269,7 +269,7 @@ func buildTargets(ctx context.Context, env *localenv.Env) ([]*target, func(), er
 		t.Pids = pids
 	}
 	return ts, func() {
-		if err := bare.Close(); err != nil {
+		if err := bare.stop(); err != nil {
 			logf("%v", err)
 		}
 		for _, t := range ts {

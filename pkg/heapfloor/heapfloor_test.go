@@ -51,7 +51,7 @@ func TestFloorFollowsTheLiveHeap(t *testing.T) {
 	stop := Start(floor)
 	defer stop()
 
-	gcUntil(t, "the goal reaches the floor", func() bool { return gogc() > 100 })
+	gcUntil(t, "the goal reaches the floor", func() bool { return readGOGC() > 100 })
 	if g := heapGoal(); g < floor || g > floor+floor/10 {
 		t.Fatalf("heap goal %d MiB with a small live heap, want the floor, %d MiB", g/mib, floor/mib)
 	}
@@ -60,17 +60,17 @@ func TestFloorFollowsTheLiveHeap(t *testing.T) {
 	for i := range ballast {
 		ballast[i] = new([mib]byte)
 	}
-	gcUntil(t, "GOGC back to 100 above the floor", func() bool { return gogc() == 100 })
+	gcUntil(t, "GOGC back to 100 above the floor", func() bool { return readGOGC() == 100 })
 	runtime.KeepAlive(ballast)
 	ballast = nil
 
-	gcUntil(t, "the floor again once the heap is small", func() bool { return gogc() > 100 })
+	gcUntil(t, "the floor again once the heap is small", func() bool { return readGOGC() > 100 })
 	stop()
-	if p := gogc(); p != 100 {
+	if p := readGOGC(); p != 100 {
 		t.Fatalf("GOGC %d after stop, want 100", p)
 	}
 	collect(3)
-	if p := gogc(); p != 100 {
+	if p := readGOGC(); p != 100 {
 		t.Fatalf("GOGC %d after stop and more collections: the tuner went on", p)
 	}
 }
@@ -80,7 +80,7 @@ func TestOffAndZeroLeaveGOGCAlone(t *testing.T) {
 	stop := Start(96 * mib) // GOGC off: nothing to raise
 	defer stop()
 	collect(3)
-	if p := gogc(); p != -1 {
+	if p := readGOGC(); p != -1 {
 		t.Fatalf("GOGC %d with GOGC off, want it left off", p)
 	}
 
@@ -88,7 +88,7 @@ func TestOffAndZeroLeaveGOGCAlone(t *testing.T) {
 	stopZero := Start(0) // no floor
 	defer stopZero()
 	collect(3)
-	if p := gogc(); p != 100 {
+	if p := readGOGC(); p != 100 {
 		t.Fatalf("GOGC %d with no floor, want 100", p)
 	}
 }
@@ -107,14 +107,12 @@ func gcUntil(t *testing.T, what string, cond func() bool) {
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s (GOGC %d, goal %d MiB)", what, gogc(), heapGoal()/mib)
+			t.Fatalf("%s: not within 10s (GOGC %d, goal %d MiB)", what, readGOGC(), heapGoal()/mib)
 		}
 		runtime.GC()
 		time.Sleep(5 * time.Millisecond)
 	}
 }
-
-func gogc() int { return readGOGC() }
 
 func heapGoal() uint64 {
 	s := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}}
