@@ -8,12 +8,17 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"os"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client"
 
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
 	"github.com/clustergateway/cluster-gateway/internal/testfrontend"
@@ -44,6 +49,11 @@ func bareChildMain(args []string) error {
 	caFile := fs.String("ca", "", "CA bundle of the upstream")
 	certFile := fs.String("cert", "", "client certificate for the upstream")
 	keyFile := fs.String("key", "", "its key")
+	var tun tunnelFlags
+	fs.StringVar(&tun.server, "konnectivity-server", "", "proxy-server address: reach the upstream through a konnectivity tunnel")
+	fs.StringVar(&tun.ca, "konnectivity-ca", "", "CA of the proxy-server's serving certificate")
+	fs.StringVar(&tun.cert, "konnectivity-cert", "", "client certificate for the proxy-server")
+	fs.StringVar(&tun.key, "konnectivity-key", "", "its key")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -68,6 +78,14 @@ func bareChildMain(args []string) error {
 		ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 25, IdleConnTimeout: 90 * time.Second, DisableCompression: true,
 	}
 	defer upTr.CloseIdleConnections()
+	if tun.server != "" {
+		t, err := tun.open()
+		if err != nil {
+			return err
+		}
+		defer t.Close()
+		upTr.DialContext = t.DialContext
+	}
 	srv, err := testfrontend.Start(&httputil.ReverseProxy{
 		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(target) },
 		Transport: upTr,
@@ -90,10 +108,17 @@ type bareProxy struct {
 }
 
 // startBareProxy starts the bare proxy to cluster c in a process of its
-// own, with the client certificate the gateway uses for c.
-func startBareProxy(ctx context.Context, c *localenv.Cluster) (*bareProxy, error) {
-	ch, err := startChild(ctx, "the bare proxy", bareChildFlag, "-upstream", c.URL, "-ca", c.CA.CertFile,
-		"-cert", c.GatewayUser.CertFile, "-key", c.GatewayUser.KeyFile)
+// own, with the client certificate the gateway uses for c; with k, through
+// k's proxy-server with the gateway's konnectivity client certificate.
+func startBareProxy(ctx context.Context, c *localenv.Cluster, k *localenv.Konnectivity) (*bareProxy, error) {
+	what := "the bare proxy"
+	args := []string{"-upstream", c.URL, "-ca", c.CA.CertFile, "-cert", c.GatewayUser.CertFile, "-key", c.GatewayUser.KeyFile}
+	if k != nil {
+		what = "the bare proxy over Konnectivity"
+		args = append(args, "-konnectivity-server", k.ServerAddress(), "-konnectivity-ca", k.CAFile,
+			"-konnectivity-cert", k.CertFile, "-konnectivity-key", k.KeyFile)
+	}
+	ch, err := startChild(ctx, what, bareChildFlag, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -117,4 +142,36 @@ func startBareProxy(ctx context.Context, c *localenv.Cluster) (*bareProxy, error
 		return nil, errors.Join(err, b.stop())
 	}
 	return b, nil
+}
+
+// tunnelFlags make the bare proxy reach its upstream through a konnectivity
+// proxy-server, as the gateway reaches a cluster of endpoint type
+// Konnectivity: the baseline of the Konnectivity goal, which is what any
+// proxy pays for konnectivity-client's tunnel (one reusable gRPC tunnel,
+// CreateGRPCTunnel; a gRPC stream per connection). Nothing of the gateway's
+// own (its sender goroutine per connection, rotation, health) is in it.
+type tunnelFlags struct{ server, ca, cert, key string }
+
+func (f tunnelFlags) open() (client.ReusableTunnel, error) {
+	caPEM, err := os.ReadFile(f.ca)
+	if err != nil {
+		return nil, err
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		return nil, errors.New("no certificate in the proxy-server's CA bundle")
+	}
+	pair, err := tls.LoadX509KeyPair(f.cert, f.key)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), childAnswer)
+	defer cancel()
+	creds := credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots, Certificates: []tls.Certificate{pair}})
+	//nolint:staticcheck // WithBlock: a tunnel that cannot be built fails the start, not the first request.
+	t, err := client.CreateGRPCTunnel(ctx, f.server, grpc.WithTransportCredentials(creds), grpc.WithBlock())
+	if err != nil {
+		return nil, fmt.Errorf("konnectivity tunnel to %s: %w", f.server, err)
+	}
+	return t, nil
 }

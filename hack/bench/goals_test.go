@@ -69,6 +69,38 @@ func TestGoalsFromOneRun(t *testing.T) {
 	}
 }
 
+// The Konnectivity goal's baseline is the bare proxy over the same tunnel,
+// its own process's CPU in its row (where "bare-proxy" is that process)
+// against the bare proxy's direct row: in the goal, in what limits the goal
+// when it is not met, and in the ratios.
+func TestKonnectivityBaselineIsTheBareProxyOverTheTunnel(t *testing.T) {
+	ms := time.Millisecond
+	r := &report{
+		Opts: options{Concurrency: 8},
+		Targets: []*target{
+			load("bare", 1000, time.Second, map[string]time.Duration{"bench": 100 * ms, "bare-proxy": 200 * ms}), // 200 µs
+			load("gateway", 1000, time.Second, map[string]time.Duration{"gateway": 300 * ms}),                    // 300 µs
+			load("konn", 500, time.Second, map[string]time.Duration{"gateway": 180 * ms}),                        // 360 µs: 1.2×, 60 µs more
+			load("bare-konn", 500, time.Second, map[string]time.Duration{"bare-proxy": 125 * ms}),                // 250 µs: 1.25×, 50 µs more
+		},
+		Profiles: []pathProfile{{Key: "konn", Path: "konn.pprof"}},
+	}
+	gs := r.goals()
+	if g := goalNamed(t, gs, "Konnectivity"); !strings.Contains(g.Measured, "the bare proxy over the same tunnel: 1.25× (250 µs vs 200 µs)") {
+		t.Errorf("the Konnectivity goal lacks its baseline: %q", g.Measured)
+	}
+	var b strings.Builder
+	r.cpuLimits(&b, gs)
+	if want := "the bare reverse proxy over the same konnectivity-client tunnel spent 50 µs more per request than on its direct connection (250 µs vs 200 µs, 1.25×), the gateway 60 µs more (its allowance: 45 µs)"; !strings.Contains(b.String(), want) {
+		t.Errorf("what limits the Konnectivity goal lacks %q:\n%s", want, b.String())
+	}
+	b.Reset()
+	r.ratios(&b)
+	if want := "spends 250 µs CPU per request vs 200 µs on its direct connection, 50 µs more (1.25×); the gateway 60 µs more (1.20×)"; !strings.Contains(b.String(), want) {
+		t.Errorf("the ratios lack %q:\n%s", want, b.String())
+	}
+}
+
 // A goal whose loads did not run says so instead of judging a zero.
 func TestGoalsWithoutLoadsAreNotMeasured(t *testing.T) {
 	for _, g := range (&report{}).goals() {

@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -223,24 +224,33 @@ func buildTargets(ctx context.Context, env *localenv.Env) ([]*target, func(), er
 	if err != nil {
 		return nil, nil, err
 	}
-	bare, err := startBareProxy(ctx, m1)
+	var bares []*bareProxy // stopped by the closer, or here on an error
+	stopBares := func() {
+		for _, b := range bares {
+			if err := b.stop(); err != nil {
+				logf("%v", err)
+			}
+		}
+	}
+	bare, err := startBareProxy(ctx, m1, nil)
 	if err != nil {
 		return nil, nil, err
 	}
+	bares = append(bares, bare)
 	pids["bare-proxy"] = bare.Pid()
 	bareClient, err := mtlsClient(bare.CAPEM, nil)
 	if err != nil {
-		bare.stop()
+		stopBares()
 		return nil, nil, err
 	}
 	gwClient, err := mtlsClient(env.Gateway.CA.CertPEM, env.Hub.Admin)
 	if err != nil {
-		bare.stop()
+		stopBares()
 		return nil, nil, err
 	}
 	hubClient, err := mtlsClient(env.Hub.CA.CertPEM, env.Hub.Admin)
 	if err != nil {
-		bare.stop()
+		stopBares()
 		return nil, nil, err
 	}
 	proxyPath := func(c *localenv.Cluster) string {
@@ -252,26 +262,39 @@ func buildTargets(ctx context.Context, env *localenv.Env) ([]*target, func(), er
 		{Key: "gateway", Name: "gateway port → cluster-1 (Direct)", Via: "client → gateway :port (x509 authn, generic filters) → pooled transport → kube-apiserver", URL: env.Gateway.URL + proxyPath(m1), Client: gwClient, Upstream: "managed-1"},
 		{Key: "hub", Name: "hub → gateway → cluster-1", Via: "client → hub kube-apiserver (aggregation) → gateway → kube-apiserver", URL: env.Hub.URL + proxyPath(m1), Client: hubClient, Upstream: "managed-1"},
 	}
-	if k != nil {
-		d3, err := mtlsClient(k.Cluster.CA.CertPEM, k.Cluster.GatewayUser)
-		if err != nil {
-			bare.stop()
-			return nil, nil, err
-		}
-		ts = append(ts,
-			&target{Key: "konn", Name: "gateway port → " + k.Cluster.GatewayName + " (Konnectivity)", Via: "client → gateway :port → gRPC tunnel → proxy-server → proxy-agent → kube-apiserver", URL: env.Gateway.URL + proxyPath(k.Cluster), Client: gwClient, Upstream: k.Cluster.Name},
-			&target{Key: "direct3", Name: "direct → " + k.Cluster.Name, Via: "client → kube-apiserver (baseline of the Konnectivity row)", URL: k.Cluster.URL + requestPath, Client: d3, Upstream: k.Cluster.Name},
-		)
-	} else {
-		ts = append(ts, &target{Key: "konn", Name: "gateway port → Konnectivity cluster", TODO: "TODO: this localenv runs no konnectivity proxy-server/agent (Env.Konnectivity is nil); the row is not measured"})
-	}
 	for _, t := range ts {
 		t.Pids = pids
 	}
-	return ts, func() {
-		if err := bare.stop(); err != nil {
-			logf("%v", err)
+	if k != nil {
+		d3, err := mtlsClient(k.Cluster.CA.CertPEM, k.Cluster.GatewayUser)
+		if err != nil {
+			stopBares()
+			return nil, nil, err
 		}
+		bk, err := startBareProxy(ctx, k.Cluster, k)
+		if err != nil {
+			stopBares()
+			return nil, nil, err
+		}
+		bares = append(bares, bk)
+		bkClient, err := mtlsClient(bk.CAPEM, nil)
+		if err != nil {
+			stopBares()
+			return nil, nil, err
+		}
+		// In its row, "bare-proxy" is the bare proxy that serves it.
+		bkPids := maps.Clone(pids)
+		bkPids["bare-proxy"] = bk.Pid()
+		ts = append(ts,
+			&target{Key: "konn", Name: "gateway port → " + k.Cluster.GatewayName + " (Konnectivity)", Via: "client → gateway :port → gRPC tunnel → proxy-server → proxy-agent → kube-apiserver", URL: env.Gateway.URL + proxyPath(k.Cluster), Client: gwClient, Upstream: k.Cluster.Name, Pids: pids},
+			&target{Key: "direct3", Name: "direct → " + k.Cluster.Name, Via: "client → kube-apiserver (baseline of the Konnectivity row)", URL: k.Cluster.URL + requestPath, Client: d3, Upstream: k.Cluster.Name, Pids: pids},
+			&target{Key: "bare-konn", Name: "bare reverse proxy → " + k.Cluster.Name + " (Konnectivity)", Via: "client → httputil.ReverseProxy in a process of its own → konnectivity-client's gRPC tunnel → proxy-server → proxy-agent → kube-apiserver (baseline of the Konnectivity goal)", URL: bk.URL + requestPath, Client: bkClient, Upstream: k.Cluster.Name, Pids: bkPids},
+		)
+	} else {
+		ts = append(ts, &target{Key: "konn", Name: "gateway port → Konnectivity cluster", Pids: pids, TODO: "TODO: this localenv runs no konnectivity proxy-server/agent (Env.Konnectivity is nil); the row is not measured"})
+	}
+	return ts, func() {
+		stopBares()
 		for _, t := range ts {
 			if t.Client != nil {
 				t.Client.CloseIdleConnections()

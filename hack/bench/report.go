@@ -166,6 +166,10 @@ func (r *report) ratios(b *strings.Builder) {
 		fmt.Fprintf(b, "- Konnectivity vs Direct (both on the gateway's port): req/s %.2f× (%.0f vs %.0f), p50 %s vs %s, p99 %s vs %s; gateway CPU/req %s vs %s; proxy-server+agent add %s CPU per request.\n",
 			konn.res.rps()/gw.res.rps(), konn.res.rps(), gw.res.rps(), fmtDur(konn.res.pct(.5)), fmtDur(gw.res.pct(.5)),
 			fmtDur(konn.res.pct(.99)), fmtDur(gw.res.pct(.99)), fmtDur(gk), fmtDur(gd), cpuStr(&konn.res, "proxy-server", "proxy-agent"))
+		if bk, bd, ok := r.bareTunnelCost(); ok {
+			fmt.Fprintf(b, "- What the tunnel costs a proxy of no code of its own: the bare reverse proxy over the same konnectivity-client tunnel (its `bare-konn` row) spends %s CPU per request vs %s on its direct connection, %s more (%.2f×); the gateway %s more (%.2f×).\n",
+				fmtDur(bk), fmtDur(bd), fmtDur(bk-bd), ratio(bk, bd), fmtDur(gk-gd), ratio(gk, gd))
+		}
 		if d3 != nil && d != nil {
 			parity := d3.res.rps() / d.res.rps()
 			verdict := "so the Konnectivity ratio is not an artefact of a slower cluster"

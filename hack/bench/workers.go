@@ -21,7 +21,7 @@ var (
 )
 
 // targetKeys are the loads buildTargets and extendTargets make.
-var targetKeys = []string{"direct", "bare", "gateway", "hub", "konn", "direct3", "direct-many", "bare-many", "gateway-many"}
+var targetKeys = []string{"direct", "bare", "gateway", "hub", "konn", "direct3", "bare-konn", "direct-many", "bare-many", "gateway-many"}
 
 // benchUser is who the gateway paths' loads authenticate as: a hub user
 // outside system:masters, bound to cluster-gateway:proxy-reader, so that the
