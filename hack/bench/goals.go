@@ -182,7 +182,7 @@ func (r *report) goalsSection(b *strings.Builder) {
 	b.WriteString("\nCPU per request is each process's CPU over a load divided by its requests (section 2). The bare proxy runs in a process of its own, " +
 		"as the gateway does, and its CPU is that process's; a second one reaches the Konnectivity cluster through a konnectivity-client tunnel " +
 		"to the same proxy-server (`CreateGRPCTunnel`, as the gateway's), the Konnectivity goal's baseline. The in-process rows compare medians of `BenchmarkProxyGateway` and " +
-		"`BenchmarkBareReverseProxy` from one `go test` run. On shared CPUs a single run can land on either side of a bound that it is close to.")
+		"`BenchmarkBareReverseProxy` taken in turn (section 1). On shared CPUs a single run can land on either side of a bound that it is close to.")
 	if len(r.Profiles) > 0 {
 		b.WriteString(" The gateway is CPU-profiled during the first round of its profiled loads (section 2), which adds a little to its CPU there " +
 			"and not to the bare proxy's (`-gateway-profile ''` turns profiling off).")

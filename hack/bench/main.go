@@ -65,7 +65,7 @@ func main() {
 	flag.IntVar(&o.Rounds, "rounds", 2, "interleaved rounds: each path runs duration/rounds per round")
 	flag.DurationVar(&o.Warm, "warm", time.Second, "warm-up per path before measuring (connections, pool entries)")
 	flag.IntVar(&o.Gateways, "gateways", 1000, "ClusterGateways for the memory-per-pooled-cluster step (0 skips it)")
-	flag.IntVar(&o.BenchCount, "bench-count", 5, "-count of the Go benchmarks (medians are reported)")
+	flag.IntVar(&o.BenchCount, "bench-count", 5, "rounds of the Go benchmarks, each benchmark once per round (medians are reported)")
 	flag.StringVar(&o.BenchTime, "bench-time", "1s", "-benchtime of the Go benchmarks")
 	flag.BoolVar(&o.SkipGoBench, "skip-go-bench", false, "skip the in-process Go benchmarks")
 	flag.BoolVar(&o.SkipEnv, "skip-env", false, "skip the local environment (loads and memory)")

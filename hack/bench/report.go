@@ -41,7 +41,7 @@ func (r *report) markdown() string {
 	fmt.Fprintf(&b, "- Go: %s\n- Date: %s; the whole run took %s\n", m.Go, m.Started.UTC().Format("2006-01-02 15:04 MST"), r.Total.Round(time.Second))
 	fmt.Fprintf(&b, "- Command: `make bench`, i.e. `go run ./hack/bench %s`\n", strings.Join(os.Args[1:], " "))
 	fmt.Fprintf(&b, "- Noise: the CPUs are shared with other work, and the clients, proxies and kube-apiservers all run on them. "+
-		"Every comparison is therefore taken side by side in this one run (one `go test` invocation, medians of %d; loads in %d interleaved rounds), "+
+		"Every comparison is therefore taken side by side in this one run (the Go benchmarks in %d interleaved rounds, medians reported; loads in %d interleaved rounds), "+
 		"and the ratios mean more than the absolute numbers.\n\n", r.Opts.BenchCount, r.Opts.Rounds)
 	r.goalsSection(&b)
 	if r.GoBench != nil {
