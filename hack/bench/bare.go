@@ -73,18 +73,20 @@ func bareChildMain(args []string) error {
 	if err != nil {
 		return err
 	}
+	var tunnel client.ReusableTunnel
+	if tun.server != "" {
+		if tunnel, err = tun.open(); err != nil {
+			return err
+		}
+		defer tunnel.Close() // after the connections through it
+	}
 	upTr := &http.Transport{
 		TLSClientConfig:   &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}},
 		ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 25, IdleConnTimeout: 90 * time.Second, DisableCompression: true,
 	}
 	defer upTr.CloseIdleConnections()
-	if tun.server != "" {
-		t, err := tun.open()
-		if err != nil {
-			return err
-		}
-		defer t.Close()
-		upTr.DialContext = t.DialContext
+	if tunnel != nil {
+		upTr.DialContext = tunnel.DialContext
 	}
 	srv, err := testfrontend.Start(&httputil.ReverseProxy{
 		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(target) },

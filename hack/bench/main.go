@@ -262,9 +262,6 @@ func buildTargets(ctx context.Context, env *localenv.Env) ([]*target, func(), er
 		{Key: "gateway", Name: "gateway port → cluster-1 (Direct)", Via: "client → gateway :port (x509 authn, generic filters) → pooled transport → kube-apiserver", URL: env.Gateway.URL + proxyPath(m1), Client: gwClient, Upstream: "managed-1"},
 		{Key: "hub", Name: "hub → gateway → cluster-1", Via: "client → hub kube-apiserver (aggregation) → gateway → kube-apiserver", URL: env.Hub.URL + proxyPath(m1), Client: hubClient, Upstream: "managed-1"},
 	}
-	for _, t := range ts {
-		t.Pids = pids
-	}
 	if k != nil {
 		d3, err := mtlsClient(k.Cluster.CA.CertPEM, k.Cluster.GatewayUser)
 		if err != nil {
@@ -286,12 +283,17 @@ func buildTargets(ctx context.Context, env *localenv.Env) ([]*target, func(), er
 		bkPids := maps.Clone(pids)
 		bkPids["bare-proxy"] = bk.Pid()
 		ts = append(ts,
-			&target{Key: "konn", Name: "gateway port → " + k.Cluster.GatewayName + " (Konnectivity)", Via: "client → gateway :port → gRPC tunnel → proxy-server → proxy-agent → kube-apiserver", URL: env.Gateway.URL + proxyPath(k.Cluster), Client: gwClient, Upstream: k.Cluster.Name, Pids: pids},
-			&target{Key: "direct3", Name: "direct → " + k.Cluster.Name, Via: "client → kube-apiserver (baseline of the Konnectivity row)", URL: k.Cluster.URL + requestPath, Client: d3, Upstream: k.Cluster.Name, Pids: pids},
+			&target{Key: "konn", Name: "gateway port → " + k.Cluster.GatewayName + " (Konnectivity)", Via: "client → gateway :port → gRPC tunnel → proxy-server → proxy-agent → kube-apiserver", URL: env.Gateway.URL + proxyPath(k.Cluster), Client: gwClient, Upstream: k.Cluster.Name},
+			&target{Key: "direct3", Name: "direct → " + k.Cluster.Name, Via: "client → kube-apiserver (baseline of the Konnectivity row)", URL: k.Cluster.URL + requestPath, Client: d3, Upstream: k.Cluster.Name},
 			&target{Key: "bare-konn", Name: "bare reverse proxy → " + k.Cluster.Name + " (Konnectivity)", Via: "client → httputil.ReverseProxy in a process of its own → konnectivity-client's gRPC tunnel → proxy-server → proxy-agent → kube-apiserver (baseline of the Konnectivity goal)", URL: bk.URL + requestPath, Client: bkClient, Upstream: k.Cluster.Name, Pids: bkPids},
 		)
 	} else {
-		ts = append(ts, &target{Key: "konn", Name: "gateway port → Konnectivity cluster", Pids: pids, TODO: "TODO: this localenv runs no konnectivity proxy-server/agent (Env.Konnectivity is nil); the row is not measured"})
+		ts = append(ts, &target{Key: "konn", Name: "gateway port → Konnectivity cluster", TODO: "TODO: this localenv runs no konnectivity proxy-server/agent (Env.Konnectivity is nil); the row is not measured"})
+	}
+	for _, t := range ts {
+		if t.Pids == nil {
+			t.Pids = pids
+		}
 	}
 	return ts, func() {
 		stopBares()
