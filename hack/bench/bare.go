@@ -61,17 +61,9 @@ func bareChildMain(args []string) error {
 	if err != nil {
 		return err
 	}
-	caPEM, err := os.ReadFile(*caFile)
+	upTLS, err := clientTLS(*caFile, *certFile, *keyFile)
 	if err != nil {
-		return err
-	}
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(caPEM) {
-		return errors.New("no certificate in the upstream CA bundle")
-	}
-	pair, err := tls.LoadX509KeyPair(*certFile, *keyFile)
-	if err != nil {
-		return err
+		return fmt.Errorf("upstream: %w", err)
 	}
 	var tunnel client.ReusableTunnel
 	if tun.server != "" {
@@ -81,7 +73,7 @@ func bareChildMain(args []string) error {
 		defer tunnel.Close() // after the connections through it
 	}
 	upTr := &http.Transport{
-		TLSClientConfig:   &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}},
+		TLSClientConfig:   upTLS,
 		ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 25, IdleConnTimeout: 90 * time.Second, DisableCompression: true,
 	}
 	defer upTr.CloseIdleConnections()
@@ -155,25 +147,35 @@ func startBareProxy(ctx context.Context, c *localenv.Cluster, k *localenv.Konnec
 type tunnelFlags struct{ server, ca, cert, key string }
 
 func (f tunnelFlags) open() (client.ReusableTunnel, error) {
-	caPEM, err := os.ReadFile(f.ca)
+	cfg, err := clientTLS(f.ca, f.cert, f.key)
 	if err != nil {
-		return nil, err
-	}
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(caPEM) {
-		return nil, errors.New("no certificate in the proxy-server's CA bundle")
-	}
-	pair, err := tls.LoadX509KeyPair(f.cert, f.key)
-	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("proxy-server: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), childAnswer)
 	defer cancel()
-	creds := credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots, Certificates: []tls.Certificate{pair}})
+	creds := credentials.NewTLS(cfg)
 	//nolint:staticcheck // WithBlock: a tunnel that cannot be built fails the start, not the first request.
 	t, err := client.CreateGRPCTunnel(ctx, f.server, grpc.WithTransportCredentials(creds), grpc.WithBlock())
 	if err != nil {
 		return nil, fmt.Errorf("konnectivity tunnel to %s: %w", f.server, err)
 	}
 	return t, nil
+}
+
+// clientTLS trusts the CA bundle in caFile and presents the key pair in
+// certFile and keyFile.
+func clientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
+	caPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, err
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("no certificate in the CA bundle %s", caFile)
+	}
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots, Certificates: []tls.Certificate{pair}}, nil
 }
