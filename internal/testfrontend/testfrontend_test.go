@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -37,7 +38,12 @@ func TestHandlerAndServer(t *testing.T) {
 		body != "HTTP/2.0 c1 /api/v1/pods alice clustergateways/proxy limit=1" {
 		t.Errorf("proxy request: %d %q", code, body)
 	}
-	for _, path := range []string{"/api/v1/pods", Prefix + "c1", Prefix + "c1/health"} {
+	if code, body := get(s.ProxyURL("c1")); code != http.StatusOK || body != "HTTP/2.0 c1  alice clustergateways/proxy " {
+		t.Errorf("proxy request without a subpath: %d %q", code, body)
+	}
+	// Another version is not Prefix: no subpath can be cut out of it.
+	other := strings.Replace(Prefix, "/v1alpha1/", "/v1beta1/", 1) + "c1/proxy/api/v1/pods"
+	for _, path := range []string{"/api/v1/pods", Prefix + "c1", Prefix + "c1/health", other} {
 		if code, _ := get(s.URL + path); code != http.StatusNotFound {
 			t.Errorf("GET %s: %d, want 404", path, code)
 		}
