@@ -181,7 +181,7 @@ local-down: ## Stop the background local environment and wait for it to exit.
 # BENCH_FLAGS="-only loads" (or isolation, or scan) only that section runs, and
 # its report goes to _output/bench/performance-<section>.md, not docs/.
 .PHONY: bench
-bench: tools build ## Benchmark the proxy path (about 15 minutes: in-process, loads, isolation, a 10,000-gateway scan); writes docs/performance.md.
+bench: tools build ## Benchmark the proxy path (about 20 minutes: in-process, loads, isolation, a 10,000-gateway scan); writes docs/performance.md.
 	cd hack && $(GO) build -o $(BIN)/bench ./bench
 	$(BIN)/bench -go $(GO) -bin $(patsubst $(CURDIR)/%,%,$(BIN)) -state-dir $(patsubst $(CURDIR)/%,%,$(OUTPUT))/bench -out docs/performance.md $(BENCH_FLAGS)
 
