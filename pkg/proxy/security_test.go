@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -244,6 +245,31 @@ func TestRedirectsRefused(t *testing.T) {
 	}
 	if len(up.requests()) != 1 {
 		t.Fatalf("the cluster saw %d requests, want 1", len(up.requests()))
+	}
+
+	// However Location is repeated or spelled, over HTTP/1.1 and HTTP/2:
+	// curl -L follows the second of an empty and a real Location.
+	for _, locations := range [][]string{{"", "https://login.example/steal"}, {" ", "https://login.example/steal"}, {""}} {
+		odd := newCapture(t)
+		odd.answer = func(w http.ResponseWriter, _ *http.Request) {
+			w.Header()["Location"] = locations
+			w.WriteHeader(http.StatusFound)
+		}
+		pxOdd := newFixtureProxy(t, tokenSecret("c", odd.srv.URL, upstreamCA(odd.srv), "t", "None"))
+		for _, h2 := range []bool{false, true} {
+			srv := proxyServer(t, pxOdd, alice, h2)
+			client := srv.Client()
+			client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+			resp, err := client.Get(srv.URL + "/c/proxy/api")
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadGateway || len(resp.Header.Values("Location")) != 0 || !strings.Contains(string(b), "redirect (302 to ") {
+				t.Errorf("Location %q, HTTP/2 %v: %d, Location %q, body %s; want a 502 Status and no Location", locations, h2, resp.StatusCode, resp.Header.Values("Location"), b)
+			}
+		}
 	}
 
 	// An upgrade answered with a redirect: the raw upgrade path of

@@ -43,8 +43,8 @@ func (t *upstreamTransport) checked(req *http.Request, resp *http.Response, err 
 	if err != nil {
 		return nil, err
 	}
-	if isRedirect(resp) {
-		return redirectRefused(t.cluster, req, resp), nil
+	if where, ok := redirectLocation(resp); ok {
+		return redirectRefused(t.cluster, req, resp, where), nil
 	}
 	return resp, nil
 }
@@ -93,19 +93,33 @@ func withIdentity(req *http.Request, id identity) *http.Request {
 	return out
 }
 
-func isRedirect(resp *http.Response) bool {
-	return resp.StatusCode >= 300 && resp.StatusCode <= 399 && resp.Header.Get("Location") != ""
+// redirectLocation tells whether resp is a redirect a client could follow:
+// a 3xx with any Location at all, not only a first non-empty one (curl -L
+// follows the second of an empty and a real one); where is the first
+// non-empty one, for the message. A 3xx without Location (304 Not Modified
+// to a conditional GET of the OpenAPI) passes.
+func redirectLocation(resp *http.Response) (where string, ok bool) {
+	if resp.StatusCode < 300 || resp.StatusCode > 399 {
+		return "", false
+	}
+	locations := resp.Header.Values("Location")
+	for _, l := range locations {
+		if l = strings.TrimSpace(l); l != "" {
+			return l, true
+		}
+	}
+	return "", len(locations) > 0
 }
 
 // redirectRefused replaces a cluster's redirect with a 502 Status, as the
 // hub's aggregator does (--aggregator-reject-forwarding-redirect): a client
 // following it would take its request, and its credentials, elsewhere.
-func redirectRefused(cluster string, req *http.Request, resp *http.Response) *http.Response {
+func redirectRefused(cluster string, req *http.Request, resp *http.Response, location string) *http.Response {
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 	_ = resp.Body.Close()
 	st := statusError(http.StatusBadGateway, metav1.StatusReasonInternalError, fmt.Sprintf(
 		"cluster %q answered with a redirect (%d to %s), which the gateway does not pass on: check spec.endpoint.address of ClusterGateway %q (it must be the API server itself, not a login page or load balancer that redirects)",
-		cluster, resp.StatusCode, redirectTarget(resp.Header.Get("Location")), cluster)).ErrStatus
+		cluster, resp.StatusCode, redirectTarget(location), cluster)).ErrStatus
 	st.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
 	body, _ := json.Marshal(st)
 	return &http.Response{
@@ -124,6 +138,9 @@ func redirectRefused(cluster string, req *http.Request, resp *http.Response) *ht
 // redirectTarget names where a redirect pointed without its query or user
 // info, which may carry someone's codes or credentials.
 func redirectTarget(location string) string {
+	if location == "" {
+		return "an empty location"
+	}
 	u, err := url.Parse(location)
 	if err != nil {
 		return "an unparsable location"
