@@ -196,17 +196,24 @@ func key(attr authorizer.Attributes) (string, bool) {
 		b.WriteByte(':')
 		b.WriteString(s)
 	}
+	// A count is terminated too: written bare before a field, its digits
+	// and the field's length would read as one number (1 group of 150
+	// bytes, "1150:...", would be 11 groups, the first of 50 bytes).
+	count := func(n int) {
+		b.WriteString(strconv.Itoa(n))
+		b.WriteByte('#')
+	}
 	if u := attr.GetUser(); u != nil {
 		b.WriteByte('u')
 		field(u.GetName())
 		field(u.GetUID())
 		groups := u.GetGroups()
-		b.WriteString(strconv.Itoa(len(groups)))
+		count(len(groups))
 		for _, g := range groups {
 			field(g)
 		}
 		extra := u.GetExtra()
-		b.WriteString(strconv.Itoa(len(extra)))
+		count(len(extra))
 		if len(extra) > 0 {
 			keys := make([]string, 0, len(extra))
 			for k := range extra {
@@ -215,7 +222,7 @@ func key(attr authorizer.Attributes) (string, bool) {
 			slices.Sort(keys)
 			for _, k := range keys {
 				field(k)
-				b.WriteString(strconv.Itoa(len(extra[k])))
+				count(len(extra[k]))
 				for _, v := range extra[k] {
 					field(v)
 				}
@@ -229,13 +236,13 @@ func key(attr authorizer.Attributes) (string, bool) {
 		for _, s := range []string{attr.GetVerb(), attr.GetNamespace(), attr.GetAPIGroup(), attr.GetAPIVersion(), attr.GetResource(), attr.GetSubresource(), attr.GetName()} {
 			field(s)
 		}
-		b.WriteString(strconv.Itoa(len(fieldReqs)))
+		count(len(fieldReqs))
 		for _, r := range fieldReqs {
 			field(string(r.Operator))
 			field(r.Field)
 			field(r.Value)
 		}
-		b.WriteString(strconv.Itoa(len(labelReqs)))
+		count(len(labelReqs))
 		for _, r := range labelReqs {
 			field(r.String())
 		}

@@ -373,3 +373,35 @@ func TestRunDropsExpiredDecisions(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// A count (of groups, extra keys, an extra key's values, selector
+// requirements) followed by a length-prefixed field must not read as another
+// count and length: one group of 150 bytes was written "1" "150:..." and
+// eleven groups, the first of 50 bytes, "11" "50:...", the same key.
+func TestCountsAndLengthsDoNotRunTogether(t *testing.T) {
+	first, last := strings.Repeat("a", 50), strings.Repeat("b", 79)
+	one := []string{first + strings.Repeat("0:", 9) + "79:" + last}           // 150 bytes
+	eleven := append(append([]string{first}, make([]string, 9)...), last) // 50, nine empty, 79
+	pairs := map[string][2]*user.DefaultInfo{
+		"groups": {
+			{Name: "alice", Groups: one},
+			{Name: "alice", Groups: eleven},
+		},
+		"an extra key's values": {
+			{Name: "alice", Extra: map[string][]string{"scope": one}},
+			{Name: "alice", Extra: map[string][]string{"scope": eleven}},
+		},
+	}
+	for name, p := range pairs {
+		a, b := base(), base()
+		a.User, b.User = p[0], p[1]
+		ka, okA := key(a)
+		kb, okB := key(b)
+		if !okA || !okB {
+			t.Fatalf("%s: not cachable", name)
+		}
+		if ka == kb {
+			t.Errorf("%s: %d and %d values share the key %q", name, len(p[0].Groups)+len(p[0].Extra["scope"]), len(p[1].Groups)+len(p[1].Extra["scope"]), ka)
+		}
+	}
+}
