@@ -92,9 +92,21 @@ func (p *Policy) Check(ip netip.Addr) error {
 		return nil
 	}
 	ip = ip.Unmap().WithZone("") // ::ffff:169.254.169.254 is 169.254.169.254
+	name := ip.String()
+	if ip.IsUnspecified() {
+		// A connection to 0.0.0.0 or :: is made to the local host (Linux):
+		// it is judged as the loopback address, so a deny list holding
+		// 127.0.0.0/8 and ::1/128 covers it too.
+		if ip.Is4() {
+			ip = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+		} else {
+			ip = netip.IPv6Loopback()
+		}
+		name += " (the local host, judged as " + ip.String() + ")"
+	}
 	for _, d := range p.deny {
 		if d.Contains(ip) {
-			return fmt.Errorf("%w: %s is in %s (--endpoint-deny-cidrs)", ErrDenied, ip, d)
+			return fmt.Errorf("%w: %s is in %s (--endpoint-deny-cidrs)", ErrDenied, name, d)
 		}
 	}
 	if len(p.allow) == 0 {
@@ -105,7 +117,7 @@ func (p *Policy) Check(ip netip.Addr) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("%w: %s is in none of --endpoint-allow-cidrs (%s)", ErrDenied, ip, joinPrefixes(p.allow))
+	return fmt.Errorf("%w: %s is in none of --endpoint-allow-cidrs (%s)", ErrDenied, name, joinPrefixes(p.allow))
 }
 
 // CheckHost checks a host that is an IP literal; names pass here and are

@@ -18,11 +18,27 @@ func TestPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// As config/deployment.yaml and the chart ship it.
+	loopbackDenied, err := (&Options{DenyCIDRs: []string{"169.254.0.0/16", "127.0.0.0/8", "::1/128"}}).Policy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenOnly, err := (&Options{AllowCIDRs: []string{"10.0.0.0/8"}}).Policy()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		p      *Policy
 		ip     string
 		denied bool
 	}{
+		// The unspecified address reaches the local host: judged as loopback.
+		{loopbackDenied, "0.0.0.0", true},
+		{loopbackDenied, "::", true},
+		{loopbackDenied, "::ffff:0.0.0.0", true},
+		{tenOnly, "0.0.0.0", true},
+		{def, "0.0.0.0", false},
+		{allowOnly, "0.0.0.0", false},
 		{def, "169.254.169.254", true},
 		{def, "::ffff:169.254.169.254", true}, // IPv4-mapped
 		{def, "fe80::1%eth0", true},           // zoned link-local
