@@ -380,7 +380,7 @@ func TestRunDropsExpiredDecisions(t *testing.T) {
 // eleven groups, the first of 50 bytes, "11" "50:...", the same key.
 func TestCountsAndLengthsDoNotRunTogether(t *testing.T) {
 	first, last := strings.Repeat("a", 50), strings.Repeat("b", 79)
-	one := []string{first + strings.Repeat("0:", 9) + "79:" + last}           // 150 bytes
+	one := []string{first + strings.Repeat("0:", 9) + "79:" + last}       // 150 bytes
 	eleven := append(append([]string{first}, make([]string, 9)...), last) // 50, nine empty, 79
 	pairs := map[string][2]*user.DefaultInfo{
 		"groups": {
