@@ -194,6 +194,9 @@ func redact(gw *v1alpha1.ClusterGateway) *v1alpha1.ClusterGateway {
 	out.Spec.Credential.X509 = nil
 	out.Spec.Credential.BearerToken = ""
 	out.Spec.Endpoint.ProxyURL = v1alpha1.WithoutUserInfo(out.Spec.Endpoint.ProxyURL)
+	if strings.Contains(out.Spec.Endpoint.Address, "@") { // refused when written; a hand-written Secret may hold it
+		out.Spec.Endpoint.Address = v1alpha1.WithoutUserInfo(out.Spec.Endpoint.Address)
+	}
 	// Stored redacted, but a hand-written Secret may hold anything.
 	if v, ok := out.Annotations[kubectlLastApplied]; ok {
 		out.Annotations[kubectlLastApplied] = redactLastApplied(v)

@@ -248,6 +248,10 @@ func TestMalformedSecrets(t *testing.T) {
 		{name: "token type without token", data: with(KeyCredentialType, []byte(v1alpha1.CredentialBearerToken)), reason: v1alpha1.ReasonInvalidSecret, want: "bearerToken"},
 		{name: "unknown impersonation", data: with(KeyImpersonation, []byte("Everyone")), reason: v1alpha1.ReasonInvalidSecret, want: "impersonation"},
 		{name: "proxy scheme", data: with(KeyProxyURL, []byte("ftp://127.0.0.1:21")), reason: v1alpha1.ReasonInvalidSecret, want: "proxyURL"},
+		// A '/' in a password ends the authority early: no user info parsed.
+		{name: "endpoint with an unescaped password", data: with(KeyEndpoint, []byte("https://u:/p@127.0.0.2")), reason: v1alpha1.ReasonInvalidSecret, want: "user info"},
+		{name: "proxy with an unescaped password", data: with(KeyProxyURL, []byte("http://u:/pw@127.0.0.1:3128")), reason: v1alpha1.ReasonInvalidSecret, want: "percent-encode"},
+		{name: "proxy with a path", data: with(KeyProxyURL, []byte("http://127.0.0.1:3128/x")), reason: v1alpha1.ReasonInvalidSecret, want: "without a path"},
 		{name: "expired certificate", data: map[string][]byte{
 			KeyEndpoint: []byte("https://127.0.0.2:6443"), KeyCredentialType: []byte(v1alpha1.CredentialX509Certificate),
 			KeyCertificate: expired.certPEM, KeyPrivateKey: expired.keyPEM,

@@ -37,7 +37,10 @@ var (
 	wsBearer     = regexp.MustCompile(`(?i)(base64url\.bearer\.authorization\.k8s\.io\.)[A-Za-z0-9_\-=]+`)
 	pemKey       = regexp.MustCompile(`(?s)-----BEGIN[ A-Z0-9]*PRIVATE KEY-----.*?(-----END[ A-Z0-9]*PRIVATE KEY-----|$)`)
 	b64PEM       = regexp.MustCompile(`LS0tLS1CRUdJT[A-Za-z0-9+/=]+`)
-	userInfo     = regexp.MustCompile(`([a-zA-Z][a-zA-Z0-9+.\-]*://)[^/\s@"'\\]+@`)
+	// Up to the last '@' before a space, quote or backslash: a password
+	// holding a '/', '?', '#' or '@' that is not percent-encoded ends the
+	// URL's authority elsewhere, but is still a password.
+	userInfo = regexp.MustCompile(`([a-zA-Z][a-zA-Z0-9+.\-]*://)[^\s"'\\]+@`)
 )
 
 // Redact returns the entry with every credential it may hold removed:

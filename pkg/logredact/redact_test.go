@@ -126,6 +126,8 @@ func logHeaders(l logr.Logger) {
 		"Sec-Websocket-Protocol": {"base64url.bearer.authorization.k8s.io." + base64.RawURLEncoding.EncodeToString([]byte(token)) + ", v5.channel.k8s.io"},
 	})
 	l.Info("loaded", "key", keyPEM, "proxy", "http://u:proxypass@proxy:3128")
+	// A password with a '/' (not percent-encoded): no user info to a URL parser.
+	l.Info("loaded", "proxy", "http://u:/proxypass@proxy:3128", "other", "socks5://u:12/proxypass?x#y@proxy:1080", "at", "http://u:p@proxypass@proxy:3128")
 }
 
 func mustJSON(t *testing.T, obj any) string {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
@@ -161,6 +162,12 @@ func WithoutUserInfo(proxyURL string) string {
 	if err != nil {
 		return "<unparsable URL>"
 	}
+	if u.User == nil && strings.Contains(proxyURL, "@") {
+		// An '@' the parser did not take as the end of user info: a
+		// password with an unescaped '/', '?' or '#' ended the authority
+		// early, and what follows it may be the password.
+		return "<URL with user info that is not percent-encoded>"
+	}
 	u.User = nil
 	return u.String()
 }
@@ -193,7 +200,9 @@ func ParseAddress(address string) (*url.URL, error) {
 	if u.Host == "" || u.Hostname() == "" {
 		return nil, fmt.Errorf("must name a host, e.g. https://10.0.0.1:6443")
 	}
-	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+	// Any '@': user info whose password holds a '/', '?' or '#' parses as
+	// no user info, its password in the host, path or query.
+	if u.User != nil || strings.Contains(address, "@") || u.RawQuery != "" || u.Fragment != "" {
 		return nil, fmt.Errorf("must not carry user info, a query or a fragment")
 	}
 	return u, nil
@@ -203,12 +212,15 @@ func ParseAddress(address string) (*url.URL, error) {
 func ParseProxyURL(proxyURL string) (*url.URL, error) {
 	u, err := url.Parse(proxyURL)
 	if err != nil {
-		// url.Error repeats the whole URL, password included.
-		var uerr *url.Error
-		if errors.As(err, &uerr) {
-			err = uerr.Err
-		}
-		return nil, fmt.Errorf("is not a URL: %v", err)
+		// Neither url.Error (the whole URL) nor its cause ("invalid port
+		// \":pw\" after host") is repeated: either may hold the password.
+		return nil, fmt.Errorf("is not a URL (percent-encode reserved characters such as '/', '?', '#' and '@' in the user name and password)")
+	}
+	if u.User == nil && strings.Contains(proxyURL, "@") || u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.Fragment != "" {
+		// A password with an unescaped '/', '?' or '#' ends the authority
+		// early: url.Parse finds no user info, and the password would be
+		// taken for the host, path or query (and shown to readers).
+		return nil, fmt.Errorf("must be scheme://[user:password@]host[:port] without a path, query or fragment (percent-encode reserved characters such as '/', '?', '#' and '@' in the user name and password)")
 	}
 	switch u.Scheme {
 	case "http", "https", "socks5":
