@@ -188,11 +188,7 @@ func ParseAddress(address string) (*url.URL, error) {
 	}
 	u, err := url.Parse(address)
 	if err != nil {
-		var uerr *url.Error // it repeats the whole URL
-		if errors.As(err, &uerr) {
-			err = uerr.Err
-		}
-		return nil, fmt.Errorf("is not a URL: %v", err)
+		return nil, notAURL(address, err)
 	}
 	if u.Scheme != "https" {
 		return nil, fmt.Errorf("must be an https URL, e.g. https://10.0.0.1:6443")
@@ -212,9 +208,7 @@ func ParseAddress(address string) (*url.URL, error) {
 func ParseProxyURL(proxyURL string) (*url.URL, error) {
 	u, err := url.Parse(proxyURL)
 	if err != nil {
-		// Neither url.Error (the whole URL) nor its cause ("invalid port
-		// \":pw\" after host") is repeated: either may hold the password.
-		return nil, fmt.Errorf("is not a URL (percent-encode reserved characters such as '/', '?', '#' and '@' in the user name and password)")
+		return nil, notAURL(proxyURL, err)
 	}
 	if u.User == nil && strings.Contains(proxyURL, "@") || u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.Fragment != "" {
 		// A password with an unescaped '/', '?' or '#' ends the authority
@@ -231,6 +225,20 @@ func ParseProxyURL(proxyURL string) (*url.URL, error) {
 		return nil, fmt.Errorf("must name a host, e.g. http://proxy:3128")
 	}
 	return u, nil
+}
+
+// notAURL is url.Parse's error without the URL, which url.Error repeats
+// whole; and where the URL has an '@' (user info), without the cause either:
+// "invalid port \":pw\" after host" is part of a password with a '/'.
+func notAURL(raw string, err error) error {
+	if strings.Contains(raw, "@") {
+		return fmt.Errorf("is not a URL (percent-encode reserved characters such as '/', '?', '#' and '@' in the user name and password)")
+	}
+	var uerr *url.Error
+	if errors.As(err, &uerr) {
+		err = uerr.Err
+	}
+	return fmt.Errorf("is not a URL: %v", err)
 }
 
 // ParseCABundle parses a PEM bundle of one or more certificates, as strictly
