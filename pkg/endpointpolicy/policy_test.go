@@ -73,19 +73,7 @@ func TestPolicy(t *testing.T) {
 // Control refuses a dial to a denied address that a name resolved to, before
 // any connection is made.
 func TestControlAfterResolution(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	accepted := make(chan struct{}, 1)
-	go func() {
-		if c, err := l.Accept(); err == nil {
-			accepted <- struct{}{}
-			c.Close()
-		}
-	}()
-	_, port, _ := net.SplitHostPort(l.Addr().String())
+	port, accepted := loopbackListener(t)
 	p, _ := (&Options{DenyCIDRs: []string{"127.0.0.1/32", "::1/128"}}).Policy()
 	d := &net.Dialer{Timeout: 2 * time.Second, Control: p.Control}
 	if c, err := d.Dial("tcp", net.JoinHostPort("localhost", port)); err == nil || !errors.Is(err, ErrDenied) {
@@ -99,4 +87,24 @@ func TestControlAfterResolution(t *testing.T) {
 		t.Fatal("the denied address accepted a connection")
 	case <-time.After(100 * time.Millisecond):
 	}
+}
+
+// loopbackListener listens on 127.0.0.1 until the test ends; accepted gets a
+// value for the first connection it accepts.
+func loopbackListener(t *testing.T) (port string, accepted <-chan struct{}) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	ch := make(chan struct{}, 1)
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			ch <- struct{}{}
+			c.Close()
+		}
+	}()
+	_, port, _ = net.SplitHostPort(l.Addr().String())
+	return port, ch
 }

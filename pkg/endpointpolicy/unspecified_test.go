@@ -17,19 +17,7 @@ func TestUnspecifiedAddressIsTheLocalHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	accepted := make(chan struct{}, 1)
-	go func() {
-		if c, err := l.Accept(); err == nil {
-			accepted <- struct{}{}
-			c.Close()
-		}
-	}()
-	_, port, _ := net.SplitHostPort(l.Addr().String())
+	port, accepted := loopbackListener(t)
 	for _, host := range []string{"0.0.0.0", "[::]"} {
 		if err := p.CheckHost(host); !errors.Is(err, ErrDenied) {
 			t.Errorf("CheckHost(%s) = %v, want ErrDenied: loopback is denied", host, err)

@@ -9,7 +9,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/base64"
 	"flag"
 	"fmt"
@@ -20,7 +19,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
@@ -112,7 +110,6 @@ func TestUpgradeSmugglingOneRequest(t *testing.T) {
 	}))
 	px := newFixtureProxy(t, tokenSecret("c", refusing.URL, upstreamCA(refusing), "gw-token", "None"))
 	srv := proxyServer(t, px, alice, false)
-	u, _ := url.Parse(srv.URL)
 	smuggled := "GET /api/v1/secrets HTTP/1.1\r\nHost: x\r\n\r\n"
 	for _, raw := range []string{
 		"GET /c/proxy/api/v1/namespaces/default/pods/p/exec HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + smuggled,
@@ -121,11 +118,7 @@ func TestUpgradeSmugglingOneRequest(t *testing.T) {
 		mu.Lock()
 		seen = nil
 		mu.Unlock()
-		conn, err := tls.Dial("tcp", u.Host, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}}) //nolint:gosec // the test's own server
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		conn := rawHTTP1(t, srv.URL)
 		if _, err := conn.Write([]byte(raw)); err != nil {
 			t.Fatal(err)
 		}
@@ -178,7 +171,6 @@ func TestSubpathAuthorizedAsServed(t *testing.T) {
 	}))
 	front.StartTLS()
 	defer front.Close()
-	u, _ := url.Parse(front.URL)
 	for _, sub := range []string{
 		"/api/v1/namespaces/default%2Fsecrets",
 		"/api/v1/namespaces/kube-system/secrets%3Fx",
@@ -201,11 +193,7 @@ func TestSubpathAuthorizedAsServed(t *testing.T) {
 		authz.attrs = nil
 		authz.mu.Unlock()
 		before := len(up.requests())
-		conn, err := tls.Dial("tcp", u.Host, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}}) //nolint:gosec // the test's own server
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		conn := rawHTTP1(t, front.URL)
 		fmt.Fprintf(conn, "GET %s%s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", proxyPrefix, sub)
 		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 		if err != nil {
@@ -327,13 +315,7 @@ func TestTrailersCarryNoIdentity(t *testing.T) {
 	}))
 	px := newFixtureProxy(t, tokenSecret("c", up.URL, upstreamCA(up), "gw-token", "None"))
 	srv := proxyServer(t, px, alice, false)
-	u, _ := url.Parse(srv.URL)
-	conn, err := tls.Dial("tcp", u.Host, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}}) //nolint:gosec // the test's own server
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	conn := rawHTTP1(t, srv.URL)
 	fmt.Fprint(conn, "POST /c/proxy/api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"+
 		"Transfer-Encoding: chunked\r\nTrailer: Authorization, Impersonate-User\r\n\r\n2\r\n{}\r\n0\r\nAuthorization: Bearer trailer-token\r\nImpersonate-User: system:admin\r\n\r\n")
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)

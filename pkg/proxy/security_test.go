@@ -177,19 +177,28 @@ func TestIdentityOutlivesHopByHopHeaders(t *testing.T) {
 	}
 }
 
-// rawUpgrade sends an upgrade request with exactly these headers over
-// HTTP/1.1 and returns the status line.
-func rawUpgrade(t *testing.T, srv *httptest.Server, path string, h http.Header) string {
+// rawHTTP1 is a TLS connection to the test server at serverURL that speaks
+// HTTP/1.1, for requests written byte by byte; closed when the test ends.
+func rawHTTP1(t *testing.T, serverURL string) *tls.Conn {
 	t.Helper()
-	u, _ := url.Parse(srv.URL)
+	u, _ := url.Parse(serverURL)
 	conn, err := tls.Dial("tcp", u.Host, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}}) //nolint:gosec // the test's own server
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
 	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	return conn
+}
+
+// rawUpgrade sends an upgrade request with exactly these headers over
+// HTTP/1.1 and returns the status line.
+func rawUpgrade(t *testing.T, srv *httptest.Server, path string, h http.Header) string {
+	t.Helper()
+	conn := rawHTTP1(t, srv.URL)
+	defer conn.Close()
 	var b strings.Builder
-	fmt.Fprintf(&b, "GET %s HTTP/1.1\r\nHost: %s\r\n", path, u.Host)
+	fmt.Fprintf(&b, "GET %s HTTP/1.1\r\nHost: %s\r\n", path, strings.TrimPrefix(srv.URL, "https://"))
 	for k, vs := range h {
 		for _, v := range vs {
 			fmt.Fprintf(&b, "%s: %s\r\n", k, v)
