@@ -142,6 +142,19 @@ func (o *joinOptions) run(ctx context.Context, h *hub) error {
 		fmt.Fprintf(h.streams.ErrOut, "Warning: %s skips TLS verification of the cluster; so will the gateway. Put the cluster's CA in the kubeconfig instead.\n", src.file)
 	}
 
+	// Addresses the gateway (and join, minting a token) would use are checked
+	// before anything is sent to the hub or the cluster: a token must not
+	// travel over http.
+	addresses := []string{src.endpoint(o.address, o.serverName, o.konnectivity).Address}
+	if o.serviceAccount {
+		addresses = append(addresses, src.config.Host)
+	}
+	for _, a := range addresses {
+		if _, err := gatewayv1alpha1.ParseAddress(a); err != nil {
+			return fmt.Errorf("the cluster's address %s %v (from %s, or --address)", gatewayv1alpha1.WithoutUserInfo(a), err, src.file)
+		}
+	}
+
 	// Ask the hub first, so a refusal there touches nothing on the cluster.
 	gc, hubCfg, err := h.client()
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 
 	"github.com/spf13/cobra"
@@ -75,7 +76,7 @@ func (o *kubeconfigOptions) run(ctx context.Context, h *hub) error {
 		return errors.New("name the clusters (kubectl cgw list shows them), or pass --all")
 	}
 	if o.output != "" && !o.overwrite {
-		if _, err := os.Stat(o.output); err == nil {
+		if _, err := os.Lstat(o.output); err == nil { // a symlink too, dangling or not
 			return fmt.Errorf("%s exists: pass --overwrite to replace it, or merge with KUBECONFIG=%s:NEW kubectl config view --flatten", o.output, o.output)
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			return err
@@ -129,12 +130,12 @@ func (o *kubeconfigOptions) write(h *hub, kc *clientcmdapi.Config) error {
 		_, err = h.streams.Out.Write(b)
 		return err
 	}
-	if err := clientcmd.WriteToFile(*kc, o.output); err != nil {
-		return fmt.Errorf("write %s: %w", o.output, err)
-	}
-	// WriteToFile keeps the mode of a file it replaces; the file may hold credentials.
-	if err := os.Chmod(o.output, 0o600); err != nil {
+	b, err := clientcmd.Write(*kc)
+	if err != nil {
 		return err
+	}
+	if err := writeCredentialFile(o.output, b, o.overwrite); err != nil {
+		return fmt.Errorf("write %s: %w", o.output, err)
 	}
 	fmt.Fprintf(h.streams.ErrOut, "wrote %s: contexts %v (current: %s)\n", o.output, sortedKeys(kc.Contexts), kc.CurrentContext)
 	return nil
@@ -282,4 +283,41 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// writeCredentialFile writes a file that holds credentials as a new 0600
+// file. Never into what is at path: an existing file keeps its mode and its
+// readers' open descriptors while it is rewritten, and a symlink would be
+// written through to its target. Without overwrite anything at path,
+// a dangling symlink included, is refused (O_EXCL); with it, a new file
+// is renamed over path (replacing a symlink itself, not its target).
+func writeCredentialFile(path string, data []byte, overwrite bool) error {
+	if !overwrite {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("it exists: pass --overwrite to replace it")
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := f.Write(data); err != nil {
+			f.Close()
+			os.Remove(path)
+			return err
+		}
+		return f.Close()
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*") // 0600
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name()) // after a successful rename, nothing is there
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }

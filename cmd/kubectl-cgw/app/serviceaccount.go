@@ -124,7 +124,10 @@ func (s *serviceAccountSetup) run(ctx context.Context) (string, error) {
 	}
 
 	sas := s.cs.CoreV1().ServiceAccounts(s.namespace)
-	if _, err := sas.Get(ctx, s.name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+	if sa, err := sas.Get(ctx, s.name, metav1.GetOptions{}); err == nil && sa.Labels[managedByLabel] != managedByValue {
+		// Its token would carry whatever it is bound to, not just the role chosen here.
+		return "", fmt.Errorf("the cluster has a ServiceAccount %s/%s that join did not make (no %s=%s label): its token would carry whatever that account is bound to; choose another --service-account-name", s.namespace, s.name, managedByLabel, managedByValue)
+	} else if apierrors.IsNotFound(err) {
 		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: s.namespace, Labels: map[string]string{managedByLabel: managedByValue}}}
 		if _, err := sas.Create(ctx, sa, metav1.CreateOptions{FieldManager: managedByValue}); err != nil {
 			return "", s.fail(fmt.Sprintf("create ServiceAccount %s/%s", s.namespace, s.name), err)

@@ -148,6 +148,9 @@ func (s *source) credential() (gatewayv1alpha1.Credential, error) {
 		return gatewayv1alpha1.Credential{}, &errNeedsServiceAccount{who, fmt.Sprintf("with the exec plugin %q", s.user.Exec.Command)}
 	case s.user.AuthProvider != nil:
 		return gatewayv1alpha1.Credential{}, &errNeedsServiceAccount{who, fmt.Sprintf("with the auth provider %q", s.user.AuthProvider.Name)}
+	case s.config.Impersonate.UserName != "" || s.config.Impersonate.UID != "" || len(s.config.Impersonate.Groups) > 0 || len(s.config.Impersonate.Extra) > 0:
+		// Stored alone, the credential would act as its own (often admin) identity.
+		return gatewayv1alpha1.Credential{}, &errNeedsServiceAccount{who, fmt.Sprintf("as %q (impersonation, which a stored credential cannot carry)", s.config.Impersonate.UserName)}
 	case len(s.config.CertData) > 0 && len(s.config.KeyData) > 0:
 		if err := checkValidity(s.config.CertData, time.Now()); err != nil {
 			return gatewayv1alpha1.Credential{}, fmt.Errorf("the client certificate of %s %v: get a current kubeconfig for the cluster, or use --service-account", who, err)
