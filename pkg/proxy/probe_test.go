@@ -10,6 +10,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/user"
+	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/health"
@@ -119,5 +121,86 @@ func TestSilentClusterBoundsAWatch(t *testing.T) {
 	rec := serveAs(px, "silent", "/api/v1/namespaces/default/configmaps", alice, req)
 	if rec.Code != http.StatusGatewayTimeout || !strings.Contains(rec.Body.String(), "--upstream-response-header-timeout") {
 		t.Fatalf("%d %s; want 504 naming the response-header timeout", rec.Code, rec.Body)
+	}
+}
+
+// A hostile cluster that answers /readyz with a huge or never-ending body
+// neither holds the probe past its deadline nor fills the message.
+func TestProbeBoundedAgainstAHostileReadyz(t *testing.T) {
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	drip := newTLSUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-r.Context().Done():
+				return
+			case <-time.After(10 * time.Millisecond):
+				_, _ = w.Write([]byte("x"))
+				w.(http.Flusher).Flush()
+			}
+		}
+	}))
+	huge := newTLSUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(strings.Repeat("y", 8<<20)))
+	}))
+	redirect := newTLSUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/api/v1/secrets", http.StatusFound)
+	}))
+	px := newFixtureProxy(t,
+		tokenSecret("drip", drip.URL, upstreamCA(drip), "t", "None"),
+		tokenSecret("huge", huge.URL, upstreamCA(huge), "t", "None"),
+		tokenSecret("redirect", redirect.URL, upstreamCA(redirect), "t", "Caller"))
+	for _, name := range []string{"drip", "huge"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		done := make(chan health.Outcome, 1)
+		go func() { done <- px.ProbeCluster(ctx, name) }()
+		select {
+		case out := <-done:
+			if len(out.Message) > 5000 {
+				t.Errorf("%s: message of %d bytes", name, len(out.Message))
+			}
+		case <-time.After(30 * time.Second): // liveness, not timing: the body never ends
+			t.Errorf("%s: the probe did not return after its deadline", name)
+		}
+		cancel()
+	}
+	ctx := apirequest.WithUser(context.Background(), &user.DefaultInfo{Name: "alice"})
+	h, err := px.Probe(ctx, "redirect")
+	if err != nil || h.Healthy || (h.Code != http.StatusFound && h.Code != http.StatusBadGateway) || strings.Contains(h.Message, "answered 200") {
+		t.Errorf("redirect: %+v %v; want the redirect not followed", h, err)
+	}
+}
+
+// The health subresource probes as the caller in Caller mode, and refuses
+// without a hub user; in None mode with the stored credential only.
+func TestHealthProbesAsTheCaller(t *testing.T) {
+	seen := make(chan http.Header, 4)
+	up := newTLSUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Header.Clone()
+		_, _ = w.Write([]byte("ok"))
+	}))
+	px := newFixtureProxy(t,
+		tokenSecret("caller", up.URL, upstreamCA(up), "stored", "Caller"),
+		tokenSecret("none", up.URL, upstreamCA(up), "stored", "None"))
+	ctx := apirequest.WithUser(context.Background(), &user.DefaultInfo{Name: "alice", Groups: []string{"devs", "system:authenticated"}})
+	if h, err := px.Probe(ctx, "caller"); err != nil || !h.Healthy {
+		t.Fatalf("caller: %+v %v", h, err)
+	}
+	hd := <-seen
+	if hd.Get("Impersonate-User") != "alice" || hd.Get("Authorization") != "Bearer stored" {
+		t.Errorf("caller mode probe sent Impersonate-User %q Authorization %q", hd.Get("Impersonate-User"), hd.Get("Authorization"))
+	}
+	if _, err := px.Probe(context.Background(), "caller"); err == nil {
+		t.Errorf("caller mode probe without a hub user was sent")
+	}
+	if h, err := px.Probe(ctx, "none"); err != nil || !h.Healthy {
+		t.Fatalf("none: %+v %v", h, err)
+	}
+	if hd := <-seen; hd.Get("Impersonate-User") != "" {
+		t.Errorf("None mode probe impersonated %q", hd.Get("Impersonate-User"))
 	}
 }
