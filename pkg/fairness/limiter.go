@@ -110,10 +110,15 @@ type callerQueue struct {
 }
 
 type waiter struct {
-	ready   chan struct{} // closed when granted
+	ready   chan struct{} // closed when granted, or when pushed out
 	granted bool
-	q       *callerQueue
-	elem    *list.Element
+	// pushedOut: refused after all, to make room in a full queue for the
+	// request of a caller with fewer waiting (see makeRoomFor); queued and
+	// retry are that refusal's figures.
+	pushedOut     bool
+	queued, retry int
+	q             *callerQueue
+	elem          *list.Element
 }
 
 func (ln *lane) enqueue(caller string) *waiter {
@@ -142,6 +147,33 @@ func (ln *lane) remove(w *waiter) {
 		ln.turns.Remove(q.turn)
 		delete(ln.callers, q.name)
 	}
+}
+
+// makeRoomFor makes room in a full queue for a request of caller when
+// another caller has at least two more waiting than caller: that caller's
+// newest waiter is pushed out (refused with queue_full, as it would have been
+// had the two arrived the other way round). Without it, one caller who keeps
+// the queue full would have every other caller refused at once. It returns
+// the waiter pushed out, or nil when the queue stays as it is.
+func (ln *lane) makeRoomFor(caller string) *waiter {
+	mine := 0
+	if q := ln.callers[caller]; q != nil {
+		mine = q.waiters.Len()
+	}
+	var longest *callerQueue
+	for e := ln.turns.Front(); e != nil; e = e.Next() {
+		q := e.Value.(*callerQueue)
+		if q.name != caller && q.waiters.Len() > mine+1 && (longest == nil || q.waiters.Len() > longest.waiters.Len()) {
+			longest = q
+		}
+	}
+	if longest == nil {
+		return nil
+	}
+	w := longest.waiters.Back().Value.(*waiter)
+	ln.remove(w)
+	w.pushedOut = true
+	return w
 }
 
 // dispatch grants free slots to waiters, one per caller in turn.
@@ -188,6 +220,18 @@ func (l *Limiter) Acquire(ctx context.Context, cluster, caller string, kind Kind
 		l.mu.Unlock()
 		return l.releaser(cluster, c, kind), nil
 	}
+	var firstOut *waiter // pushed out as the saturation's first refusal, to log
+	if ln.queued >= l.opts.MaxQueued {
+		if out := ln.makeRoomFor(caller); out != nil {
+			l.refused[kind][reasonQueueFull]++
+			out.queued, out.retry = ln.queued+1, l.retryAfter(ln, limit)
+			if !ln.refusing {
+				firstOut = out
+			}
+			ln.refusing = true
+			close(out.ready)
+		}
+	}
 	if ln.queued >= l.opts.MaxQueued {
 		l.refused[kind][reasonQueueFull]++
 		queued, retry, first := ln.queued, l.retryAfter(ln, limit), !ln.refusing
@@ -201,6 +245,9 @@ func (l *Limiter) Acquire(ctx context.Context, cluster, caller string, kind Kind
 	}
 	w := ln.enqueue(caller)
 	l.mu.Unlock()
+	if firstOut != nil {
+		logSaturated(cluster, kind, l.refusal(cluster, kind, reasonQueueFull, firstOut.queued, firstOut.retry))
+	}
 
 	start := l.clock.Now()
 	timer := l.clock.NewTimer(l.opts.QueueWait)
@@ -209,12 +256,20 @@ func (l *Limiter) Acquire(ctx context.Context, cluster, caller string, kind Kind
 	select {
 	case <-w.ready:
 		l.noteWait(kind, start)
+		if w.pushedOut { // set before ready was closed
+			return nil, l.refusal(cluster, kind, reasonQueueFull, w.queued, w.retry)
+		}
 		return l.releaser(cluster, c, kind), nil
 	case <-timer.C():
 	case <-ctx.Done():
 		ended = reasonCanceled
 	}
 	l.mu.Lock()
+	if w.pushedOut { // just as the wait ended: already out of the queue, and counted
+		l.mu.Unlock()
+		l.noteWait(kind, start)
+		return nil, l.refusal(cluster, kind, reasonQueueFull, w.queued, w.retry)
+	}
 	if w.granted {
 		// Granted just as the wait ended: the slot is this request's.
 		l.mu.Unlock()

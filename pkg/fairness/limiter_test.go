@@ -246,7 +246,7 @@ func TestRetryAfterFollowsTheClustersPace(t *testing.T) {
 	}
 	retryAfter := func() int {
 		t.Helper()
-		_, err := l.Acquire(context.Background(), "slow", "bob", Request)
+		_, err := l.Acquire(context.Background(), "slow", "alice", Request) // alice: her own full queue refuses her
 		d, ok := apierrors.SuggestsClientDelay(err)
 		if !apierrors.IsTooManyRequests(err) || !ok {
 			t.Fatalf("want a 429 with Retry-After, got %v", err)
@@ -293,7 +293,7 @@ func TestRetryAfterFollowsTheClustersPace(t *testing.T) {
 		more = append(more, acquireAsync(context.Background(), slow, "c", "alice", Request))
 	}
 	waitFor(t, slow, "three queued", func(s Stats) bool { return s.Queued[Request] == 3 })
-	_, err = slow.Acquire(context.Background(), "c", "bob", Request)
+	_, err = slow.Acquire(context.Background(), "c", "alice", Request)
 	if d, _ := apierrors.SuggestsClientDelay(err); d != 2 {
 		t.Fatalf("Retry-After %d for four requests over one slot held 1.5s (6s), with a 2s queue wait, want 2 (%v)", d, err)
 	}
@@ -387,4 +387,70 @@ func TestValidate(t *testing.T) {
 		!strings.Contains(err.Error(), "--queue-wait-timeout must be positive") {
 		t.Fatalf("New with invalid options: %v", err)
 	}
+}
+
+// One caller who keeps a cluster's queue full does not lock the others out:
+// another caller's request pushes out the newest of hers (refused, as it
+// would have been had it come last) and queues, and is granted after at most
+// one more of hers. A caller with as many waiting as the others, or one
+// fewer, still finds the queue full.
+func TestOneCallerCannotFillTheQueueForOthers(t *testing.T) {
+	l := newLimiter(t, 1, 1, 4, time.Hour)
+	held := mustAcquire(t, l, "c", "alice", Request)
+	var alice []*pending
+	for range 4 {
+		alice = append(alice, acquireAsync(context.Background(), l, "c", "alice", Request))
+		waitFor(t, l, "alice's request queued", func(s Stats) bool { return s.Queued[Request] == len(alice) })
+	}
+	// Her own next request finds the queue full.
+	if _, err := l.Acquire(context.Background(), "c", "alice", Request); !apierrors.IsTooManyRequests(err) {
+		t.Fatalf("alice's fifth request to a full queue: %v, want 429", err)
+	}
+
+	bob := acquireAsync(context.Background(), l, "c", "bob", Request)
+	select {
+	case err := <-bob.done:
+		t.Fatalf("bob's one request, with only alice waiting: %v, want it queued", err)
+	case err := <-alice[3].done:
+		if !apierrors.IsTooManyRequests(err) || !strings.Contains(err.Error(), "--max-queued-per-cluster") {
+			t.Fatalf("alice's newest request: %v, want it pushed out with a queue-full 429", err)
+		}
+	}
+	waitFor(t, l, "bob queued in its place", func(s Stats) bool {
+		return s.Queued[Request] == 4 && s.Refused[Request][reasonQueueFull] == 2
+	})
+	// Alice's turn comes first (she queued first), then bob's.
+	held()
+	<-alice[0].admit
+	select {
+	case err := <-bob.done:
+		t.Fatalf("bob: %v", err)
+	case <-bob.admit:
+		t.Fatal("bob was granted a slot that alice's turn had")
+	default:
+	}
+	close(alice[0].free)
+	<-bob.admit
+	// Now bob has none waiting and alice two: a third caller pushes out one of hers...
+	carol := acquireAsync(context.Background(), l, "c", "carol", Request)
+	waitFor(t, l, "carol queued", func(s Stats) bool { return s.Queued[Request] == 3 })
+	// ...but with the queue full again and alice at two, carol's second is
+	// not worth one of alice's (carol would hold as many as alice).
+	dave := acquireAsync(context.Background(), l, "c", "dave", Request)
+	waitFor(t, l, "dave queued", func(s Stats) bool { return s.Queued[Request] == 4 })
+	if _, err := l.Acquire(context.Background(), "c", "carol", Request); !apierrors.IsTooManyRequests(err) {
+		t.Fatalf("carol's second request, with alice at two queued: %v, want 429", err)
+	}
+
+	close(bob.free)
+	for _, p := range []*pending{alice[1], carol, dave, alice[2]} { // in turns
+		<-p.admit
+		close(p.free)
+	}
+	for _, p := range []*pending{alice[0], bob, alice[1], alice[2], carol, dave} {
+		if err := <-p.done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantNoState(t, l)
 }
