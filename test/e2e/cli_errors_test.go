@@ -143,15 +143,28 @@ func TestCLIJoinErrors(t *testing.T) {
 		requireNoGateway(t, name)
 	})
 
+	t.Run("http address, before touching the cluster", func(t *testing.T) {
+		sa := uniqueName(t, "cli-http-sa")
+		removeJoinServiceAccountAtEnd(t, m1, "kube-system", sa)
+		stderr := cgwFails(t, hub, "join", name, "--cluster-kubeconfig", m1.Kubeconfig, "--address", "http://"+strings.TrimPrefix(m1.URL, "https://"),
+			"--service-account", "--service-account-name", sa, "--cluster-role", "view")
+		if !strings.Contains(stderr, "must be an https URL") {
+			t.Errorf("join with an http address said %q", stderr)
+		}
+		noServiceAccount(t, m1, "kube-system", sa)
+		requireNoGateway(t, name)
+	})
+
 	t.Run("hub refuses the write after --service-account setup", func(t *testing.T) {
 		sa := uniqueName(t, "cli-refused-sa")
 		removeJoinServiceAccountAtEnd(t, m1, "kube-system", sa)
-		// The hub's validation refuses a plain-http address, after join made
-		// the ServiceAccount and its binding: join must take both back.
-		r := cgw(t, hub, "join", name, "--cluster-kubeconfig", m1.Kubeconfig, "--address", "http://"+strings.TrimPrefix(m1.URL, "https://"),
+		// The hub's validation refuses an address its endpoint policy denies
+		// (link-local, denied by default), after join made the ServiceAccount
+		// and its binding: join must take both back.
+		r := cgw(t, hub, "join", name, "--cluster-kubeconfig", m1.Kubeconfig, "--address", "https://169.254.169.254:6443",
 			"--service-account", "--service-account-name", sa, "--cluster-role", "view")
 		if r.Err == nil {
-			t.Fatalf("join with an http address succeeded: %s", r.Stdout)
+			t.Fatalf("join with a denied address succeeded: %s", r.Stdout)
 		}
 		if !strings.Contains(r.Stderr, "clusterrolebinding cluster-gateway:kube-system:"+sa+" created") {
 			t.Errorf("join did not get as far as binding: %q", r.Stderr)
