@@ -246,10 +246,16 @@ func TestNoCredentialsInVerboseLogsOfRequestPath(t *testing.T) {
 	var buf bytes.Buffer
 	var fs flag.FlagSet
 	klog.InitFlags(&fs)
+	// The logger is global: set before this test starts any goroutine, and
+	// restored by the first cleanup registered, which runs last, once this
+	// test's stores and servers are stopped (none of the package's tests
+	// runs in parallel).
 	_ = fs.Set("v", "10")
-	defer func() { _ = fs.Set("v", "0") }()
 	klog.SetLogger(textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(10), textlogger.Output(lockedWriter{&mu, &buf}))))
-	defer klog.ClearLogger()
+	t.Cleanup(func() {
+		klog.ClearLogger()
+		_ = fs.Set("v", "0")
+	})
 
 	const gwToken, clientToken = "gw-token-0123456789abcdef", "client-token-fedcba9876543210"
 	ws := base64.RawURLEncoding.EncodeToString([]byte(clientToken))
