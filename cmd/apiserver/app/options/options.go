@@ -202,10 +202,12 @@ func (o *Options) HeapFloor() (uint64, error) {
 // one while in flight or queued.
 func (o *Options) validateLimits() []error {
 	f := o.Fairness
-	if f.MaxRequests == 0 {
+	if f.MaxRequests <= 0 || f.MaxQueued < 0 { // 0: off; negative: refused by the fairness options
 		return nil
 	}
-	per := f.MaxRequests + f.MaxQueued
+	// In uint64: a huge --max-queued-per-cluster must not wrap the sum
+	// negative and pass.
+	per := uint64(f.MaxRequests) + uint64(f.MaxQueued)
 	var errs []error
 	for _, g := range []struct {
 		flag string
@@ -214,7 +216,7 @@ func (o *Options) validateLimits() []error {
 		{"--max-requests-inflight", o.ServerRun.MaxRequestsInFlight},
 		{"--max-mutating-requests-inflight", o.ServerRun.MaxMutatingRequestsInFlight},
 	} {
-		if g.n > 0 && per >= g.n {
+		if g.n > 0 && per >= uint64(g.n) {
 			errs = append(errs, fmt.Errorf("--max-requests-per-cluster + --max-queued-per-cluster (%d) must be less than %s (%d), or one saturated cluster takes every slot; keep it well under (docs/isolation.md)", per, g.flag, g.n))
 		}
 	}

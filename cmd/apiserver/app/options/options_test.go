@@ -1,6 +1,8 @@
 package options
 
 import (
+	"math"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -67,6 +69,23 @@ func TestValidate(t *testing.T) {
 		// A shared flag's problem is reported once.
 		if err != nil && strings.Count(err.Error(), "--retire-grace-period must not be negative") > 1 {
 			t.Errorf("%v: reported twice: %v", tc.args, err)
+		}
+	}
+}
+
+// A huge --max-queued-per-cluster is refused like a merely large one: the
+// sum with --max-requests-per-cluster must not overflow and slip past the
+// check that keeps one saturated cluster from taking every in-flight slot.
+func TestHugeMaxQueuedRefused(t *testing.T) {
+	for _, q := range []int{1000, math.MaxInt} {
+		o := NewOptions()
+		fs := o.Flags()
+		if err := fs.FlagSet("per-cluster limits").Set("max-queued-per-cluster", strconv.Itoa(q)); err != nil {
+			t.Fatal(err)
+		}
+		err := o.Validate()
+		if err == nil || !strings.Contains(err.Error(), "must be less than --max-requests-inflight") {
+			t.Errorf("--max-queued-per-cluster=%d: %v, want it refused against --max-requests-inflight", q, err)
 		}
 	}
 }
