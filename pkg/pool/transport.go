@@ -17,6 +17,11 @@ const (
 	expectContinueTimeout = 1 * time.Second
 )
 
+// maxResponseHeaderBytes bounds a cluster's response headers, which are held
+// and decoded before the first byte is passed on: 1 MiB, a kube-apiserver's
+// own bound on request headers, rather than net/http's and x/net's 10 MiB.
+const maxResponseHeaderBytes = 1 << 20
+
 // decoderHeaderTableSize is the HPACK table the pool's connections let a
 // cluster fill with response headers (HTTP/2's default is 4096). A
 // kube-apiserver indexes every response header, its unique Audit-Id
@@ -47,10 +52,11 @@ func newTransport(dialTLS dialFunc, o Options) (rt *http.Transport, h2 *h2health
 	rt = &http.Transport{
 		// Its TLSClientConfig is not used: http.Transport leaves TLS to
 		// DialTLSContext. It holds no client certificate.
-		DialTLSContext:        dialTLS,
-		ResponseHeaderTimeout: o.ResponseHeaderTimeout,
-		MaxIdleConnsPerHost:   maxIdleConnsPerHost,
-		ExpectContinueTimeout: expectContinueTimeout,
+		DialTLSContext:         dialTLS,
+		ResponseHeaderTimeout:  o.ResponseHeaderTimeout,
+		MaxResponseHeaderBytes: maxResponseHeaderBytes,
+		MaxIdleConnsPerHost:    maxIdleConnsPerHost,
+		ExpectContinueTimeout:  expectContinueTimeout,
 		// A proxy passes the client's Accept-Encoding through; transparent
 		// gzip would decompress bodies the client asked to get compressed.
 		DisableCompression: true,
@@ -77,13 +83,14 @@ func newUpgradeTransport(tlsCfg *tls.Config, dial dialFunc, o Options) *http.Tra
 	http1 := new(http.Protocols)
 	http1.SetHTTP1(true)
 	return &http.Transport{
-		DialContext:           dial,
-		TLSClientConfig:       tlsCfg,
-		TLSHandshakeTimeout:   o.DialTimeout,
-		MaxIdleConnsPerHost:   maxIdleConnsPerHost,
-		ExpectContinueTimeout: expectContinueTimeout,
-		DisableCompression:    true,
-		Protocols:             http1,
+		DialContext:            dial,
+		TLSClientConfig:        tlsCfg,
+		TLSHandshakeTimeout:    o.DialTimeout,
+		MaxIdleConnsPerHost:    maxIdleConnsPerHost,
+		ExpectContinueTimeout:  expectContinueTimeout,
+		MaxResponseHeaderBytes: maxResponseHeaderBytes,
+		DisableCompression:     true,
+		Protocols:              http1,
 		// A non-nil empty map is the documented way to keep HTTP/2 off.
 		TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{},
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 
+	"golang.org/x/net/http2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -44,6 +45,9 @@ func upstreamError(cluster string, err error, requestExpired bool) *apierrors.St
 		return statusError(http.StatusBadGateway, metav1.StatusReasonInternalError, fmt.Sprintf(
 			"the API server of cluster %q presented a certificate the gateway does not trust (%v): check spec.endpoint.caBundle and spec.endpoint.serverName of ClusterGateway %q",
 			cluster, err, cluster))
+	case oversizedHeaders(err):
+		return statusError(http.StatusBadGateway, metav1.StatusReasonInternalError, fmt.Sprintf(
+			"cluster %q answered with response headers the gateway does not accept (over 1 MiB, or not decodable): %v", cluster, err))
 	case strings.Contains(err.Error(), "timeout awaiting response headers"):
 		return statusError(http.StatusGatewayTimeout, metav1.StatusReasonTimeout, fmt.Sprintf(
 			"cluster %q accepted the request but sent no response headers within --upstream-response-header-timeout (%v)", cluster, err))
@@ -62,6 +66,17 @@ func upstreamError(cluster string, err error, requestExpired bool) *apierrors.St
 	}
 	return statusError(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, fmt.Sprintf(
 		"cluster %q is unreachable: %v", cluster, err))
+}
+
+// oversizedHeaders tells whether err is a cluster's response headers
+// refused for their size: over HTTP/2 (SETTINGS_MAX_HEADER_LIST_SIZE, which
+// x/net enforces by ending the connection with COMPRESSION_ERROR), over
+// HTTP/1.1, or before an upgrade is set up.
+func oversizedHeaders(err error) bool {
+	var connErr http2.ConnectionError
+	return errors.Is(err, errUpgradeHeaderTooLarge) ||
+		(errors.As(err, &connErr) && http2.ErrCode(connErr) == http2.ErrCodeCompression) ||
+		strings.Contains(err.Error(), "server response headers exceeded")
 }
 
 // untrustedCertificate tells whether err is the cluster's certificate failing

@@ -254,9 +254,10 @@ func (p *Proxy) Serve(w http.ResponseWriter, req *http.Request, name, subpath st
 	h.UseRequestLocation = true
 	h.UseLocationHost = true
 	// Upgrades need HTTP/1.1.
-	h.UpgradeTransport = &upstreamUpgrade{base: lease.UpgradeTransport(), id: id}
+	up := &upstreamUpgrade{base: lease.UpgradeTransport(), id: id}
+	h.UpgradeTransport = up
 	var stop func()
-	w, out, stop = upgradeWatchdog(w, out, p.upgradeSetupTimeout())
+	w, out, up.setup, stop = upgradeWatchdog(w, out, p.upgradeSetupTimeout())
 	defer stop()
 	p.streams.upgradeStarted()
 	defer p.streams.upgradeEnded()

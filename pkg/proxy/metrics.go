@@ -60,7 +60,9 @@ type statusRecorder struct {
 func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 func (r *statusRecorder) WriteHeader(code int) {
-	if r.code == 0 {
+	// An informational answer (103 Early Hints) is not the status: the final
+	// one follows, or the timeout's 504 must still be written.
+	if r.code == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
 		r.code = code
 	}
 	r.ResponseWriter.WriteHeader(code)

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,15 +20,82 @@ var errUpgradeDial = errors.New("no upgraded connection within the dial and resp
 // the request's context, which a long-running request never times out: a
 // cluster that accepts TCP but never answers would hang the caller. Until the
 // handler hijacks the client connection (the upgrade is set up), the context
-// is cancelled after timeout; from then on the stream lives as long as it does.
-func upgradeWatchdog(w http.ResponseWriter, req *http.Request, timeout time.Duration) (http.ResponseWriter, *http.Request, func()) {
+// is cancelled after timeout, and the backend connection (dialed through
+// upstreamUpgrade) carries the same deadline and reads at most 1 MiB: the
+// handler writes the request and reads the answer without the context. From
+// then on the stream lives as long as it does.
+func upgradeWatchdog(w http.ResponseWriter, req *http.Request, timeout time.Duration) (http.ResponseWriter, *http.Request, *upgradeSetup, func()) {
 	ctx, cancel := context.WithCancelCause(req.Context())
 	timer := time.AfterFunc(timeout, func() { cancel(errUpgradeDial) })
-	hw := &hijackNotifier{ResponseWriter: w, onHijack: func() { timer.Stop() }}
-	return hw, req.WithContext(ctx), func() {
+	setup := &upgradeSetup{deadline: time.Now().Add(timeout)}
+	hw := &hijackNotifier{ResponseWriter: w, onHijack: func() { timer.Stop(); setup.done() }}
+	return hw, req.WithContext(ctx), setup, func() {
 		timer.Stop()
 		cancel(nil)
 	}
+}
+
+// maxUpgradeResponseHeaderBytes bounds what a cluster may send before the
+// upgrade is set up (TLS records and the response header), as net/http's
+// MaxResponseHeaderBytes does for ordinary HTTP/1.1 responses.
+const maxUpgradeResponseHeaderBytes = 1 << 20
+
+var errUpgradeHeaderTooLarge = errors.New("the cluster's answer to the upgrade exceeds 1 MiB before its headers end")
+
+// upgradeSetup bounds the backend connection of one upgrade until the
+// client connection is hijacked: UpgradeAwareHandler writes the request and
+// reads the answer with no context, so the connection itself carries the
+// deadline, and a bound on the bytes read.
+type upgradeSetup struct {
+	deadline time.Time
+	mu       sync.Mutex
+	conns    []*setupConn
+	finished bool
+}
+
+func (s *upgradeSetup) guard(c net.Conn) net.Conn {
+	sc := &setupConn{Conn: c}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.finished {
+		_ = c.SetDeadline(s.deadline)
+		s.conns = append(s.conns, sc)
+	} else {
+		sc.setUp.Store(true)
+	}
+	return sc
+}
+
+func (s *upgradeSetup) done() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.finished = true
+	for _, c := range s.conns {
+		c.setUp.Store(true)
+		_ = c.Conn.SetDeadline(time.Time{})
+	}
+	s.conns = nil
+}
+
+type setupConn struct {
+	net.Conn
+	setUp atomic.Bool
+	read  int64 // only the handler's goroutine reads before set-up
+}
+
+func (c *setupConn) Read(p []byte) (int, error) {
+	if c.setUp.Load() {
+		return c.Conn.Read(p)
+	}
+	if c.read >= maxUpgradeResponseHeaderBytes {
+		return 0, errUpgradeHeaderTooLarge
+	}
+	if rest := maxUpgradeResponseHeaderBytes - c.read; int64(len(p)) > rest {
+		p = p[:rest]
+	}
+	n, err := c.Conn.Read(p)
+	c.read += int64(n)
+	return n, err
 }
 
 // hijackNotifier tells when the client connection is taken over.

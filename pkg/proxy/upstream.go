@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -54,8 +56,9 @@ func (t *upstreamTransport) checked(req *http.Request, resp *http.Response, err 
 // onto the connection it dials with the wrapped HTTP/1.1 transport. The
 // identity goes on a copy, never on the request the handler logs.
 type upstreamUpgrade struct {
-	base *http.Transport
-	id   identity
+	base  *http.Transport
+	id    identity
+	setup *upgradeSetup // bounds the backend connection until set up
 }
 
 var (
@@ -75,7 +78,21 @@ func (u *upstreamUpgrade) WrapRequest(req *http.Request) (*http.Request, error) 
 
 // WrappedRoundTripper lets UpgradeAwareHandler's dialer find the pooled
 // transport's DialContext and TLS config.
-func (u *upstreamUpgrade) WrappedRoundTripper() http.RoundTripper { return u.base }
+func (u *upstreamUpgrade) WrappedRoundTripper() http.RoundTripper {
+	if u.setup == nil {
+		return u.base
+	}
+	t := u.base.Clone()
+	dial := u.base.DialContext
+	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return u.setup.guard(c), nil
+	}
+	return t
+}
 
 // withIdentity returns a shallow copy of req whose headers hold none of the
 // client's credentials or identities, and the gateway's identity instead.
