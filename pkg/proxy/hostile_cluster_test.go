@@ -62,11 +62,11 @@ func TestUpgradeToAClusterSilentAfterTLSEnds(t *testing.T) {
 	go func() { done <- serveAs(px, "c", "/api/v1/namespaces/default/pods/p/exec", alice, execRequest()) }()
 	select {
 	case rec := <-done:
-		if rec.Code < 500 {
-			t.Fatalf("%d %s, want a 5xx", rec.Code, rec.Body)
+		if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), errUpgradeDial.Error()) {
+			t.Fatalf("%d %s, want a 503 Status saying %q", rec.Code, rec.Body, errUpgradeDial)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("an exec to a cluster that never answers after the TLS handshake is still waiting after 5s (setup bound 600ms): the upgrade watchdog only cancels a context that nothing reads the backend connection with")
+	case <-time.After(30 * time.Second): // liveness, not timing: the set-up bound is 600ms
+		t.Fatal("an exec to a cluster that never answers after the TLS handshake is still waiting: the upgrade watchdog only cancels a context that nothing reads the backend connection with")
 	}
 }
 

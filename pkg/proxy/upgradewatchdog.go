@@ -21,9 +21,9 @@ var errUpgradeDial = errors.New("no upgraded connection within the dial and resp
 // cluster that accepts TCP but never answers would hang the caller. Until the
 // handler hijacks the client connection (the upgrade is set up), the context
 // is cancelled after timeout, and the backend connection (dialed through
-// upstreamUpgrade) carries the same deadline and reads at most 1 MiB: the
-// handler writes the request and reads the answer without the context. From
-// then on the stream lives as long as it does.
+// upstreamUpgrade) is closed then and reads at most 1 MiB: the handler writes
+// the request and reads the answer without the context. From then on the
+// stream lives as long as it does.
 func upgradeWatchdog(w http.ResponseWriter, req *http.Request, timeout time.Duration) (http.ResponseWriter, *http.Request, *upgradeSetup, func()) {
 	ctx, cancel := context.WithCancelCause(req.Context())
 	timer := time.AfterFunc(timeout, func() { cancel(errUpgradeDial) })
@@ -36,16 +36,18 @@ func upgradeWatchdog(w http.ResponseWriter, req *http.Request, timeout time.Dura
 }
 
 // maxUpgradeResponseHeaderBytes bounds what a cluster may send before the
-// upgrade is set up (TLS records and the response header), as net/http's
-// MaxResponseHeaderBytes does for ordinary HTTP/1.1 responses.
+// upgrade is set up (TLS records and the response header), as
+// MaxResponseHeaderBytes bounds ordinary responses (pkg/pool).
 const maxUpgradeResponseHeaderBytes = 1 << 20
 
 var errUpgradeHeaderTooLarge = errors.New("the cluster's answer to the upgrade exceeds 1 MiB before its headers end")
 
-// upgradeSetup bounds the backend connection of one upgrade until the
+// upgradeSetup bounds the backend connections of one upgrade until the
 // client connection is hijacked: UpgradeAwareHandler writes the request and
-// reads the answer with no context, so the connection itself carries the
-// deadline, and a bound on the bytes read.
+// reads the answer with no context, so each connection is closed at the
+// deadline unless the upgrade is set up by then, and reads at most 1 MiB.
+// Closed rather than given a deadline: a konnectivity tunnel's connections
+// have none.
 type upgradeSetup struct {
 	deadline time.Time
 	mu       sync.Mutex
@@ -57,12 +59,15 @@ func (s *upgradeSetup) guard(c net.Conn) net.Conn {
 	sc := &setupConn{Conn: c}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.finished {
-		_ = c.SetDeadline(s.deadline)
-		s.conns = append(s.conns, sc)
-	} else {
+	if s.finished {
 		sc.setUp.Store(true)
+		return sc
 	}
+	sc.timer = time.AfterFunc(time.Until(s.deadline), func() {
+		sc.expired.Store(true)
+		_ = c.Close()
+	})
+	s.conns = append(s.conns, sc)
 	return sc
 }
 
@@ -72,15 +77,17 @@ func (s *upgradeSetup) done() {
 	s.finished = true
 	for _, c := range s.conns {
 		c.setUp.Store(true)
-		_ = c.Conn.SetDeadline(time.Time{})
+		c.timer.Stop()
 	}
 	s.conns = nil
 }
 
 type setupConn struct {
 	net.Conn
-	setUp atomic.Bool
-	read  int64 // only the handler's goroutine reads before set-up
+	timer   *time.Timer
+	expired atomic.Bool // closed at the deadline, not set up
+	setUp   atomic.Bool
+	read    int64 // only the handler's goroutine reads before set-up
 }
 
 func (c *setupConn) Read(p []byte) (int, error) {
@@ -95,6 +102,17 @@ func (c *setupConn) Read(p []byte) (int, error) {
 	}
 	n, err := c.Conn.Read(p)
 	c.read += int64(n)
+	if err != nil && c.expired.Load() {
+		err = errUpgradeDial
+	}
+	return n, err
+}
+
+func (c *setupConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if err != nil && c.expired.Load() {
+		err = errUpgradeDial
+	}
 	return n, err
 }
 
