@@ -31,6 +31,7 @@ func upgradeWatchdog(w http.ResponseWriter, req *http.Request, timeout time.Dura
 	hw := &hijackNotifier{ResponseWriter: w, onHijack: func() { timer.Stop(); setup.done() }}
 	return hw, req.WithContext(ctx), setup, func() {
 		timer.Stop()
+		setup.done() // an upgrade refused by the cluster: no connection timer outlives it
 		cancel(nil)
 	}
 }
