@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,9 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
-	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 )
 
@@ -36,14 +33,8 @@ func TestReadsShowOnlyGateways(t *testing.T) {
 		gw("false", map[string]string{gateways.LabelGateway: "false"}, ok),
 		gw("b", map[string]string{gateways.LabelGateway: "true", "secretlabel": "x"}, map[string][]byte{gateways.KeyEndpoint: []byte("https://127.0.0.3:6443"), "token": []byte("tok")}),
 	)
-	store := gateways.NewStore(client, writerTestNamespace)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { store.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	testpoll.EventuallyTrue(t, 30*time.Second, "sync", store.HasSynced)
-	policy, _ := endpointpolicy.NewOptions().Policy()
-	r := NewREST(store, policy, nil)
+	r := restOver(t, client)
+	ctx := context.Background()
 	for _, name := range []string{"hidden", "false"} {
 		for _, rv := range []string{"", "0"} {
 			if _, err := r.Get(ctx, name, &metav1.GetOptions{ResourceVersion: rv}); !apierrors.IsNotFound(err) {

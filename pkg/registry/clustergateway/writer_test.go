@@ -59,14 +59,8 @@ func TestWriterCannotMoveStoredToken(t *testing.T) {
 		},
 	}
 	client := fake.NewClientset(sec)
-	store := gateways.NewStore(client, writerTestNamespace)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { store.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	testpoll.EventuallyTrue(t, 30*time.Second, "the store to sync", store.HasSynced)
-	policy, _ := endpointpolicy.NewOptions().Policy()
-	r := NewREST(store, policy, nil)
+	r := restOver(t, client)
+	ctx := context.Background()
 
 	noMaterial := func(what string, v interface{}) {
 		t.Helper()
@@ -132,4 +126,19 @@ func TestWriterCannotMoveStoredToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	noMaterial("a table", table)
+}
+
+// restOver is the REST over a gateway store of client's Secrets in
+// writerTestNamespace, run until the test ends, with the default endpoint
+// policy.
+func restOver(t *testing.T, client *fake.Clientset) *REST {
+	t.Helper()
+	store := gateways.NewStore(client, writerTestNamespace)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { store.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	testpoll.EventuallyTrue(t, 30*time.Second, "the store to sync", store.HasSynced)
+	policy, _ := endpointpolicy.NewOptions().Policy()
+	return NewREST(store, policy, nil)
 }
