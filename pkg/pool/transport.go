@@ -17,10 +17,10 @@ const (
 	expectContinueTimeout = 1 * time.Second
 )
 
-// maxResponseHeaderBytes bounds a cluster's response headers, which are held
+// MaxResponseHeaderBytes bounds a cluster's response headers, which are held
 // and decoded before the first byte is passed on: 1 MiB, a kube-apiserver's
 // own bound on request headers, rather than net/http's and x/net's 10 MiB.
-const maxResponseHeaderBytes = 1 << 20
+const MaxResponseHeaderBytes = 1 << 20
 
 // decoderHeaderTableSize is the HPACK table the pool's connections let a
 // cluster fill with response headers (HTTP/2's default is 4096). A
@@ -54,7 +54,7 @@ func newTransport(dialTLS dialFunc, o Options) (rt *http.Transport, h2 *h2health
 		// DialTLSContext. It holds no client certificate.
 		DialTLSContext:         dialTLS,
 		ResponseHeaderTimeout:  o.ResponseHeaderTimeout,
-		MaxResponseHeaderBytes: maxResponseHeaderBytes,
+		MaxResponseHeaderBytes: MaxResponseHeaderBytes,
 		MaxIdleConnsPerHost:    maxIdleConnsPerHost,
 		ExpectContinueTimeout:  expectContinueTimeout,
 		// A proxy passes the client's Accept-Encoding through; transparent
@@ -88,7 +88,7 @@ func newUpgradeTransport(tlsCfg *tls.Config, dial dialFunc, o Options) *http.Tra
 		TLSHandshakeTimeout:    o.DialTimeout,
 		MaxIdleConnsPerHost:    maxIdleConnsPerHost,
 		ExpectContinueTimeout:  expectContinueTimeout,
-		MaxResponseHeaderBytes: maxResponseHeaderBytes,
+		MaxResponseHeaderBytes: MaxResponseHeaderBytes,
 		DisableCompression:     true,
 		Protocols:              http1,
 		// A non-nil empty map is the documented way to keep HTTP/2 off.

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/clustergateway/cluster-gateway/pkg/pool"
 )
 
 // errUpgradeDial marks an upgrade whose backend connection was not set up
@@ -36,17 +38,14 @@ func upgradeWatchdog(w http.ResponseWriter, req *http.Request, timeout time.Dura
 	}
 }
 
-// maxUpgradeResponseHeaderBytes bounds what a cluster may send before the
-// upgrade is set up (TLS records and the response header), as
-// MaxResponseHeaderBytes bounds ordinary responses (pkg/pool).
-const maxUpgradeResponseHeaderBytes = 1 << 20
-
 var errUpgradeHeaderTooLarge = errors.New("the cluster's answer to the upgrade exceeds 1 MiB before its headers end")
 
 // upgradeSetup bounds the backend connections of one upgrade until the
 // client connection is hijacked: UpgradeAwareHandler writes the request and
 // reads the answer with no context, so each connection is closed at the
-// deadline unless the upgrade is set up by then, and reads at most 1 MiB.
+// deadline unless the upgrade is set up by then, and reads at most
+// pool.MaxResponseHeaderBytes (what the pooled transports allow a response's
+// headers).
 // Closed rather than given a deadline: a konnectivity tunnel's connections
 // have none.
 type upgradeSetup struct {
@@ -95,10 +94,10 @@ func (c *setupConn) Read(p []byte) (int, error) {
 	if c.setUp.Load() {
 		return c.Conn.Read(p)
 	}
-	if c.read >= maxUpgradeResponseHeaderBytes {
+	if c.read >= pool.MaxResponseHeaderBytes {
 		return 0, errUpgradeHeaderTooLarge
 	}
-	if rest := maxUpgradeResponseHeaderBytes - c.read; int64(len(p)) > rest {
+	if rest := pool.MaxResponseHeaderBytes - c.read; int64(len(p)) > rest {
 		p = p[:rest]
 	}
 	n, err := c.Conn.Read(p)
