@@ -222,26 +222,25 @@ func (l *Limiter) Acquire(ctx context.Context, cluster, caller string, kind Kind
 	}
 	var firstOut *waiter // pushed out as the saturation's first refusal, to log
 	if ln.queued >= l.opts.MaxQueued {
-		if out := ln.makeRoomFor(caller); out != nil {
+		out := ln.makeRoomFor(caller)
+		if out == nil {
 			l.refused[kind][reasonQueueFull]++
-			out.queued, out.retry = ln.queued+1, l.retryAfter(ln, limit)
-			if !ln.refusing {
-				firstOut = out
-			}
+			queued, retry, first := ln.queued, l.retryAfter(ln, limit), !ln.refusing
 			ln.refusing = true
-			close(out.ready)
+			l.mu.Unlock()
+			err := l.refusal(cluster, kind, reasonQueueFull, queued, retry)
+			if first {
+				logSaturated(cluster, kind, err)
+			}
+			return nil, err
 		}
-	}
-	if ln.queued >= l.opts.MaxQueued {
-		l.refused[kind][reasonQueueFull]++
-		queued, retry, first := ln.queued, l.retryAfter(ln, limit), !ln.refusing
+		l.refused[kind][reasonQueueFull]++ // out's
+		out.queued, out.retry = ln.queued+1, l.retryAfter(ln, limit)
+		if !ln.refusing {
+			firstOut = out
+		}
 		ln.refusing = true
-		l.mu.Unlock()
-		err := l.refusal(cluster, kind, reasonQueueFull, queued, retry)
-		if first {
-			logSaturated(cluster, kind, err)
-		}
-		return nil, err
+		close(out.ready)
 	}
 	w := ln.enqueue(caller)
 	l.mu.Unlock()
