@@ -11,7 +11,8 @@ type trackedConn struct {
 	net.Conn
 	e     *entry
 	once  sync.Once
-	ready bool // counted in e.ready; under e.mu
+	ready bool       // counted in e.ready; under e.mu
+	guard *dialGuard // whose place it holds (HTTP/2 ones); under e.mu
 }
 
 func (c *trackedConn) Close() error {

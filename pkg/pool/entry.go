@@ -39,7 +39,8 @@ type entry struct {
 	upgrade   atomic.Pointer[http.Transport]
 	upgradeMu sync.Mutex // builds it once
 
-	rawDial dialFunc // direct, tunnel or proxy; wrapped by dialContext
+	rawDial dialFunc   // direct, tunnel or proxy; wrapped by dialContext
+	dials   *dialGuard // rt's connections: how often, how many
 
 	lastUsed atomic.Int64 // by users; pool clock, see Pool.now
 	// lastActive is when a request or a health probe last ended on the
@@ -82,6 +83,7 @@ func (p *Pool) newEntry(t *Target, addr, fp string) (*entry, error) {
 		rawDial: raw,
 		drained: make(chan struct{}),
 		conns:   make(map[*trackedConn]struct{}),
+		dials:   newDialGuard(p.opts.MaxConnsPerCluster),
 	}
 	e.rt, e.h2, err = newTransport(e.dialTLS, p.opts)
 	if err != nil {
@@ -165,6 +167,9 @@ func (e *entry) firstConn(ctx context.Context, host, addr string, upgrade func(s
 }
 
 func (e *entry) dialTLSConn(ctx context.Context, network, addr string) (net.Conn, error) {
+	if err := e.dials.pace(ctx); err != nil {
+		return nil, e.refused(err)
+	}
 	c, err := e.dialContext(ctx, network, addr)
 	if err != nil {
 		return nil, err
@@ -173,17 +178,43 @@ func (e *entry) dialTLSConn(ctx context.Context, network, addr string) (net.Conn
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", e.cluster, err)
 	}
-	e.markReady(c.(*trackedConn))
+	h2 := tc.ConnectionState().NegotiatedProtocol == "h2"
+	if err := e.dials.handshaken(h2); err != nil {
+		_ = tc.Close()
+		return nil, e.refused(err)
+	}
+	var guard *dialGuard
+	if h2 {
+		guard = e.dials
+	}
+	e.markReady(c.(*trackedConn), guard)
 	return tc, nil
 }
 
+// refused counts a dial the guard refused and names the cluster in err.
+func (e *entry) refused(err error) error {
+	var r *refusedDial
+	if errors.As(err, &r) {
+		e.note(func() { e.pool.noteDialRefused(r.reason) })
+	}
+	return fmt.Errorf("cluster %q: %w", e.cluster, err)
+}
+
 // markReady counts a handshaken connection of rt, unless it was closed
-// meanwhile; untrack uncounts it.
-func (e *entry) markReady(c *trackedConn) {
+// meanwhile; untrack uncounts it. An HTTP/2 one holds its place in guard
+// until then.
+func (e *entry) markReady(c *trackedConn, guard *dialGuard) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if _, open := e.conns[c]; open && !c.ready {
+	if _, open := e.conns[c]; !open {
+		if guard != nil {
+			guard.release()
+		}
+		return
+	}
+	if !c.ready {
 		c.ready = true
+		c.guard = guard
 		e.ready.Add(1)
 	}
 }
@@ -259,6 +290,9 @@ func (e *entry) untrack(c *trackedConn) {
 	delete(e.conns, c)
 	if ok && c.ready {
 		e.ready.Add(-1)
+		if c.guard != nil {
+			c.guard.release()
+		}
 	}
 	e.mu.Unlock()
 	if ok {

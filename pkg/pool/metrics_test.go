@@ -32,6 +32,7 @@ func TestMetricsRegistered(t *testing.T) {
 		"cluster_gateway_pool_open_connections":        false,
 		"cluster_gateway_pool_connection_dials_total":  false,
 		"cluster_gateway_pool_dial_failures_total":     false,
+		"cluster_gateway_pool_dials_refused_total":     false,
 	}
 	for _, f := range families {
 		name := f.GetName()
@@ -45,7 +46,7 @@ func TestMetricsRegistered(t *testing.T) {
 		want[name] = true
 		for _, m := range f.GetMetric() {
 			for _, lp := range m.GetLabel() {
-				if name != "cluster_gateway_pool_entry_retirements_total" || lp.GetName() != "reason" {
+				if (name != "cluster_gateway_pool_entry_retirements_total" && name != "cluster_gateway_pool_dials_refused_total") || lp.GetName() != "reason" {
 					t.Errorf("%s has label %s", name, lp.GetName())
 				}
 			}

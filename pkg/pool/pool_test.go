@@ -43,6 +43,9 @@ func mustNew(t testing.TB, opts Options) *Pool {
 	if opts.HTTP2PingTimeout == 0 {
 		opts.HTTP2PingTimeout = d.HTTP2PingTimeout
 	}
+	if opts.MaxConnsPerCluster == 0 {
+		opts.MaxConnsPerCluster = d.MaxConnsPerCluster
+	}
 	p, err := New(opts)
 	if err != nil {
 		t.Fatal(err)

@@ -31,6 +31,7 @@ func (p *Pool) Probe(t *Target, fn func(http.RoundTripper) error) error {
 		return err
 	}
 	e.transient = true
+	e.dials.forProbe()
 	defer e.closeAll()
 	return fn(e.cold)
 }

@@ -15,6 +15,7 @@ type Stats struct {
 	OpenConns     int64            // tracked connections not yet closed
 	Dials         int64            // dial attempts
 	DialFailures  int64            // dial attempts that failed (before TLS)
+	RefusedDials  map[string]int64 // dials refused by reason (Refused* constants): the cluster does not keep its connections
 }
 
 type counters struct {
@@ -24,6 +25,8 @@ type counters struct {
 	openConns     atomic.Int64
 	dials         atomic.Int64
 	dialFailures  atomic.Int64
+	refusedPaced  atomic.Int64
+	refusedCapped atomic.Int64
 	sweeps        atomic.Int64 // janitor passes, for tests
 }
 
@@ -42,6 +45,7 @@ func (p *Pool) Stats() Stats {
 		OpenConns:     p.openConns.Load(),
 		Dials:         p.dials.Load(),
 		DialFailures:  p.dialFailures.Load(),
+		RefusedDials:  map[string]int64{RefusedPaced: p.refusedPaced.Load(), RefusedCapped: p.refusedCapped.Load()},
 	}
 }
 
@@ -58,4 +62,12 @@ func (p *Pool) noteStreamEnded()   { p.activeStreams.Add(-1) }
 func (p *Pool) noteConnOpened()    { p.openConns.Add(1) }
 func (p *Pool) noteConnClosed()    { p.openConns.Add(-1) }
 func (p *Pool) noteDial()          { p.dials.Add(1) }
-func (p *Pool) noteDialFailure()   { p.dialFailures.Add(1) }
+
+func (p *Pool) noteDialRefused(reason string) {
+	if reason == RefusedCapped {
+		p.refusedCapped.Add(1)
+	} else {
+		p.refusedPaced.Add(1)
+	}
+}
+func (p *Pool) noteDialFailure() { p.dialFailures.Add(1) }
