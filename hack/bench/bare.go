@@ -49,6 +49,7 @@ func bareChildMain(args []string) error {
 	caFile := fs.String("ca", "", "CA bundle of the upstream")
 	certFile := fs.String("cert", "", "client certificate for the upstream")
 	keyFile := fs.String("key", "", "its key")
+	aggregated := fs.Bool("aggregated", false, "serve behind the hub's aggregator: its discovery, and "+bareProxyPrefix+"NAME/proxy/PATH to PATH upstream")
 	var tun tunnelFlags
 	fs.StringVar(&tun.server, "konnectivity-server", "", "proxy-server address: reach the upstream through a konnectivity tunnel")
 	fs.StringVar(&tun.ca, "konnectivity-ca", "", "CA of the proxy-server's serving certificate")
@@ -80,10 +81,21 @@ func bareChildMain(args []string) error {
 	if tunnel != nil {
 		upTr.DialContext = tunnel.DialContext
 	}
-	srv, err := testfrontend.Start(&httputil.ReverseProxy{
-		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(target) },
+	var h http.Handler = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			if *aggregated {
+				pr.Out.URL.Path, _ = aggregatedSubpath(pr.In.URL.Path)
+				pr.Out.URL.RawPath = ""
+			}
+			pr.SetURL(target)
+		},
 		Transport: upTr,
-	})
+	}
+	var names []string
+	if *aggregated {
+		h, names = aggregatedBare(h), []string{bareServiceDNS}
+	}
+	srv, err := testfrontend.StartNamed(h, names...)
 	if err != nil {
 		return err
 	}
@@ -103,10 +115,15 @@ type bareProxy struct {
 
 // startBareProxy starts the bare proxy to cluster c in a process of its
 // own, with the client certificate the gateway uses for c; with k, through
-// k's proxy-server with the gateway's konnectivity client certificate.
-func startBareProxy(ctx context.Context, c *localenv.Cluster, k *localenv.Konnectivity) (*bareProxy, error) {
+// k's proxy-server with the gateway's konnectivity client certificate;
+// aggregated, to be served behind the hub (registerBareBehindHub).
+func startBareProxy(ctx context.Context, c *localenv.Cluster, k *localenv.Konnectivity, aggregated bool) (*bareProxy, error) {
 	what := "the bare proxy"
 	args := []string{"-upstream", c.URL, "-ca", c.CA.CertFile, "-cert", c.GatewayUser.CertFile, "-key", c.GatewayUser.KeyFile}
+	if aggregated {
+		what = "the bare proxy behind the hub"
+		args = append(args, "-aggregated")
+	}
 	if k != nil {
 		what = "the bare proxy over Konnectivity"
 		args = append(args, "-konnectivity-server", k.ServerAddress(), "-konnectivity-ca", k.CAFile,

@@ -101,6 +101,52 @@ func TestKonnectivityBaselineIsTheBareProxyOverTheTunnel(t *testing.T) {
 	}
 }
 
+// The hub goal's baseline is the bare proxy behind the same hub: its own
+// process's CPU in the hub-bare row against the hub's in that row, in the
+// goal, in what limits the goal when it is not met, and in the ratios.
+func TestHubBaselineIsTheBareProxyBehindTheHub(t *testing.T) {
+	ms := time.Millisecond
+	r := &report{
+		Opts: options{Concurrency: 8},
+		Targets: []*target{
+			load("gateway", 1000, time.Second, map[string]time.Duration{"gateway": 300 * ms}),
+			load("hub", 500, time.Second, map[string]time.Duration{"gateway": 300 * ms, "hub": 500 * ms}),         // 600 µs vs 1 ms: 0.6×
+			load("hub-bare", 500, time.Second, map[string]time.Duration{"bare-proxy": 225 * ms, "hub": 450 * ms}), // 450 µs vs 900 µs: 0.5×
+		},
+		Profiles: []pathProfile{{Key: "hub", Path: "hub.pprof"}},
+	}
+	gs := r.goals()
+	if g := goalNamed(t, gs, "Through the hub"); !near(g.Value, 0.6) || !strings.Contains(g.Measured, "the bare proxy behind the same hub: 0.50× (450 µs vs 900 µs)") {
+		t.Errorf("the hub goal is %v, %q: want 0.6 with its baseline", g.Value, g.Measured)
+	}
+	var b strings.Builder
+	r.cpuLimits(&b, gs)
+	if want := "the bare reverse proxy behind the same hub (its `hub-bare` row) spent 0.50× the hub's CPU per request there (450 µs vs 900 µs); the gateway 0.60×"; !strings.Contains(b.String(), want) {
+		t.Errorf("what limits the hub goal lacks %q:\n%s", want, b.String())
+	}
+	b.Reset()
+	r.ratios(&b)
+	if want := "spends 450 µs CPU per request, 0.50× the hub's 900 µs there; the gateway 600 µs, 0.60× the hub's 1.00 ms"; !strings.Contains(b.String(), want) {
+		t.Errorf("the ratios lack %q:\n%s", want, b.String())
+	}
+}
+
+// The bare proxy behind the hub passes .../clustergateways/NAME/proxy/PATH
+// on as PATH, and nothing outside its group.
+func TestAggregatedSubpath(t *testing.T) {
+	for path, want := range map[string]string{
+		bareProxyPrefix + "cluster-1/proxy/api/v1/namespaces/default":                  "/api/v1/namespaces/default",
+		bareProxyPrefix + "cluster-1/proxy/":                                           "/",
+		bareProxyPrefix + "cluster-1":                                                  "",
+		"/apis/gateway.clustergateway.io/v1alpha1/clustergateways/cluster-1/proxy/api": "",
+	} {
+		got, ok := aggregatedSubpath(path)
+		if got != want || ok != (want != "") {
+			t.Errorf("aggregatedSubpath(%q) = %q, %v; want %q", path, got, ok, want)
+		}
+	}
+}
+
 // A goal whose loads did not run says so instead of judging a zero.
 func TestGoalsWithoutLoadsAreNotMeasured(t *testing.T) {
 	for _, g := range (&report{}).goals() {

@@ -232,7 +232,7 @@ func buildTargets(ctx context.Context, env *localenv.Env) ([]*target, func(), er
 			}
 		}
 	}
-	bare, err := startBareProxy(ctx, m1, nil)
+	bare, err := startBareProxy(ctx, m1, nil, false)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -256,11 +256,25 @@ func buildTargets(ctx context.Context, env *localenv.Env) ([]*target, func(), er
 	proxyPath := func(c *localenv.Cluster) string {
 		return "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/" + c.GatewayName + "/proxy" + requestPath
 	}
+	bh, err := startBareProxy(ctx, m1, nil, true)
+	if err != nil {
+		stopBares()
+		return nil, nil, err
+	}
+	bares = append(bares, bh)
+	if err := registerBareBehindHub(ctx, env, bh.URL, bh.CAPEM); err != nil {
+		stopBares()
+		return nil, nil, err
+	}
+	// In its row, "bare-proxy" is the bare proxy that serves it.
+	bhPids := maps.Clone(pids)
+	bhPids["bare-proxy"] = bh.Pid()
 	ts := []*target{
 		{Key: "direct", Name: "direct → managed-1", Via: "client → kube-apiserver", URL: m1.URL + requestPath, Client: direct, Upstream: "managed-1"},
 		{Key: "bare", Name: "bare reverse proxy → managed-1", Via: "client → httputil.ReverseProxy in a process of its own (one shared transport) → kube-apiserver", URL: bare.URL + requestPath, Client: bareClient, Upstream: "managed-1"},
 		{Key: "gateway", Name: "gateway port → cluster-1 (Direct)", Via: "client → gateway :port (x509 authn, generic filters) → pooled transport → kube-apiserver", URL: env.Gateway.URL + proxyPath(m1), Client: gwClient, Upstream: "managed-1"},
 		{Key: "hub", Name: "hub → gateway → cluster-1", Via: "client → hub kube-apiserver (aggregation) → gateway → kube-apiserver", URL: env.Hub.URL + proxyPath(m1), Client: hubClient, Upstream: "managed-1"},
+		{Key: "hub-bare", Name: "hub → bare reverse proxy → managed-1", Via: "client → hub kube-apiserver (aggregation, an APIService of its own) → httputil.ReverseProxy in a process of its own → kube-apiserver (baseline of the hub goal)", URL: env.Hub.URL + bareProxyPrefix + m1.GatewayName + "/proxy" + requestPath, Client: hubClient, Upstream: "managed-1", Pids: bhPids},
 	}
 	if k != nil {
 		d3, err := mtlsClient(k.Cluster.CA.CertPEM, k.Cluster.GatewayUser)
@@ -268,7 +282,7 @@ func buildTargets(ctx context.Context, env *localenv.Env) ([]*target, func(), er
 			stopBares()
 			return nil, nil, err
 		}
-		bk, err := startBareProxy(ctx, k.Cluster, k)
+		bk, err := startBareProxy(ctx, k.Cluster, k, false)
 		if err != nil {
 			stopBares()
 			return nil, nil, err

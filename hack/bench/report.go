@@ -159,6 +159,11 @@ func (r *report) ratios(b *strings.Builder) {
 		h, _ := hub.res.cpuPerReq("hub")
 		fmt.Fprintf(b, "- Through the hub vs the gateway's port: req/s %.2f×, p50 %s vs %s; the hub spends %s CPU per request.\n",
 			hub.res.rps()/gw.res.rps(), fmtDur(hub.res.pct(.5)), fmtDur(gw.res.pct(.5)), fmtDur(h))
+		if bc, bh, ok := r.bareBehindHub(); ok {
+			g, _ := hub.res.cpuPerReq("gateway")
+			fmt.Fprintf(b, "- What the hub path costs a proxy of no code of its own: the bare reverse proxy behind the same hub (its `hub-bare` row) spends %s CPU per request, %.2f× the hub's %s there; the gateway %s, %.2f× the hub's %s.\n",
+				fmtDur(bc), ratio(bc, bh), fmtDur(bh), fmtDur(g), ratio(g, h), fmtDur(h))
+		}
 	}
 	if konn != nil && gw != nil {
 		gk, _ := konn.res.cpuPerReq("gateway")

@@ -21,7 +21,7 @@ var (
 )
 
 // targetKeys are the loads buildTargets and extendTargets make.
-var targetKeys = []string{"direct", "bare", "gateway", "hub", "konn", "direct3", "bare-konn", "direct-many", "bare-many", "gateway-many"}
+var targetKeys = []string{"direct", "bare", "gateway", "hub", "hub-bare", "konn", "direct3", "bare-konn", "direct-many", "bare-many", "gateway-many"}
 
 // benchUser is who the gateway paths' loads authenticate as: a hub user
 // outside system:masters, bound to cluster-gateway:proxy-reader, so that the
@@ -39,9 +39,11 @@ func extendTargets(ctx context.Context, env *localenv.Env, ts []*target) ([]*tar
 	if err != nil {
 		return nil, err
 	}
-	if _, err := env.Kubectl(env.Hub.Kubeconfig, "create", "clusterrolebinding", benchUser+":cluster-gateway:proxy-reader",
-		"--clusterrole=cluster-gateway:proxy-reader", "--user="+benchUser); err != nil {
-		return nil, err
+	for _, role := range []string{"cluster-gateway:proxy-reader", bareRole} {
+		if _, err := env.Kubectl(env.Hub.Kubeconfig, "create", "clusterrolebinding", benchUser+":"+role,
+			"--clusterrole="+role, "--user="+benchUser); err != nil {
+			return nil, err
+		}
 	}
 	gwClient, err := mtlsClient(env.Gateway.CA.CertPEM, user.Cert)
 	if err != nil {
@@ -55,7 +57,7 @@ func extendTargets(ctx context.Context, env *localenv.Env, ts []*target) ([]*tar
 		switch t.Key {
 		case "gateway", "konn":
 			t.Client = gwClient
-		case "hub":
+		case "hub", "hub-bare":
 			t.Client = hubClient
 		default:
 			continue

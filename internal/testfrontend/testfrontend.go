@@ -88,12 +88,16 @@ type Server struct {
 }
 
 // Start serves h until Close.
-func Start(h http.Handler) (*Server, error) {
+func Start(h http.Handler) (*Server, error) { return StartNamed(h) }
+
+// StartNamed is Start with a serving certificate valid for dnsNames as well
+// as localhost and 127.0.0.1 (a hub's aggregator checks its Service's name).
+func StartNamed(h http.Handler, dnsNames ...string) (*Server, error) {
 	ca, err := testpki.NewCA("testfrontend-ca")
 	if err != nil {
 		return nil, err
 	}
-	serving, err := ca.Issue(testpki.Spec{CommonName: "testfrontend", IPs: []string{"127.0.0.1"}, DNSNames: []string{"localhost"}, Server: true})
+	serving, err := ca.Issue(testpki.Spec{CommonName: "testfrontend", IPs: []string{"127.0.0.1"}, DNSNames: append([]string{"localhost"}, dnsNames...), Server: true})
 	if err != nil {
 		return nil, err
 	}
