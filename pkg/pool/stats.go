@@ -62,7 +62,9 @@ func (p *Pool) noteStreamEnded()   { p.activeStreams.Add(-1) }
 func (p *Pool) noteConnOpened()    { p.openConns.Add(1) }
 func (p *Pool) noteConnClosed()    { p.openConns.Add(-1) }
 func (p *Pool) noteDial()          { p.dials.Add(1) }
+func (p *Pool) noteDialFailure()   { p.dialFailures.Add(1) }
 
+// noteDialRefused counts a dial the guard refused, by its Refused* reason.
 func (p *Pool) noteDialRefused(reason string) {
 	if reason == RefusedCapped {
 		p.refusedCapped.Add(1)
@@ -70,4 +72,3 @@ func (p *Pool) noteDialRefused(reason string) {
 		p.refusedPaced.Add(1)
 	}
 }
-func (p *Pool) noteDialFailure() { p.dialFailures.Add(1) }
