@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
-
-	"golang.org/x/time/rate"
 )
 
 // ErrConnectionsUnusable is wrapped by the errors of a dial the pool refuses
@@ -19,8 +16,8 @@ var ErrConnectionsUnusable = errors.New("the cluster does not take requests on t
 // Why a dial was refused, the values of the reason label of
 // cluster_gateway_pool_dials_refused_total.
 const (
-	RefusedPaced  = "paced"  // too many dials in a short time
-	RefusedCapped = "capped" // MaxConnsPerCluster HTTP/2 connections open
+	RefusedRedials = "redials" // one request had the cluster dialed maxDialsPerRequest times
+	RefusedCapped  = "capped"  // MaxConnsPerCluster HTTP/2 connections open
 )
 
 // refusedDial is a dial the guard refused, and why.
@@ -32,16 +29,28 @@ type refusedDial struct {
 func (r *refusedDial) Error() string { return ErrConnectionsUnusable.Error() + ": " + r.detail }
 func (r *refusedDial) Unwrap() error { return ErrConnectionsUnusable }
 
-// Dials of one entry's ordinary transport while its cluster speaks HTTP/2:
-// at most redialBurst at once, then redialRate a second; a dial waits up to
-// redialWait for its turn and is refused after that. A cluster that keeps
-// its connections needs one, and one more now and then (a GOAWAY when it
-// restarts, more requests in flight than its streams per connection).
-const (
-	redialBurst = 16
-	redialRate  = 4 // a second
-	redialWait  = time.Second
-)
+// maxDialsPerRequest is how many dials of an entry's ordinary transport one
+// request may cause. net/http dials one for a request that finds the open
+// connections full, and x/net another when that one is gone before the
+// request is written (a GOAWAY as the cluster restarts, a surplus
+// connection it closes because an older one has room again).
+const maxDialsPerRequest = 4
+
+// RequestDials counts the dials one request causes. A request's context
+// carries it under RequestDialsKey (WithRequestDials, or a context of the
+// caller's own whose Value answers the key); dials for a request without
+// one are not counted.
+type RequestDials struct{ n atomic.Int32 }
+
+type requestDialsKey struct{}
+
+// RequestDialsKey is the context key of a request's *RequestDials.
+var RequestDialsKey any = requestDialsKey{}
+
+// WithRequestDials is ctx carrying a new count of dials.
+func WithRequestDials(ctx context.Context) context.Context {
+	return context.WithValue(ctx, RequestDialsKey, new(RequestDials))
+}
 
 // dialGuard bounds the connections an entry's ordinary transport dials.
 //
@@ -52,71 +61,38 @@ const (
 // flight, a TLS handshake each; one that advertises
 // SETTINGS_MAX_CONCURRENT_STREAMS of 0 also had every such connection kept
 // open (each still answers pings): thousands a minute, until the gateway ran
-// out of file descriptors for every cluster. So the guard paces the dials
-// of a cluster that speaks HTTP/2 and caps its open HTTP/2 connections.
-// HTTP/1.1 needs neither: net/http does not dial again for a request whose
-// new connection failed, and keeps at most maxIdleConnsPerHost idle ones,
-// so its connections follow the requests in flight, which the gateway's
-// per-cluster limits bound.
+// out of file descriptors for every cluster. So one request may cause at
+// most maxDialsPerRequest dials, and an entry keeps at most max HTTP/2
+// connections open, where those a cluster allows no streams on would pile
+// up from request to request. A healthy cluster needs one for every few
+// hundred requests in flight; net/http opens one for each request that
+// finds the open ones full (a cold start with more requests than a
+// connection's first streams, a burst of watches: 74 for 200 requests in
+// pkg/proxy's TestRequestTimeoutIsAlways504), so the cap is set well above
+// that. HTTP/1.1 needs no cap: net/http keeps at most maxIdleConnsPerHost
+// idle connections, so its connections follow the requests in flight,
+// which the per-cluster limits bound.
 type dialGuard struct {
-	max   int           // open HTTP/2 connections; 0: no cap
-	rate  *rate.Limiter // dials while the cluster speaks HTTP/2
-	burst int           // rate's, as configured
-	// http1 is whether the last handshake chose HTTP/1.1: its dials are not
-	// paced (a cluster that starts to speak HTTP/2 is paced again).
-	http1 atomic.Bool
+	max int // open HTTP/2 connections; 0: no cap
 
 	mu sync.Mutex
 	h2 int // open HTTP/2 connections
 }
 
-func newDialGuard(max int) *dialGuard {
-	return &dialGuard{max: max, rate: rate.NewLimiter(redialRate, redialBurst), burst: redialBurst}
-}
+func newDialGuard(max int) *dialGuard { return &dialGuard{max: max} }
 
-// probeDials is how many dials a transient probe entry may make: its one
-// request needs one, or two when the first connection is lost at once.
-const probeDials = 2
-
-// forProbe makes g a probe's: probeDials in all.
-func (g *dialGuard) forProbe() {
-	g.rate.SetLimit(0)
-	g.rate.SetBurst(probeDials)
-	g.burst = probeDials
-}
-
-// pace waits for a dial's turn, up to redialWait, or says why it gets none.
-func (g *dialGuard) pace(ctx context.Context) error {
-	if g.http1.Load() {
-		return nil
+// admit counts a dial against the request of ctx, and refuses it when that
+// request had too many, or when no new connection could be kept.
+func (g *dialGuard) admit(ctx context.Context) error {
+	if d, ok := ctx.Value(RequestDialsKey).(*RequestDials); ok && d.n.Add(1) > maxDialsPerRequest {
+		return &refusedDial{RefusedRedials, fmt.Sprintf("it ended or refused the last %d connections this request had the gateway open (GOAWAY, a close, or no streams allowed)", maxDialsPerRequest)}
 	}
-	if err := g.full(); err != nil {
-		return err // dialing would only make a connection to close
-	}
-	r := g.rate.Reserve()
-	d := r.Delay()
-	if d == 0 {
-		return nil
-	}
-	if d > redialWait {
-		r.Cancel()
-		return &refusedDial{RefusedPaced, fmt.Sprintf("it ends or refuses them (GOAWAY, a close, or no streams allowed) as soon as they are open, and the gateway has stopped dialing it for now (at most %d dials at once, then %v a second)", g.burst, float64(g.rate.Limit()))}
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		r.Cancel()
-		return context.Cause(ctx)
-	}
+	return g.full() // dialing would only make a connection to close
 }
 
 // handshaken records the protocol a new connection chose; an HTTP/2 one
 // takes a place, released when it closes, or is refused at the cap.
 func (g *dialGuard) handshaken(h2 bool) error {
-	g.http1.Store(!h2)
 	if !h2 {
 		return nil
 	}
@@ -137,11 +113,12 @@ func (g *dialGuard) full() error {
 
 func (g *dialGuard) fullLocked() error {
 	if g.max > 0 && g.h2 >= g.max {
-		return &refusedDial{RefusedCapped, fmt.Sprintf("%d HTTP/2 connections to it are open and none takes another request (--pool-max-connections-per-cluster): it allows too few concurrent streams (SETTINGS_MAX_CONCURRENT_STREAMS) for the requests in flight, or refuses them", g.h2)}
+		return &refusedDial{RefusedCapped, fmt.Sprintf("%d HTTP/2 connections to it are open (--pool-max-connections-per-cluster) and none takes another request: it allows too few concurrent streams (SETTINGS_MAX_CONCURRENT_STREAMS) for the requests in flight, or refuses them", g.h2)}
 	}
 	return nil
 }
 
+// release gives back the place of an HTTP/2 connection that closed.
 func (g *dialGuard) release() {
 	g.mu.Lock()
 	g.h2--

@@ -167,7 +167,7 @@ func (e *entry) firstConn(ctx context.Context, host, addr string, upgrade func(s
 }
 
 func (e *entry) dialTLSConn(ctx context.Context, network, addr string) (net.Conn, error) {
-	if err := e.dials.pace(ctx); err != nil {
+	if err := e.dials.admit(ctx); err != nil {
 		return nil, e.refused(err)
 	}
 	c, err := e.dialContext(ctx, network, addr)
@@ -311,6 +311,7 @@ func (e *entry) lease(l *Lease, now int64) {
 	e.pool.noteStreamStarted()
 	l.e, l.created = e, false
 	l.released.Store(false)
+	l.dials.n.Store(0)
 }
 
 func (e *entry) release(now int64) {

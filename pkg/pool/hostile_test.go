@@ -9,9 +9,11 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
@@ -22,6 +24,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
+	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 )
 
 // hostileH2 is a cluster that completes TLS choosing HTTP/2 and then does
@@ -103,10 +106,18 @@ func serveFrames(fr *http2.Framer, onHeaders func(streamID uint32)) {
 	}
 }
 
+// hostileRequest is how one request to a hostile cluster ended, and how
+// many dials it caused (refused ones included).
+type hostileRequest struct {
+	err   error
+	dials int32
+}
+
 // hostileLoad sends requests through one lease for d, from workers
-// goroutines, each with a deadline of a second, while a healthy cluster in
-// the same pool is asked too; it returns the hostile cluster's errors.
-func hostileLoad(t *testing.T, p *Pool, h *hostileH2, workers int, d time.Duration) []error {
+// goroutines, each with a deadline of a second and its own count of dials
+// (as the proxy's requests carry their lease's), while a healthy cluster in
+// the same pool is asked too; it returns the hostile cluster's requests.
+func hostileLoad(t *testing.T, p *Pool, h *hostileH2, workers int, d time.Duration) []hostileRequest {
 	t.Helper()
 	good := newUpstream(t)
 	gl := acquire(t, p, good.target(t, "good", "client-1"))
@@ -114,17 +125,18 @@ func hostileLoad(t *testing.T, p *Pool, h *hostileH2, workers int, d time.Durati
 	l := acquire(t, p, h.target)
 	defer l.Release()
 	var mu sync.Mutex
-	var errs []error
+	var reqs []hostileRequest
 	end := time.Now().Add(d)
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
 			for time.Now().Before(end) {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				dials := new(RequestDials)
+				ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), RequestDialsKey, dials), time.Second)
 				_, _, err := get(ctx, l.Transport(), h.url, "/x")
 				cancel()
 				mu.Lock()
-				errs = append(errs, err)
+				reqs = append(reqs, hostileRequest{err, dials.n.Load()})
 				mu.Unlock()
 			}
 		})
@@ -136,77 +148,93 @@ func hostileLoad(t *testing.T, p *Pool, h *hostileH2, workers int, d time.Durati
 		time.Sleep(100 * time.Millisecond)
 	}
 	wg.Wait()
-	return errs
-}
-
-// dialBound is the most dials the pacing allows in d, with room for the
-// healthy cluster's one and the scheduling of the last second.
-func dialBound(d time.Duration) int64 {
-	return redialBurst + int64(redialRate*(d.Seconds()+1)) + 1
+	return reqs
 }
 
 // A cluster that sends GOAWAY on every new connection, or closes it right
 // after the TLS handshake: net/http and x/net dialed it again at once, in a
 // loop, for every request in flight (about 450 handshakes a second per
-// request here before the dials were paced). The dials are paced now, and a
-// request that would wait too long for its turn fails at once, saying why.
-func TestHostileClusterRedialsArePaced(t *testing.T) {
-	for name, behave := range map[string]func(net.Conn, *http2.Framer){
-		"goaway": func(c net.Conn, fr *http2.Framer) {
+// request here before the dials were counted; a close that comes before
+// the request is written starts the loop too, one that comes after fails
+// the request). A request now has it dialed at most maxDialsPerRequest
+// times, and one refused a dial fails saying why.
+func TestHostileClusterRedialsAreBounded(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		behave func(net.Conn, *http2.Framer)
+		loops  bool // every request starts the loop: some must reach the bound
+	}{
+		{"goaway", func(c net.Conn, fr *http2.Framer) {
 			_ = fr.WriteSettings()
 			_ = fr.WriteGoAway(0, http2.ErrCodeNo, nil)
 			serveFrames(fr, nil)
-		},
-		"close": func(c net.Conn, fr *http2.Framer) {},
+		}, true},
+		{"close", func(c net.Conn, fr *http2.Framer) {}, false},
 	} {
-		t.Run(name, func(t *testing.T) {
-			h := newHostileH2(t, behave)
+		t.Run(c.name, func(t *testing.T) {
+			h := newHostileH2(t, c.behave)
 			p := newTestPool(t, Options{Capacity: 8})
-			const d = 3 * time.Second
-			errs := hostileLoad(t, p, h, 8, d)
-			if dials, bound := p.Stats().Dials, dialBound(d); dials > bound {
-				t.Fatalf("%d dials in %v (%d connections accepted), want at most %d", dials, d, h.accepted.Load(), bound)
+			reqs := hostileLoad(t, p, h, 8, 3*time.Second)
+			st := p.Stats()
+			if bound := int64(maxDialsPerRequest*len(reqs)) + 1; st.Dials > bound { // one is the healthy cluster's
+				t.Fatalf("%d dials for %d requests (%d connections accepted), want at most %d a request", st.Dials, len(reqs), h.accepted.Load(), maxDialsPerRequest)
 			}
-			unusable := 0
-			for _, err := range errs {
-				if err == nil {
+			var refused, beyond int64 // requests refused a dial; dials refused them
+			for i, r := range reqs {
+				if r.err == nil {
 					t.Fatal("a request to the hostile cluster succeeded")
 				}
-				if errors.Is(err, ErrConnectionsUnusable) {
-					unusable++
+				if r.dials > maxDialsPerRequest {
+					refused++
+					beyond += int64(r.dials - maxDialsPerRequest)
+					if !errors.Is(r.err, ErrConnectionsUnusable) {
+						t.Fatalf("request %d was refused a dial but failed with %v, want %v", i, r.err, ErrConnectionsUnusable)
+					}
 				}
 			}
-			if unusable == 0 {
-				t.Fatalf("none of %d failed requests says why (first: %v), want %v", len(errs), errs[0], ErrConnectionsUnusable)
+			// Every dial beyond a request's bound is refused and counted;
+			// net/http may still dial for a request after it ended.
+			if n := st.RefusedDials[RefusedRedials]; n < beyond {
+				t.Fatalf("%d refused dials counted as %q, %d dials were beyond their request's bound", n, RefusedRedials, beyond)
 			}
-			if n := p.Stats().RefusedDials[RefusedPaced]; n == 0 {
-				t.Fatalf("no refused dial counted as %q", RefusedPaced)
+			if c.loops && refused == 0 {
+				t.Fatalf("none of %d requests reached %d dials: the loop this guards against did not happen", len(reqs), maxDialsPerRequest)
 			}
+			t.Logf("%d requests, %d dials, %d refused a dial", len(reqs), st.Dials, refused)
 		})
 	}
 }
 
-// A health probe of a cluster that has no pooled entry gets an entry of its
-// own for its one request: it dials at most probeDials times, whatever the
-// cluster does with the connections.
-func TestHostileClusterProbeDialsTwice(t *testing.T) {
+// A health probe is a request too: whatever the cluster does with the
+// connections, a probe of it makes at most maxDialsPerRequest of them, with
+// or without a pooled entry.
+func TestHostileClusterProbeDialsAreBounded(t *testing.T) {
 	h := newHostileH2(t, func(c net.Conn, fr *http2.Framer) {
 		_ = fr.WriteSettings()
 		_ = fr.WriteGoAway(0, http2.ErrCodeNo, nil)
 		serveFrames(fr, nil)
 	})
 	p := newTestPool(t, Options{Capacity: 8})
-	err := p.Probe(h.target, func(rt http.RoundTripper) error {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		_, _, err := get(ctx, rt, h.url, "/readyz")
-		return err
-	})
-	if !errors.Is(err, ErrConnectionsUnusable) {
-		t.Fatalf("the probe ended with %v, want %v", err, ErrConnectionsUnusable)
+	probe := func() error {
+		return p.Probe(h.target, func(rt http.RoundTripper) error {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			_, _, err := get(ctx, rt, h.url, "/readyz")
+			return err
+		})
 	}
-	if a := h.accepted.Load(); a > probeDials {
-		t.Fatalf("the probe made %d connections, want at most %d", a, probeDials)
+	for _, pooled := range []bool{false, true} {
+		if pooled {
+			l := acquire(t, p, h.target)
+			defer l.Release()
+		}
+		before := h.accepted.Load()
+		if err := probe(); !errors.Is(err, ErrConnectionsUnusable) {
+			t.Fatalf("pooled %v: the probe ended with %v, want %v", pooled, err, ErrConnectionsUnusable)
+		}
+		if a := h.accepted.Load() - before; a > maxDialsPerRequest {
+			t.Fatalf("pooled %v: the probe made %d connections, want at most %d", pooled, a, maxDialsPerRequest)
+		}
 	}
 }
 
@@ -222,26 +250,91 @@ func TestHostileClusterConnectionsAreCapped(t *testing.T) {
 	})
 	const max = 4
 	p := newTestPool(t, Options{Capacity: 8, MaxConnsPerCluster: max})
-	const d = 3 * time.Second
-	errs := hostileLoad(t, p, h, 8, d)
+	reqs := hostileLoad(t, p, h, 8, 3*time.Second)
 	st := p.Stats()
 	if open := st.OpenConns - 1; open > max { // one is the healthy cluster's
 		t.Fatalf("%d connections to the hostile cluster are open (%d dials), want at most %d", open, st.Dials, max)
 	}
-	if bound := dialBound(d); st.Dials > bound {
-		t.Fatalf("%d dials in %v, want at most %d", st.Dials, d, bound)
-	}
 	var capped error
-	for _, err := range errs {
-		if errors.Is(err, ErrConnectionsUnusable) && strings.Contains(err.Error(), "--pool-max-connections-per-cluster") {
-			capped = err
+	for _, r := range reqs {
+		if errors.Is(r.err, ErrConnectionsUnusable) && strings.Contains(r.err.Error(), "--pool-max-connections-per-cluster") {
+			capped = r.err
 		}
 	}
 	if capped == nil {
-		t.Fatalf("no request failed at the cap (of %d, first: %v)", len(errs), errs[0])
+		t.Fatalf("no request failed at the cap (of %d, first: %v)", len(reqs), reqs[0].err)
 	}
-	if n := p.Stats().RefusedDials[RefusedCapped]; n == 0 {
+	if n := st.RefusedDials[RefusedCapped]; n == 0 {
 		t.Fatalf("no refused dial counted as %q", RefusedCapped)
 	}
-	t.Logf("%d requests, %d dials; at the cap: %v", len(errs), st.Dials, capped)
+	t.Logf("%d requests, %d dials; at the cap: %v", len(reqs), st.Dials, capped)
+}
+
+// A burst of requests beyond what a healthy cluster's connections take
+// makes net/http dial one connection per waiting request (74 for 200
+// requests in pkg/proxy's TestRequestTimeoutIsAlways504), and x/net closes
+// those it does not need: at most two dials per request were seen, and far
+// fewer connections than the default cap, so the guard refuses none.
+func TestBurstBeyondTheStreamsIsNotRefused(t *testing.T) {
+	const streams = 100 // x/net's first guess of a new connection's streams (a kube-apiserver allows 250)
+	u, tg, blocked, release := streamLimitedCluster(t, streams)
+	p := newTestPool(t, Options{Capacity: 8}) // the default cap
+	var wg sync.WaitGroup
+	errs := make([]error, 3*streams)
+	for i := range errs {
+		wg.Go(func() {
+			l, err := p.Acquire(tg)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer l.Release()
+			_, _, errs[i] = get(WithRequestDials(context.Background()), l.Transport(), u, "/block")
+		})
+	}
+	testpoll.Eventually(t, 10*time.Second, "every request reached the cluster", func() error {
+		if n := blocked.Load(); n < int64(len(errs)) {
+			return fmt.Errorf("%d of %d (%+v)", n, len(errs), p.Stats())
+		}
+		return nil
+	})
+	close(release)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+	st := p.Stats()
+	if st.Dials < 2 {
+		t.Fatalf("%d dials for %d requests over %d streams each: the burst did not need more connections, so it tests nothing", st.Dials, len(errs), streams)
+	}
+	if n := st.RefusedDials[RefusedRedials] + st.RefusedDials[RefusedCapped]; n != 0 {
+		t.Fatalf("%d dials refused in a healthy burst (%d dials): %+v", n, st.Dials, st)
+	}
+	t.Logf("%d requests over %d streams per connection: %d dials, %d connections open", len(errs), streams, st.Dials, st.OpenConns)
+}
+
+// streamLimitedCluster is a healthy HTTP/2 cluster that allows streams
+// concurrent streams per connection and holds each request until release
+// is closed, counting those it holds.
+func streamLimitedCluster(t *testing.T, streams int) (*url.URL, *Target, *atomic.Int64, chan struct{}) {
+	t.Helper()
+	serverCA, clientCA := testpki.MustCA(t, "server-ca"), testpki.MustCA(t, "client-ca")
+	release := make(chan struct{})
+	var blocked atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		blocked.Add(1)
+		<-release
+		_, _ = w.Write([]byte(r.Proto))
+	}))
+	srv.EnableHTTP2 = true
+	srv.Config.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: streams}
+	serving := serverCA.MustIssue(t, testpki.Spec{CommonName: "upstream", IPs: []string{"127.0.0.1"}, Server: true})
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{serving.TLS()}, NextProtos: []string{"h2"}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	base, _ := url.Parse(srv.URL)
+	client := clientCA.MustIssue(t, testpki.Spec{CommonName: "c", Client: true})
+	return base, &Target{Cluster: "burst", Address: base, CAData: serverCA.CertPEM, CertData: client.CertPEM, KeyData: client.KeyPEM}, &blocked, release
 }

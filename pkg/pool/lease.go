@@ -12,7 +12,13 @@ type Lease struct {
 	e        *entry
 	released atomic.Bool
 	created  bool
+	dials    RequestDials // the request's, when its context carries Dials
 }
+
+// Dials is the count of dials the lease's request causes, for a context of
+// the caller's own to carry under RequestDialsKey (no allocation); see
+// WithRequestDials otherwise.
+func (l *Lease) Dials() *RequestDials { return &l.dials }
 
 // Created reports whether this Acquire built the entry (rather than finding
 // it pooled): only then can a Remove for its cluster have come before it.

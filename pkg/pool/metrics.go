@@ -28,7 +28,7 @@ func newDescs() descs {
 		conns:        d("open_connections", "Connections to managed clusters dialed by the pool and not yet closed."),
 		dials:        d("connection_dials_total", "Connection dials to managed clusters (direct, proxied or tunneled)."),
 		dialFailures: d("dial_failures_total", "Connection dials to managed clusters that failed (TLS handshake failures not included)."),
-		refused:      d("dials_refused_total", "Connection dials to managed clusters the pool refused because the cluster did not keep its connections, by reason (paced: dialed too often in a short time; capped: --pool-max-connections-per-cluster HTTP/2 connections open).", "reason"),
+		refused:      d("dials_refused_total", "Connection dials to managed clusters the pool refused because the cluster did not keep its connections, by reason (redials: one request had it dialed 4 times; capped: --pool-max-connections-per-cluster HTTP/2 connections open).", "reason"),
 	}
 }
 
@@ -63,7 +63,7 @@ func (c *collector) CollectWithStability(ch chan<- metrics.Metric) {
 	gauge(d.conns, s.OpenConns)
 	counter(d.dials, s.Dials)
 	counter(d.dialFailures, s.DialFailures)
-	for _, r := range []string{RefusedPaced, RefusedCapped} {
+	for _, r := range []string{RefusedRedials, RefusedCapped} {
 		counter(d.refused, s.RefusedDials[r], r)
 	}
 }

@@ -31,10 +31,10 @@ type Options struct {
 	// included: a cluster that accepts the connection and never answers
 	// fails the request instead of holding it forever.
 	ResponseHeaderTimeout time.Duration
-	// MaxConnsPerCluster caps the connections an entry's transport for
-	// ordinary requests keeps open or dials (0: no cap). A cluster needs
-	// one HTTP/2 connection for every few hundred requests in flight, or one
-	// per request over HTTP/1.1; the cap stops one whose connections take
+	// MaxConnsPerCluster caps the HTTP/2 connections an entry keeps open
+	// (0: no cap). A healthy cluster needs one for every few hundred
+	// requests in flight (net/http opens more in a burst, one per request
+	// that finds them full); the cap stops a cluster whose connections take
 	// no requests from making the gateway open them without end (dialGuard).
 	MaxConnsPerCluster int
 	// KeepAlive is the TCP keep-alive period of direct and proxy dials.
@@ -58,7 +58,7 @@ func NewOptions() *Options {
 	return &Options{
 		Capacity:              1000,
 		IdleTTL:               30 * time.Minute,
-		MaxConnsPerCluster:    64,
+		MaxConnsPerCluster:    256,
 		IdleConnTimeout:       90 * time.Second, // client-go's
 		RetireGrace:           5 * time.Minute,
 		DialTimeout:           10 * time.Second,
@@ -74,7 +74,7 @@ func NewOptions() *Options {
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.Capacity, "pool-capacity", o.Capacity, "Most clusters with a pooled transport at once; the least recently used is retired beyond it.")
 	fs.DurationVar(&o.IdleTTL, "pool-idle-ttl", o.IdleTTL, "A cluster's pooled transport unused this long is retired (0: never).")
-	fs.IntVar(&o.MaxConnsPerCluster, "pool-max-connections-per-cluster", o.MaxConnsPerCluster, "Most connections open to one cluster for ordinary requests and watches (exec, attach and port-forward have their own); a request that needs one more fails with 503 (0: no bound). Keep it above --max-requests-per-cluster for clusters that speak only HTTP/1.1, which take one request per connection.")
+	fs.IntVar(&o.MaxConnsPerCluster, "pool-max-connections-per-cluster", o.MaxConnsPerCluster, "Most HTTP/2 connections open to one cluster (exec, attach and port-forward, and HTTP/1.1, are not counted); a request that needs one more fails with 503 (0: no bound). A healthy cluster needs one for every few hundred requests in flight to it; a burst of new requests opens one for each that finds the open ones full.")
 	fs.DurationVar(&o.RetireGrace, "retire-grace-period", o.RetireGrace, "How long live streams (watch, exec, logs -f) on a retired transport or konnectivity tunnel may go on before they are closed (0: at once).")
 	fs.DurationVar(&o.DialTimeout, "dial-timeout", o.DialTimeout, "Bound on connecting to a managed cluster (TCP, forward proxy or konnectivity tunnel, and TLS); beyond it the request fails with 503.")
 	fs.DurationVar(&o.ResponseHeaderTimeout, "upstream-response-header-timeout", o.ResponseHeaderTimeout, "Bound on waiting for a managed cluster's response headers once a request is sent, for every proxied request (watches, logs -f, exec and port-forward included); beyond it the request fails with 504.")

@@ -17,7 +17,7 @@ func (p *Pool) Probe(t *Target, fn func(http.RoundTripper) error) error {
 			return err
 		}
 		defer e.releaseQuiet()
-		return fn(e.cold)
+		return fn(countedDials{e.cold})
 	}
 	addr, err := t.validate()
 	if err != nil {
@@ -31,9 +31,8 @@ func (p *Pool) Probe(t *Target, fn func(http.RoundTripper) error) error {
 		return err
 	}
 	e.transient = true
-	e.dials.forProbe()
 	defer e.closeAll()
-	return fn(e.cold)
+	return fn(countedDials{e.cold})
 }
 
 // peekSame is acquireSame without touching the LRU order, idleness or the
@@ -66,4 +65,15 @@ func (e *entry) releaseQuiet() {
 		close(e.drained)
 	}
 	e.mu.Unlock()
+}
+
+// countedDials counts each probe request's dials (RequestDials), as the
+// proxy's requests are counted: a probe is a request too.
+type countedDials struct{ rt http.RoundTripper }
+
+func (c countedDials) RoundTrip(req *http.Request) (*http.Response, error) {
+	if _, ok := req.Context().Value(RequestDialsKey).(*RequestDials); !ok {
+		req = req.WithContext(WithRequestDials(req.Context()))
+	}
+	return c.rt.RoundTrip(req)
 }

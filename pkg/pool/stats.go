@@ -19,15 +19,15 @@ type Stats struct {
 }
 
 type counters struct {
-	retiring      atomic.Int64
-	created       atomic.Int64
-	activeStreams atomic.Int64
-	openConns     atomic.Int64
-	dials         atomic.Int64
-	dialFailures  atomic.Int64
-	refusedPaced  atomic.Int64
-	refusedCapped atomic.Int64
-	sweeps        atomic.Int64 // janitor passes, for tests
+	retiring       atomic.Int64
+	created        atomic.Int64
+	activeStreams  atomic.Int64
+	openConns      atomic.Int64
+	dials          atomic.Int64
+	dialFailures   atomic.Int64
+	refusedRedials atomic.Int64
+	refusedCapped  atomic.Int64
+	sweeps         atomic.Int64 // janitor passes, for tests
 }
 
 // Stats returns a snapshot of the pool's counters.
@@ -45,7 +45,7 @@ func (p *Pool) Stats() Stats {
 		OpenConns:     p.openConns.Load(),
 		Dials:         p.dials.Load(),
 		DialFailures:  p.dialFailures.Load(),
-		RefusedDials:  map[string]int64{RefusedPaced: p.refusedPaced.Load(), RefusedCapped: p.refusedCapped.Load()},
+		RefusedDials:  map[string]int64{RefusedRedials: p.refusedRedials.Load(), RefusedCapped: p.refusedCapped.Load()},
 	}
 }
 
@@ -69,6 +69,6 @@ func (p *Pool) noteDialRefused(reason string) {
 	if reason == RefusedCapped {
 		p.refusedCapped.Add(1)
 	} else {
-		p.refusedPaced.Add(1)
+		p.refusedRedials.Add(1)
 	}
 }

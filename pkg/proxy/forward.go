@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+
+	"github.com/clustergateway/cluster-gateway/pkg/pool"
 )
 
 // flushInterval 0: httputil.ReverseProxy flushes responses of unknown
@@ -26,13 +28,17 @@ type forwarded struct {
 	watch     bool
 	streams   *streams
 	responder responder
+	dials     *pool.RequestDials // the lease's: the pool counts the dials this request causes
 }
 
 type forwardedKey struct{}
 
 func (f *forwarded) Value(key any) any {
-	if key == (forwardedKey{}) {
+	switch key {
+	case forwardedKey{}:
 		return f
+	case pool.RequestDialsKey:
+		return f.dials
 	}
 	return f.Context.Value(key)
 }

@@ -6,17 +6,22 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"crypto/tls"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/clustergateway/cluster-gateway/internal/testfrontend"
+	"github.com/clustergateway/cluster-gateway/internal/testpki"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 )
 
@@ -191,5 +196,60 @@ func TestSilent101EndsWithTheClient(t *testing.T) {
 	case <-closed:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the cluster connection of a silent exec outlived its client by 5s")
+	}
+}
+
+// A cluster that answers every new HTTP/2 connection with GOAWAY (raw
+// frames: no real kube-apiserver does this): each proxied request is one
+// request to the pool, so it has the cluster dialed at most 4 times
+// (pool.RequestDials, carried by the request's context) and is answered
+// 503 saying why, where net/http would dial in a loop until the request's
+// deadline. pkg/pool's hostile tests cover the guard itself.
+func TestGoAwayClusterIsDialedAFewTimesPerRequest(t *testing.T) {
+	ca := testpki.MustCA(t, "upstream-ca")
+	serving := ca.MustIssue(t, testpki.Spec{CommonName: "upstream", IPs: []string{"127.0.0.1"}, Server: true}).TLS()
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{serving}, NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var accepted atomic.Int64
+	var wg sync.WaitGroup
+	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			wg.Go(func() {
+				defer c.Close()
+				if _, err := io.ReadFull(c, make([]byte, len(http2.ClientPreface))); err != nil {
+					return
+				}
+				fr := http2.NewFramer(c, c)
+				_ = fr.WriteSettings()
+				_ = fr.WriteGoAway(0, http2.ErrCodeNo, nil)
+				_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				for {
+					if _, err := fr.ReadFrame(); err != nil {
+						return
+					}
+				}
+			})
+		}
+	})
+	px := newFixtureProxy(t, tokenSecret("goaway", "https://"+ln.Addr().String(), testpki.PEM("CERTIFICATE", ca.Cert.Raw), "t", "None"))
+	const requests = 3
+	for i := range requests {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second) // the request timeout, bounding the loop without the guard
+		rec := serveAs(px, "goaway", "/api/v1/namespaces", alice, httptest.NewRequest(http.MethodGet, "/x", nil).WithContext(ctx))
+		cancel()
+		if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), pool.ErrConnectionsUnusable.Error()) {
+			t.Fatalf("request %d: %d %s, want a 503 Status saying %q", i, rec.Code, rec.Body, pool.ErrConnectionsUnusable)
+		}
+	}
+	if a := accepted.Load(); a > 4*requests {
+		t.Fatalf("%d requests made %d connections, want at most 4 each", requests, a)
 	}
 }
