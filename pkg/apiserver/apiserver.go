@@ -164,6 +164,7 @@ func (c *Config) New() (*Server, error) {
 		Authorizer:            g.Authorization.Authorizer,
 		AuthorizeSubpath:      c.Extra.AuthorizeProxySubpath,
 		Limiter:               s.Limiter,
+		MaxBodyBytes:          g.MaxRequestBodyBytes,
 	}
 	if k := c.Extra.Konnectivity; k.Enabled() {
 		k.RetireGrace, k.DialTimeout = c.Extra.Pool.RetireGrace, c.Extra.Pool.DialTimeout

@@ -78,6 +78,16 @@ func (l *Limiter) limit(k Kind) int {
 	return l.opts.MaxRequests
 }
 
+// perUser is the most slots of kind one caller may hold or wait for; 0: no
+// bound. Only streams have one: an ordinary request gives its slot back
+// by its deadline, and the turns share the freed slots among callers.
+func (l *Limiter) perUser(k Kind) int {
+	if k == Stream {
+		return l.opts.MaxStreamsPerUser
+	}
+	return 0
+}
+
 type clusterState struct {
 	lanes [numKinds]lane
 }
@@ -101,6 +111,24 @@ type lane struct {
 	hold     time.Duration // moving average of how long a slot is held, for Retry-After
 	turns    list.List     // of *callerQueue with waiters, next turn first
 	callers  map[string]*callerQueue
+	// claims counts the slots each caller holds or waits for, when the
+	// kind has a per-caller bound (perUser); nil otherwise.
+	claims map[string]int
+}
+
+func (ln *lane) claim(caller string) {
+	if ln.claims == nil {
+		ln.claims = map[string]int{}
+	}
+	ln.claims[caller]++
+}
+
+func (ln *lane) unclaim(caller string) {
+	if n := ln.claims[caller]; n > 1 {
+		ln.claims[caller] = n - 1
+	} else {
+		delete(ln.claims, caller)
+	}
 }
 
 type callerQueue struct {
@@ -207,7 +235,7 @@ func (l *Limiter) Acquire(ctx context.Context, cluster, caller string, kind Kind
 	if l == nil || l.limit(kind) == 0 {
 		return func() {}, nil
 	}
-	limit := l.limit(kind)
+	limit, share := l.limit(kind), l.perUser(kind)
 	l.mu.Lock()
 	c := l.clusters[cluster]
 	if c == nil {
@@ -215,10 +243,19 @@ func (l *Limiter) Acquire(ctx context.Context, cluster, caller string, kind Kind
 		l.clusters[cluster] = c
 	}
 	ln := &c.lanes[kind]
+	if share > 0 && ln.claims[caller] >= share {
+		l.refused[kind][reasonUserShare]++
+		l.dropIfIdle(cluster, c)
+		l.mu.Unlock()
+		return nil, l.userShareRefusal(cluster, caller, kind, share)
+	}
 	if ln.inFlight < limit && ln.queued == 0 {
 		ln.inFlight++
+		if share > 0 {
+			ln.claim(caller)
+		}
 		l.mu.Unlock()
-		return l.releaser(cluster, c, kind), nil
+		return l.releaser(cluster, caller, c, kind), nil
 	}
 	var firstOut *waiter // pushed out as the saturation's first refusal, to log
 	if ln.queued >= l.opts.MaxQueued {
@@ -234,6 +271,9 @@ func (l *Limiter) Acquire(ctx context.Context, cluster, caller string, kind Kind
 			}
 			return nil, err
 		}
+		if share > 0 {
+			ln.unclaim(out.q.name)
+		}
 		l.refused[kind][reasonQueueFull]++ // out's
 		out.queued, out.retry = ln.queued+1, l.retryAfter(ln, limit)
 		if !ln.refusing {
@@ -243,6 +283,9 @@ func (l *Limiter) Acquire(ctx context.Context, cluster, caller string, kind Kind
 		close(out.ready)
 	}
 	w := ln.enqueue(caller)
+	if share > 0 {
+		ln.claim(caller)
+	}
 	l.mu.Unlock()
 	if firstOut != nil {
 		logSaturated(cluster, kind, l.refusal(cluster, kind, reasonQueueFull, firstOut.queued, firstOut.retry))
@@ -258,7 +301,7 @@ func (l *Limiter) Acquire(ctx context.Context, cluster, caller string, kind Kind
 		if w.pushedOut { // set before ready was closed
 			return nil, l.refusal(cluster, kind, reasonQueueFull, w.queued, w.retry)
 		}
-		return l.releaser(cluster, c, kind), nil
+		return l.releaser(cluster, caller, c, kind), nil
 	case <-timer.C():
 	case <-ctx.Done():
 		ended = reasonCanceled
@@ -273,7 +316,7 @@ func (l *Limiter) Acquire(ctx context.Context, cluster, caller string, kind Kind
 		// Granted just as the wait ended: the slot is this request's.
 		l.mu.Unlock()
 		l.noteWait(kind, start)
-		release := l.releaser(cluster, c, kind)
+		release := l.releaser(cluster, caller, c, kind)
 		if ended == reasonCanceled {
 			release()
 			return nil, context.Cause(ctx)
@@ -281,6 +324,9 @@ func (l *Limiter) Acquire(ctx context.Context, cluster, caller string, kind Kind
 		return release, nil
 	}
 	ln.remove(w)
+	if share > 0 {
+		ln.unclaim(caller)
+	}
 	l.refused[kind][ended]++
 	queued, retry, first := ln.queued, l.retryAfter(ln, limit), !ln.refusing && ended == reasonTimeout
 	ln.refusing = ln.refusing || ended == reasonTimeout
@@ -319,7 +365,7 @@ func (l *Limiter) retryAfter(ln *lane, limit int) int {
 }
 
 // releaser gives the slot back once, and hands it to the next waiter.
-func (l *Limiter) releaser(cluster string, c *clusterState, kind Kind) func() {
+func (l *Limiter) releaser(cluster, caller string, c *clusterState, kind Kind) func() {
 	var once sync.Once
 	granted := l.clock.Now()
 	return func() {
@@ -333,6 +379,9 @@ func (l *Limiter) releaser(cluster string, c *clusterState, kind Kind) func() {
 				ln.hold += (held - ln.hold) / 8
 			}
 			ln.inFlight--
+			if l.perUser(kind) > 0 {
+				ln.unclaim(caller)
+			}
 			ln.dispatch(l.limit(kind))
 			if ln.queued == 0 {
 				ln.refusing = false
@@ -350,11 +399,12 @@ const (
 	reasonQueueFull reason = iota // refused at once: the queue was full
 	reasonTimeout                 // waited --queue-wait-timeout
 	reasonCanceled                // the request ended while waiting (client gone, request timeout)
+	reasonUserShare               // refused at once: the caller holds or waits for its share (streams)
 	numReasons
 )
 
 func (r reason) String() string {
-	return [...]string{"queue_full", "timeout", "canceled"}[r]
+	return [...]string{"queue_full", "timeout", "canceled", "user_share"}[r]
 }
 
 // refusal is the 429 a client sees: it names the cluster, the limit and the
@@ -381,6 +431,23 @@ func (l *Limiter) refusal(cluster string, kind Kind, r reason, queued, retryAfte
 		Details: &metav1.StatusDetails{
 			Name: cluster, Group: v1alpha1.GroupName, Kind: "clustergateways",
 			RetryAfterSeconds: int32(retryAfter),
+		},
+	}}
+}
+
+// userShareRefusal is the 429 of a caller who holds or waits for its share
+// of a cluster's slots of kind.
+func (l *Limiter) userShareRefusal(cluster, caller string, kind Kind, share int) error {
+	retry := max(MinRetryAfterSeconds, int(l.opts.QueueWait.Seconds()))
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status: metav1.StatusFailure,
+		Code:   http.StatusTooManyRequests,
+		Reason: metav1.StatusReasonTooManyRequests,
+		Message: fmt.Sprintf("too many long-running requests (watch, logs -f, exec, attach, port-forward) of user %q to cluster %q: the user holds or waits for %d of its %d slots, the most one user may (the gateway's --max-streams-per-user-per-cluster); end some, or retry after %ds",
+			caller, cluster, share, l.limit(kind), retry),
+		Details: &metav1.StatusDetails{
+			Name: cluster, Group: v1alpha1.GroupName, Kind: "clustergateways",
+			RetryAfterSeconds: int32(retry),
 		},
 	}}
 }

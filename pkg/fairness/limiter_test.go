@@ -387,6 +387,9 @@ func TestValidate(t *testing.T) {
 		!strings.Contains(err.Error(), "--queue-wait-timeout must be positive") {
 		t.Fatalf("New with invalid options: %v", err)
 	}
+	if _, err := New(Options{MaxStreams: 10, MaxStreamsPerUser: 11}); err == nil || !strings.Contains(err.Error(), "--max-streams-per-user-per-cluster (11) must not be more than --max-streams-per-cluster (10)") {
+		t.Fatalf("a per-user share above the cluster's streams: %v", err)
+	}
 }
 
 // One caller who keeps a cluster's queue full does not lock the others out:
@@ -453,4 +456,57 @@ func TestOneCallerCannotFillTheQueueForOthers(t *testing.T) {
 		}
 	}
 	wantNoState(t, l)
+}
+
+// One user cannot hold every stream slot of a cluster (idle watches hold
+// theirs for hours): beyond its share, held or waiting, its next stream is
+// refused at once, naming the flag, while another user's stream is granted.
+// Ordinary requests have no per-user bound. A stream given back, or a wait
+// that ends, frees a place in the share.
+func TestOneUserCannotHoldEveryStream(t *testing.T) {
+	l, err := New(Options{MaxRequests: 4, MaxStreams: 3, MaxStreamsPerUser: 2, MaxQueued: 2, QueueWait: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a1 := mustAcquire(t, l, "c", "mallory", Stream)
+	a2 := mustAcquire(t, l, "c", "mallory", Stream)
+	_, err = l.Acquire(context.Background(), "c", "mallory", Stream)
+	if !apierrors.IsTooManyRequests(err) || !strings.Contains(err.Error(), "--max-streams-per-user-per-cluster") {
+		t.Fatalf("mallory's third stream: %v, want 429 naming --max-streams-per-user-per-cluster", err)
+	}
+	if s := l.Stats(); s.Refused[Stream][reasonUserShare] != 1 || s.Queued[Stream] != 0 {
+		t.Fatalf("stats after the refusal: %+v", s)
+	}
+	bob := mustAcquire(t, l, "c", "bob", Stream)
+	// The cluster is full now: a waiting stream counts against the share too.
+	ctx, cancel := context.WithCancel(context.Background())
+	carol := acquireAsync(ctx, l, "c", "carol", Stream)
+	carol2 := acquireAsync(ctx, l, "c", "carol", Stream)
+	waitFor(t, l, "carol's two streams queued", func(s Stats) bool { return s.Queued[Stream] == 2 })
+	if _, err := l.Acquire(context.Background(), "c", "carol", Stream); !apierrors.IsTooManyRequests(err) ||
+		!strings.Contains(err.Error(), "--max-streams-per-user-per-cluster") {
+		t.Fatalf("carol's third stream with two waiting: %v, want the per-user 429", err)
+	}
+	cancel()
+	for _, p := range []*pending{carol, carol2} {
+		if err := <-p.done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("carol's canceled wait: %v", err)
+		}
+	}
+	// Ordinary requests are not bounded per user.
+	var reqs []func()
+	for range 4 {
+		reqs = append(reqs, mustAcquire(t, l, "c", "mallory", Request))
+	}
+	a1()
+	a3 := mustAcquire(t, l, "c", "mallory", Stream) // a place in her share again
+	for _, r := range append(reqs, a2, a3, bob) {
+		r()
+	}
+	wantNoState(t, l)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.clusters {
+		t.Fatalf("claims left behind: %+v", c.lanes[Stream].claims)
+	}
 }

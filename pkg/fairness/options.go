@@ -16,6 +16,12 @@ type Options struct {
 	// MaxStreams is the most long-running requests (watch, logs -f, exec,
 	// attach, port-forward) in flight to one cluster; 0: no bound.
 	MaxStreams int
+	// MaxStreamsPerUser is the most of one cluster's stream slots that one
+	// hub user may hold or wait for; beyond it the user's next stream is
+	// refused at once. A stream may hold its slot for hours (an idle
+	// watch), so without it one user could keep every other user's watch,
+	// logs -f and exec out of a cluster. 0: no per-user bound.
+	MaxStreamsPerUser int
 	// MaxQueued is the most requests of one kind waiting for a slot of one
 	// cluster; beyond it they are refused at once. 0: no queue.
 	MaxQueued int
@@ -31,8 +37,13 @@ func NewOptions() *Options {
 	return &Options{
 		MaxRequests: 16,
 		MaxStreams:  500,
-		MaxQueued:   32,
-		QueueWait:   10 * time.Second,
+		// Half: one user cannot take a cluster's streams from everyone
+		// else, and a controller that watches every resource type of a
+		// cluster (Argo CD's cluster cache: a hundred watches or more)
+		// still fits.
+		MaxStreamsPerUser: 250,
+		MaxQueued:         32,
+		QueueWait:         10 * time.Second,
 	}
 }
 
@@ -40,6 +51,7 @@ func NewOptions() *Options {
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.MaxRequests, "max-requests-per-cluster", o.MaxRequests, "Most ordinary proxied requests in flight to one cluster; more wait in its queue (0: no bound). Keep it plus --max-queued-per-cluster well under --max-requests-inflight and --max-mutating-requests-inflight: each held or queued request takes one of those slots.")
 	fs.IntVar(&o.MaxStreams, "max-streams-per-cluster", o.MaxStreams, "Most long-running proxied requests (watch, logs -f, exec, attach, port-forward) in flight to one cluster; counted apart from ordinary requests (0: no bound).")
+	fs.IntVar(&o.MaxStreamsPerUser, "max-streams-per-user-per-cluster", o.MaxStreamsPerUser, "Most long-running proxied requests that one hub user may have in flight or waiting for one cluster; the user's next one gets 429 at once, so that one user cannot hold a cluster's every stream slot with idle watches (0: no per-user bound). At most --max-streams-per-cluster.")
 	fs.IntVar(&o.MaxQueued, "max-queued-per-cluster", o.MaxQueued, "Most requests of one kind (ordinary or long-running) waiting for a slot of one cluster, served round-robin among hub users; beyond it the gateway answers 429 with Retry-After (0: no queue).")
 	fs.DurationVar(&o.QueueWait, "queue-wait-timeout", o.QueueWait, "Longest a proxied request waits in its cluster's queue before the gateway answers 429 with Retry-After.")
 }
@@ -54,10 +66,14 @@ func (o *Options) Validate() []error {
 		{"--max-requests-per-cluster", o.MaxRequests},
 		{"--max-streams-per-cluster", o.MaxStreams},
 		{"--max-queued-per-cluster", o.MaxQueued},
+		{"--max-streams-per-user-per-cluster", o.MaxStreamsPerUser},
 	} {
 		if v.n < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative (0: no bound), not %d", v.flag, v.n))
 		}
+	}
+	if o.MaxStreams > 0 && o.MaxStreamsPerUser > o.MaxStreams {
+		errs = append(errs, fmt.Errorf("--max-streams-per-user-per-cluster (%d) must not be more than --max-streams-per-cluster (%d)", o.MaxStreamsPerUser, o.MaxStreams))
 	}
 	if o.MaxQueued > 0 && o.QueueWait <= 0 {
 		errs = append(errs, fmt.Errorf("--queue-wait-timeout must be positive when --max-queued-per-cluster is, not %v", o.QueueWait))

@@ -69,6 +69,10 @@ type Options struct {
 	// Limiter bounds each cluster's requests in flight and queues the rest
 	// fairly among callers; nil: no per-cluster bound.
 	Limiter *fairness.Limiter
+	// MaxBodyBytes is how much of an ordinary request's body is read
+	// before the request takes a cluster slot (the generic server's
+	// MaxRequestBodyBytes); 0: none, the body streams with the slot taken.
+	MaxBodyBytes int64
 }
 
 func (p *Proxy) upgradeSetupTimeout() time.Duration {
@@ -161,6 +165,8 @@ func (p *Proxy) Serve(w http.ResponseWriter, req *http.Request, name, subpath st
 	w, rec := p.metrics.instrumentInto(&x.rec, w, req, kind)
 	defer rec.done()
 	if kind == kindRequest {
+		rec.bound.start(rec.ResponseWriter, req.Context())
+		defer rec.bound.end()
 		defer answerTimeout(w, req, rec) // before done records the code
 	}
 	if err := checkSubpath(subpath); err != nil {
@@ -195,6 +201,16 @@ func (p *Proxy) Serve(w http.ResponseWriter, req *http.Request, name, subpath st
 	if err := p.authorizeInner(req, u, subpath, in, inErr, upgrade); err != nil {
 		writeStatus(w, req, err)
 		return
+	}
+	if kind == kindRequest {
+		read, err := readBody(w, req, p.opts.MaxBodyBytes)
+		if read == nil {
+			if err != nil {
+				writeStatus(w, req, err)
+			}
+			return
+		}
+		req = read
 	}
 	release, err := p.opts.Limiter.Acquire(req.Context(), name, u.GetName(), limitKind(kind))
 	if err != nil {

@@ -55,6 +55,7 @@ type statusRecorder struct {
 	req   *http.Request
 	kind  string
 	start time.Time
+	bound writeBound // started for ordinary requests only
 }
 
 func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
@@ -64,6 +65,7 @@ func (r *statusRecorder) WriteHeader(code int) {
 	// one follows, or the timeout's 504 must still be written.
 	if r.code == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
 		r.code = code
+		r.bound.begin()
 	}
 	r.ResponseWriter.WriteHeader(code)
 }
@@ -71,6 +73,7 @@ func (r *statusRecorder) WriteHeader(code int) {
 func (r *statusRecorder) Write(b []byte) (int, error) {
 	if r.code == 0 {
 		r.code = http.StatusOK
+		r.bound.begin()
 	}
 	return r.ResponseWriter.Write(b)
 }
