@@ -2,10 +2,10 @@ package proxy
 
 import (
 	"net/http"
-	"net/url"
 	"strings"
 	"unicode/utf8"
 
+	"golang.org/x/net/http/httpguts"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
 )
@@ -176,8 +176,46 @@ func setImpersonation(h http.Header, u user.Info) {
 		if strings.HasPrefix(k, "authentication.kubernetes.io/") {
 			continue
 		}
+		name := authenticationv1.ImpersonateUserExtraHeaderPrefix + extraHeaderKey(k)
 		for _, v := range vs {
-			h.Add(authenticationv1.ImpersonateUserExtraHeaderPrefix+url.PathEscape(k), v)
+			h.Add(name, v)
 		}
 	}
+}
+
+// extraHeaderKey is an extra's key as it goes into an Impersonate-Extra-
+// header name. It is client-go's headerKeyEscape
+// (k8s.io/client-go/transport/round_trippers.go, unexported): every byte that
+// is not an HTTP token character, and '%', becomes %XX, so the name is valid
+// and kube-apiserver's url.PathUnescape gives the key back (url.PathEscape
+// leaves ':', '=', '@' and others as they are: an invalid name, which
+// net/http refuses on an ordinary request and drops from an upgrade request
+// without a word). Upper-case letters are escaped
+// too, unlike client-go: kube-apiserver lower-cases the name before
+// unescaping it, so an upper-case letter arrives as itself only escaped. For
+// a lower-case key the result is client-go's.
+func extraHeaderKey(k string) string {
+	i := 0
+	for i < len(k) && !escapeExtraKeyByte(k[i]) {
+		i++
+	}
+	if i == len(k) {
+		return k
+	}
+	const hex = "0123456789ABCDEF"
+	b := make([]byte, i, len(k)+16)
+	copy(b, k[:i])
+	for ; i < len(k); i++ {
+		c := k[i]
+		if escapeExtraKeyByte(c) {
+			b = append(b, '%', hex[c>>4], hex[c&15])
+		} else {
+			b = append(b, c)
+		}
+	}
+	return string(b)
+}
+
+func escapeExtraKeyByte(c byte) bool {
+	return c >= utf8.RuneSelf || !httpguts.IsTokenRune(rune(c)) || c == '%' || ('A' <= c && c <= 'Z')
 }

@@ -1,15 +1,22 @@
 package proxy
 
 import (
+	"context"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"reflect"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 
+	"golang.org/x/net/http/httpguts"
 	"k8s.io/apiserver/pkg/authentication/user"
+	apirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/client-go/transport"
 )
 
 // hostileHeaders are what a client (or the hub, for its own hop) may send
@@ -153,5 +160,149 @@ func TestIdentityHeaderFolding(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { identityHeader("Impersonate-Extra-Scopes") }); n != 0 {
 		t.Errorf("identityHeader allocates %v times per call, want 0", n)
+	}
+}
+
+// trickyExtras are extra keys that url.PathEscape leaves invalid in a header
+// name (':', '=', '@', ...), or that only survive exact escaping ('%', upper
+// case, space), with values that must arrive as they are.
+var trickyExtras = map[string][]string{
+	"example.com/tenant:id": {"t-1", "t-2"},
+	"scope=admin":           {"read=all"},
+	"user@example.com":      {"a b"},
+	"a%2Fb":                 {"%2F"},
+	"UPPER/Case":            {"Mixed Case"},
+	"with space":            {""},
+	"plus+dollar$amp&":      {"x"},
+	"caf\u00e9":             {"\u00e9t\u00e9"},
+	"scopes":                {"view", "edit"},
+}
+
+// extrasAsServerReads reads the Impersonate-Extra-* headers of h as
+// kube-apiserver's impersonation filter does (k8s.io/apiserver
+// pkg/endpoints/filters/impersonation: the name's suffix lower-cased, then
+// url.PathUnescape), failing on a name that is not a valid header name or
+// does not decode.
+func extrasAsServerReads(t *testing.T, h http.Header) map[string][]string {
+	t.Helper()
+	const prefix = "impersonate-extra-"
+	out := map[string][]string{}
+	for name, vs := range h {
+		if !strings.HasPrefix(strings.ToLower(name), prefix) {
+			continue
+		}
+		if !httpguts.ValidHeaderFieldName(name) {
+			t.Errorf("header name %q is not a valid HTTP header name", name)
+		}
+		key, err := url.PathUnescape(strings.ToLower(name[len(prefix):]))
+		if err != nil {
+			t.Errorf("header %q does not decode: %v", name, err)
+			continue
+		}
+		out[key] = append(out[key], vs...)
+	}
+	return out
+}
+
+// Extra keys become valid header names that decode, as kube-apiserver
+// decodes them, to exactly the caller's keys; values are sent as they are.
+func TestImpersonationExtraKeysEncoded(t *testing.T) {
+	h := http.Header{}
+	setImpersonation(h, &user.DefaultInfo{Name: "alice", Extra: trickyExtras})
+	if got := extrasAsServerReads(t, h); !reflect.DeepEqual(got, trickyExtras) {
+		t.Errorf("extras as kube-apiserver reads them\n got %q\nwant %q\nheaders %q", got, trickyExtras, h)
+	}
+	// The lower-case keys are encoded exactly as client-go encodes them.
+	for k, want := range map[string]string{
+		"example.com/tenant:id": "Impersonate-Extra-Example.com%2ftenant%3aid",
+		"scope=admin":           "Impersonate-Extra-Scope%3dadmin",
+		"a%2fb":                 "Impersonate-Extra-A%252fb",
+		"with space":            "Impersonate-Extra-With%20space",
+	} {
+		h := http.Header{}
+		setImpersonation(h, &user.DefaultInfo{Name: "alice", Extra: map[string][]string{k: {"v"}}})
+		if _, ok := h[want]; !ok {
+			t.Errorf("extra %q: headers %q, want %s", k, h, want)
+		}
+	}
+}
+
+// For keys without upper-case letters the header names are client-go's own
+// (its impersonating round tripper, which kubectl uses), byte for byte.
+func TestImpersonationExtraKeysAsClientGo(t *testing.T) {
+	for b := 0; b < 256; b++ {
+		if 'A' <= b && b <= 'Z' {
+			continue
+		}
+		key := "k" + string([]byte{byte(b)}) + "/x"
+		var want http.Header
+		rt := transport.NewImpersonatingRoundTripper(transport.ImpersonationConfig{UserName: "alice", Extra: map[string][]string{key: {"v"}}},
+			roundTripFunc(func(req *http.Request) (*http.Response, error) { want = req.Header; return nil, io.EOF }))
+		_, _ = rt.RoundTrip(httptest.NewRequest(http.MethodGet, "/", nil))
+		got := http.Header{}
+		setImpersonation(got, &user.DefaultInfo{Name: "alice", Extra: map[string][]string{key: {"v"}}})
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("extra key %q: headers %q, client-go sends %q", key, got, want)
+		}
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// The same through the whole request path, at the cluster: ordinary requests
+// over HTTP/1.1 and HTTP/2 and an upgrade, which UpgradeAwareHandler writes
+// itself (an invalid header name would be dropped there without a word).
+func TestImpersonationExtraKeysAtTheCluster(t *testing.T) {
+	up := newCapture(t)
+	px := newFixtureProxy(t, tokenSecret("c", up.srv.URL, upstreamCA(up.srv), "gw-token", "Caller"))
+	caller := &user.DefaultInfo{Name: "alice", UID: "a-1", Groups: []string{"developers"}, Extra: trickyExtras}
+	check := func(t *testing.T, h http.Header) {
+		t.Helper()
+		if got := extrasAsServerReads(t, h); !reflect.DeepEqual(got, trickyExtras) {
+			t.Errorf("extras at the cluster, as kube-apiserver reads them\n got %q\nwant %q", got, trickyExtras)
+		}
+		if u, g := h.Values("Impersonate-User"), h.Values("Impersonate-Group"); !reflect.DeepEqual(u, []string{"alice"}) || !reflect.DeepEqual(g, []string{"developers"}) {
+			t.Errorf("user %q groups %q at the cluster, want [alice] [developers]", u, g)
+		}
+	}
+	for _, h2 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("http2=%v", h2), func(t *testing.T) {
+			srv := proxyServer(t, px, caller, h2)
+			n := len(up.requests())
+			resp, err := srv.Client().Get(srv.URL + "/c/proxy/api/v1/namespaces")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || len(up.requests()) != n+1 {
+				t.Fatalf("status %d (%s); the cluster received %d requests, want 1", resp.StatusCode, body, len(up.requests())-n)
+			}
+			check(t, up.last(t).Header)
+		})
+	}
+	t.Run("upgrade", func(t *testing.T) {
+		srv := proxyServer(t, px, caller, false)
+		n := len(up.requests())
+		status := rawUpgrade(t, srv, "/c/proxy/api/v1/namespaces/default/pods/p/exec?command=id", http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}})
+		if !strings.HasPrefix(status, "HTTP/1.1 101") || len(up.requests()) != n+1 {
+			t.Fatalf("upgrade answered %q; the cluster received %d requests, want 1", status, len(up.requests())-n)
+		}
+		check(t, up.last(t).Header)
+	})
+}
+
+// The health subresource in Caller mode sends the same encoded extras.
+func TestImpersonationExtraKeysInHealthProbe(t *testing.T) {
+	up := newCapture(t)
+	px := newFixtureProxy(t, tokenSecret("c", up.srv.URL, upstreamCA(up.srv), "gw-token", "Caller"))
+	ctx := apirequest.WithUser(context.Background(), &user.DefaultInfo{Name: "alice", Extra: trickyExtras})
+	if h, err := px.Probe(ctx, "c"); err != nil || !h.Healthy {
+		t.Fatalf("probe: %+v %v", h, err)
+	}
+	if got := extrasAsServerReads(t, up.last(t).Header); !reflect.DeepEqual(got, trickyExtras) {
+		t.Errorf("extras the probe sent, as kube-apiserver reads them\n got %q\nwant %q", got, trickyExtras)
 	}
 }
