@@ -202,6 +202,11 @@ func (p *Proxy) Serve(w http.ResponseWriter, req *http.Request, name, subpath st
 		writeStatus(w, req, err)
 		return
 	}
+	id, err := p.identityFor(gw, u)
+	if err != nil {
+		writeStatus(w, req, err)
+		return
+	}
 	if kind == kindRequest {
 		read, err := readBody(w, req, p.opts.MaxBodyBytes)
 		if read == nil {
@@ -243,7 +248,6 @@ func (p *Proxy) Serve(w http.ResponseWriter, req *http.Request, name, subpath st
 	location.Path = joinPath(gw.Address.Path, subpath)
 	location.RawPath = ""
 	location.RawQuery = req.URL.RawQuery
-	id := p.identityFor(gw, u)
 	auditIdentity(req.Context(), gw, u)
 	f.up = upstreamTransport{base: lease.Transport(), id: id, cluster: name}
 
@@ -317,17 +321,22 @@ func (p *Proxy) fillTarget(t *pool.Target, gw *gateways.Gateway) error {
 
 // identityFor is who the managed cluster is told the request comes from:
 // the stored token (X.509 credentials are in the pooled TLS config), and in
-// Caller mode the hub caller.
-func (p *Proxy) identityFor(gw *gateways.Gateway, caller user.Info) identity {
+// Caller mode the hub caller, unless headers cannot carry the caller exactly.
+func (p *Proxy) identityFor(gw *gateways.Gateway, caller user.Info) (identity, error) {
 	spec := gw.Object.Spec
 	var id identity
 	if spec.Credential.Type == v1alpha1.CredentialBearerToken {
 		id.token = spec.Credential.BearerToken
 	}
-	if spec.Impersonation.Mode == v1alpha1.ImpersonationCaller {
+	if spec.Impersonation.Mode == v1alpha1.ImpersonationCaller && caller != nil {
+		if what := impersonationProblem(caller); what != "" {
+			return identity{}, statusError(http.StatusForbidden, metav1.StatusReasonForbidden, fmt.Sprintf(
+				"ClusterGateway %q impersonates its caller (spec.impersonation.mode Caller), but the %s of hub user %q holds a control character or white space at either end, which HTTP headers cannot carry unchanged: use a ClusterGateway whose impersonation mode is None, or an identity without them",
+				gw.Name(), what, caller.GetName()))
+		}
 		id.caller = caller
 	}
-	return id
+	return id, nil
 }
 
 func joinPath(base, sub string) string {

@@ -53,9 +53,13 @@ func (p *Proxy) Probe(ctx context.Context, name string) (*v1alpha1.ClusterGatewa
 		}
 		caller = u
 	}
+	id, err := p.identityFor(gw, caller)
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	r := p.get(ctx, gw, caller, "", "/readyz")[0]
+	r := p.get(ctx, gw, id, "", "/readyz")[0]
 	h.Code = int32(r.code)
 	h.Healthy = r.reason == v1alpha1.ReasonReachable
 	if !h.Healthy {
@@ -72,7 +76,8 @@ func (p *Proxy) ProbeCluster(ctx context.Context, name string) health.Outcome {
 	if err != nil {
 		return health.Outcome{Reason: v1alpha1.ReasonGatewayNotReady, Message: err.Error()}
 	}
-	rs := p.get(ctx, gw, nil, proberUserAgent, "/readyz", "/version")
+	id, _ := p.identityFor(gw, nil) // no caller, no error
+	rs := p.get(ctx, gw, id, proberUserAgent, "/readyz", "/version")
 	r := rs[0]
 	out := health.Outcome{Reason: r.reason, Message: r.message, Latency: r.latency}
 	if len(rs) == 2 {
@@ -100,7 +105,7 @@ type probeResult struct {
 // request goes (the same transport, identity and endpoint policy), over one
 // connection, and says whether each answered 200 and, if not, why. It stops
 // at the first that did not: the result has at least one element.
-func (p *Proxy) get(ctx context.Context, gw *gateways.Gateway, caller user.Info, userAgent string, paths ...string) []probeResult {
+func (p *Proxy) get(ctx context.Context, gw *gateways.Gateway, id identity, userAgent string, paths ...string) []probeResult {
 	name := gw.Name()
 	if !gw.Ready {
 		return []probeResult{{reason: v1alpha1.ReasonGatewayNotReady, message: gw.Problem}}
@@ -113,7 +118,7 @@ func (p *Proxy) get(ctx context.Context, gw *gateways.Gateway, caller user.Info,
 	// Pool.Probe: a probe neither evicts, keeps alive nor counts as the
 	// entries users' requests work with.
 	err = p.opts.Pool.Probe(target, func(base http.RoundTripper) error {
-		rt := &upstreamTransport{base: base, id: p.identityFor(gw, caller), cluster: name}
+		rt := &upstreamTransport{base: base, id: id, cluster: name}
 		for _, path := range paths {
 			u := *gw.Address
 			u.Path = joinPath(gw.Address.Path, path)

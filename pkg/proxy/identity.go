@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -161,19 +162,20 @@ func (id identity) apply(h http.Header) {
 // setImpersonation asks the managed cluster to act as the hub caller. The
 // groups it adds itself and service-account-only extras (which would need
 // their own impersonate permission and mean nothing there) are left out.
+// Values go as they are, as client-go sends them; impersonationProblem has
+// checked that headers carry them unchanged.
 func setImpersonation(h http.Header, u user.Info) {
 	h.Set(authenticationv1.ImpersonateUserHeader, u.GetName())
 	if uid := u.GetUID(); uid != "" {
 		h.Set(authenticationv1.ImpersonateUIDHeader, uid)
 	}
 	for _, g := range u.GetGroups() {
-		if g == user.AllAuthenticated {
-			continue
+		if impersonatedGroup(g) {
+			h.Add(authenticationv1.ImpersonateGroupHeader, g)
 		}
-		h.Add(authenticationv1.ImpersonateGroupHeader, g)
 	}
 	for k, vs := range u.GetExtra() {
-		if strings.HasPrefix(k, "authentication.kubernetes.io/") {
+		if !impersonatedExtra(k) {
 			continue
 		}
 		name := authenticationv1.ImpersonateUserExtraHeaderPrefix + extraHeaderKey(k)
@@ -181,6 +183,52 @@ func setImpersonation(h http.Header, u user.Info) {
 			h.Add(name, v)
 		}
 	}
+}
+
+func impersonatedGroup(g string) bool { return g != user.AllAuthenticated }
+
+func impersonatedExtra(k string) bool { return !strings.HasPrefix(k, "authentication.kubernetes.io/") }
+
+// impersonationProblem says which part of u's identity HTTP headers cannot
+// carry unchanged, if any. net/http refuses a control byte in a value on an
+// ordinary request, but an upgrade request is written by http.Request.Write,
+// which turns CR and LF into spaces and passes other control bytes; and
+// HTTP/1.1 drops white space at either end of a value. Either would have the
+// cluster act for someone other than the caller, so such a caller is refused.
+func impersonationProblem(u user.Info) string {
+	if !headerCarries(u.GetName()) {
+		return "user name"
+	}
+	if !headerCarries(u.GetUID()) {
+		return "UID"
+	}
+	for _, g := range u.GetGroups() {
+		if impersonatedGroup(g) && !headerCarries(g) {
+			return "group " + strconv.Quote(g)
+		}
+	}
+	for k, vs := range u.GetExtra() {
+		if !impersonatedExtra(k) {
+			continue
+		}
+		for _, v := range vs {
+			if !headerCarries(v) {
+				// The key, not the value, which may be anything.
+				return "extra " + strconv.Quote(k)
+			}
+		}
+	}
+	return ""
+}
+
+// headerCarries tells whether v arrives unchanged as a header value: no
+// control byte but tab, and no space or tab at either end.
+func headerCarries(v string) bool {
+	if v == "" {
+		return true
+	}
+	first, last := v[0], v[len(v)-1]
+	return first != ' ' && first != '\t' && last != ' ' && last != '\t' && httpguts.ValidHeaderFieldValue(v)
 }
 
 // extraHeaderKey is an extra's key as it goes into an Impersonate-Extra-

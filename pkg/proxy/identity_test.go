@@ -306,3 +306,45 @@ func TestImpersonationExtraKeysInHealthProbe(t *testing.T) {
 		t.Errorf("extras the probe sent, as kube-apiserver reads them\n got %q\nwant %q", got, trickyExtras)
 	}
 }
+
+// An identity that HTTP headers cannot carry unchanged (a control byte, or
+// white space at either end, which HTTP/1.1 trims and an upgrade request's
+// writer rewrites) is refused with 403 before anything is sent, on every
+// path, rather than impersonating someone else on the cluster.
+func TestImpersonationValuesHeadersCannotCarry(t *testing.T) {
+	up := newCapture(t)
+	px := newFixtureProxy(t, tokenSecret("c", up.srv.URL, upstreamCA(up.srv), "gw-token", "Caller"))
+	for name, caller := range map[string]*user.DefaultInfo{
+		"user with leading space":   {Name: " alice"},
+		"user with trailing tab":    {Name: "alice\t"},
+		"uid with DEL":              {Name: "alice", UID: "a\x7f"},
+		"group with NUL":            {Name: "alice", Groups: []string{"dev\x00s"}},
+		"extra value with CRLF":     {Name: "alice", Extra: map[string][]string{"scopes": {"view\r\nImpersonate-Group: system:masters"}}},
+		"extra value with new line": {Name: "alice", Extra: map[string][]string{"scopes": {"view\nedit"}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := proxyServer(t, px, caller, false)
+			n := len(up.requests())
+			resp, err := srv.Client().Get(srv.URL + "/c/proxy/api/v1/namespaces")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), "cannot carry") {
+				t.Errorf("ordinary request: %d %s; want 403 saying why", resp.StatusCode, body)
+			}
+			status := rawUpgrade(t, srv, "/c/proxy/api/v1/namespaces/default/pods/p/exec?command=id", http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}})
+			if !strings.HasPrefix(status, "HTTP/1.1 403") {
+				t.Errorf("upgrade answered %q, want 403", status)
+			}
+			ctx := apirequest.WithUser(context.Background(), caller)
+			if h, err := px.Probe(ctx, "c"); err == nil {
+				t.Errorf("health probe: %+v, want it refused", h)
+			}
+			if got := up.requests()[n:]; len(got) != 0 {
+				t.Errorf("the cluster received %d requests, want none; first: %q", len(got), got[0].Header)
+			}
+		})
+	}
+}
