@@ -9,11 +9,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/clustergateway/cluster-gateway/hack/localenv"
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
 )
 
@@ -28,7 +31,8 @@ type captureCluster struct {
 
 	mu       sync.Mutex
 	reqs     []capturedRequest
-	redirect string // when set, ordinary requests and upgrades are answered with a 302 there
+	redirect string       // when set, ordinary requests and upgrades are answered with a 302 there
+	forward  http.Handler // when set (forwardTo), requests go on to a real cluster
 }
 
 type capturedRequest struct {
@@ -74,10 +78,14 @@ func (c *captureCluster) serve(w http.ResponseWriter, r *http.Request) {
 	if !prober {
 		c.reqs = append(c.reqs, capturedRequest{Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header.Clone()})
 	}
-	redirect := c.redirect
+	redirect, forward := c.redirect, c.forward
 	c.mu.Unlock()
 	if prober {
 		_, _ = fmt.Fprint(w, `{"gitVersion":"v0.0.0-capture"}`)
+		return
+	}
+	if forward != nil {
+		forward.ServeHTTP(w, r)
 		return
 	}
 	if redirect != "" {
@@ -96,6 +104,32 @@ func (c *captureCluster) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Success","message":"captured %s"}`, r.URL.Path)
+}
+
+// forwardTo puts c in front of managed cluster m: what c records then goes
+// on to m's kube-apiserver as it came, upgrades included, so that m enforces
+// the identity and kubectl gets real answers (discovery, the pod, exec). m's
+// "gateway" client certificate authenticates it there instead of the
+// gateway's token.
+func (c *captureCluster) forwardTo(t *testing.T, m *localenv.Cluster) {
+	t.Helper()
+	target, err := url.Parse(m.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// HTTP/1.1 only (no ForceAttemptHTTP2): ReverseProxy passes upgrades over it.
+	tr := &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: poolOf(m.CA.CertPEM), Certificates: []tls.Certificate{m.GatewayUser.TLS()}}}
+	t.Cleanup(tr.CloseIdleConnections)
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(target)
+			r.Out.Header.Del("Authorization")
+		},
+		Transport: tr,
+	}
+	c.mu.Lock()
+	c.forward = rp
+	c.mu.Unlock()
 }
 
 // requests returns what reached the capture so far.

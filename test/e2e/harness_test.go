@@ -107,7 +107,8 @@ var (
 )
 
 // checkNegotiated fails unless kubectl's -v=6 log (stderr) shows that
-// kind ("exec" or "portforward") was upgraded with protocol p, without fallback.
+// kind ("exec", "attach" or "portforward") was upgraded with protocol p,
+// without fallback.
 func (p streamProtocol) checkNegotiated(t *testing.T, kind, stderr string) {
 	t.Helper()
 	var must []*regexp.Regexp
@@ -115,7 +116,7 @@ func (p streamProtocol) checkNegotiated(t *testing.T, kind, stderr string) {
 	switch p.Name {
 	case "websocket":
 		must = []*regexp.Regexp{upgraded("GET", kind)}
-		if kind == "exec" {
+		if kind == "exec" || kind == "attach" {
 			must = append(must, wsExecNegotiated)
 		} else {
 			must = append(must, wsPFNegotiated)

@@ -7,13 +7,16 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -304,6 +307,148 @@ func TestProxyImpersonation(t *testing.T) {
 			t.Errorf("mode %s, kubectl --as=eve: identity headers at the cluster\n got %v\nwant %v", tc.mode, id, tc.want)
 		}
 	}
+}
+
+// TestProxyImpersonationExtras: in mode Caller the managed cluster sees
+// exactly the extras the hub caller has, with keys that need escaping in a
+// header name (':', '=', '@', '/', '%', space, upper case): on an ordinary
+// request, as a real kube-apiserver reports them (SelfSubjectReview), and on
+// exec, attach and port-forward over WebSocket and SPDY, as a capture in
+// front of a real kube-apiserver recorded them (which also runs them).
+func TestProxyImpersonationExtras(t *testing.T) {
+	requireGateway(t)
+	t.Parallel()
+	caller := directGateway(uniqueName(t, "extras"), 0)
+	caller.Spec.Impersonation.Mode = gatewayv1alpha1.ImpersonationCaller
+	createGateway(t, caller)
+	// The hub decodes impersonated keys as any kube-apiserver does: lower
+	// case, then percent-decoded. This is what the hub caller has.
+	want := map[string][]string{
+		"example.com/tenant:id": {"t-1", "t-2"},
+		"a@b":                   {"a b"},
+		"upper/case":            {"x"},
+		"a%2fb":                 {"%2F"},
+		"with space":            {"v=1"},
+	}
+	asked := []string{"--as=eve", "--as-group=system:masters",
+		"--as-user-extra=example.com/tenant:id=t-1", "--as-user-extra=example.com/tenant:id=t-2", "--as-user-extra=a@b=a b",
+		"--as-user-extra=Upper/Case=x", "--as-user-extra=a%2Fb=%2F", "--as-user-extra=with space=v=1"}
+	// --as-user-extra splits at the first '=': a key with '=' only comes
+	// from a kubeconfig's as-user-extra.
+	withEq := map[string][]string{"scope=x": {"read=all"}, "example.com/tenant:id": {"t-1"}}
+	a := env.Hub.Admin
+	impersonating := &clientcmdapi.AuthInfo{ClientCertificateData: a.CertPEM, ClientKeyData: a.KeyPEM,
+		Impersonate: "eve", ImpersonateGroups: []string{"system:masters"}, ImpersonateUserExtra: withEq}
+
+	t.Run("whoami", func(t *testing.T) {
+		for _, tc := range []struct {
+			name string
+			user *clientcmdapi.AuthInfo
+			args []string
+			want map[string][]string
+		}{
+			{"flags", &clientcmdapi.AuthInfo{ClientCertificateData: a.CertPEM, ClientKeyData: a.KeyPEM}, asked, want},
+			{"kubeconfig", impersonating, nil, withEq},
+		} {
+			hub := whoamiExtra(t, kubeconfigFile(t, "", env.Hub.URL, env.Hub.CA.CertPEM, tc.user), tc.args...)
+			if !reflect.DeepEqual(hub, tc.want) {
+				t.Fatalf("%s: the hub caller's extras %q, want %q", tc.name, hub, tc.want)
+			}
+			managed := whoamiExtra(t, kubeconfigFile(t, "", env.Hub.URL+proxyPath(caller.Name, ""), env.Hub.CA.CertPEM, tc.user), tc.args...)
+			if !reflect.DeepEqual(managed, hub) {
+				t.Errorf("%s: the managed cluster saw extras %q, the hub caller has %q", tc.name, managed, hub)
+			}
+		}
+	})
+
+	m := env.Managed[0]
+	capture := startCapture(t)
+	capture.forwardTo(t, m)
+	gw := tokenGateway(uniqueName(t, "extras-capture"), capture.URL, randomToken(t))
+	gw.Spec.Endpoint.InsecureSkipTLSVerify, gw.Spec.Endpoint.CABundle = false, capture.CAPEM
+	gw.Spec.Impersonation.Mode = gatewayv1alpha1.ImpersonationCaller
+	createGateway(t, gw)
+	kc := kubeconfigFile(t, "", env.Hub.URL+proxyPath(gw.Name, ""), env.Hub.CA.CertPEM, impersonating)
+	attached := regexp.MustCompile(`^attached to ` + regexp.QuoteMeta(m.Name) + `/demo/main$`)
+	for _, p := range streamProtocols {
+		for _, sub := range []string{"exec", "attach", "portforward"} {
+			t.Run(sub+"/"+p.Name, func(t *testing.T) {
+				n := len(capture.requests())
+				switch sub {
+				case "exec":
+					r := kubectl(t, kc, p.Env, "", "exec", "-v=6", "demo", "--", "hostname")
+					if r.Err != nil || strings.TrimSpace(r.Stdout) != m.Name {
+						t.Fatalf("exec hostname: %q, %v\nstderr: %s", r.Stdout, r.Err, r.Stderr)
+					}
+					p.checkNegotiated(t, sub, r.Stderr)
+				case "attach":
+					b := startKubectl(t, kc, p.Env, "attach", "-v=6", "demo")
+					b.waitLine(t, attached)
+					b.stop()
+					p.checkNegotiated(t, sub, b.stderr.String())
+				case "portforward":
+					checkPortForward(t, kc, p)
+				}
+				upgrades := 0
+				for _, r := range capture.since(n) {
+					if r.Header.Get("Upgrade") != "" {
+						upgrades++
+						wantMethod, wantUpgrade := http.MethodGet, "websocket"
+						if p.Name == "spdy" {
+							wantMethod, wantUpgrade = http.MethodPost, "SPDY/3.1"
+						}
+						if !strings.HasSuffix(r.Path, "/"+sub) || r.Method != wantMethod || !strings.EqualFold(r.Header.Get("Upgrade"), wantUpgrade) {
+							t.Errorf("upgrade at the cluster: %s %s Upgrade %q, want %s .../%s Upgrade %s", r.Method, r.Path, r.Header.Get("Upgrade"), wantMethod, sub, wantUpgrade)
+						}
+					}
+					if got := extrasAt(t, r); !reflect.DeepEqual(got, withEq) || r.Header.Get("Impersonate-User") != "eve" {
+						t.Errorf("%s %s: the cluster received user %q, extras %q; want eve, %q", r.Method, r.Path, r.Header.Get("Impersonate-User"), got, withEq)
+					}
+				}
+				if upgrades != 1 {
+					t.Errorf("the cluster received %d upgrade requests, want 1", upgrades)
+				}
+			})
+		}
+	}
+}
+
+// whoamiExtra is the extra of the user a SelfSubjectReview reports to
+// `kubectl auth whoami` with kubeconfig and args.
+func whoamiExtra(t *testing.T, kubeconfig string, args ...string) map[string][]string {
+	t.Helper()
+	out := mustKubectl(t, kubeconfig, append([]string{"auth", "whoami", "-o", "json"}, args...)...)
+	var review struct {
+		Status struct {
+			UserInfo struct {
+				Extra map[string][]string `json:"extra"`
+			} `json:"userInfo"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal([]byte(out), &review); err != nil {
+		t.Fatalf("whoami output: %v\n%s", err, out)
+	}
+	return review.Status.UserInfo.Extra
+}
+
+// extrasAt reads the Impersonate-Extra-* headers of a captured request as
+// kube-apiserver's impersonation filter does: the name's suffix lower-cased,
+// then url.PathUnescape. A name that is not a valid header name fails.
+func extrasAt(t *testing.T, r capturedRequest) map[string][]string {
+	t.Helper()
+	const prefix = "impersonate-extra-"
+	out := map[string][]string{}
+	for name, vs := range r.Header {
+		if !strings.HasPrefix(strings.ToLower(name), prefix) {
+			continue
+		}
+		key, err := url.PathUnescape(strings.ToLower(name[len(prefix):]))
+		if !httpguts.ValidHeaderFieldName(name) || err != nil {
+			t.Errorf("header %q at the cluster is not a valid name or does not decode (%v)", name, err)
+		}
+		out[key] = append(out[key], vs...)
+	}
+	return out
 }
 
 func contains(list []string, s string) bool {
