@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"golang.org/x/net/http/httpguts"
+	"k8s.io/apiserver/pkg/authentication/request/headerrequest"
 	"k8s.io/apiserver/pkg/authentication/user"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/transport"
@@ -250,6 +251,38 @@ func TestImpersonationExtraKeysAsClientGo(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// The reverse side: extras arrive from the hub's aggregator as
+// X-Remote-Extra- headers (client-go's SetAuthProxyHeaders), which
+// k8s.io/apiserver's request-header authenticator decodes into the caller
+// the gateway impersonates; the cluster reads back exactly the hub
+// caller's keys. (The hub itself lower-cases impersonated keys, and the
+// request-header authenticator lower-cases what it reads, so keys from the
+// hub are lower case.)
+func TestImpersonationExtraKeysFromFrontProxy(t *testing.T) {
+	hub := map[string][]string{
+		"example.com/tenant:id": {"t-1", "t-2"},
+		"scope=admin":           {"read=all"},
+		"user@example.com":      {"a b"},
+		"a%2fb":                 {"%2F"},
+		"with space":            {"v"},
+	}
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	transport.SetAuthProxyHeaders(req, "alice", "", []string{"developers"}, hub)
+	authn, err := headerrequest.New([]string{"X-Remote-User"}, []string{"X-Remote-Uid"}, []string{"X-Remote-Group"}, []string{"X-Remote-Extra-"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, ok, err := authn.AuthenticateRequest(req)
+	if err != nil || !ok {
+		t.Fatalf("request-header authentication: %v %v", ok, err)
+	}
+	h := http.Header{}
+	setImpersonation(h, resp.User)
+	if got := extrasAsServerReads(t, h); !reflect.DeepEqual(got, hub) {
+		t.Errorf("extras at the cluster, as kube-apiserver reads them\n got %q\nwant the hub caller's %q", got, hub)
+	}
+}
 
 // The same through the whole request path, at the cluster: ordinary requests
 // over HTTP/1.1 and HTTP/2 and an upgrade, which UpgradeAwareHandler writes
