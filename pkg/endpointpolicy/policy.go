@@ -3,7 +3,11 @@
 // gateway dials and reads the answer, so without a policy a writer could aim
 // it at a cloud metadata service or a node-local endpoint. The policy is
 // checked on the address actually dialed, after name resolution, so a name
-// that resolves (or rebinds) into a denied range is refused too.
+// that resolves (or rebinds) into a denied range is refused too. Hosts as
+// written are read by one parser, ParseHost, wherever they enter (the API,
+// the pool, every dial route): an IP address is judged, a DNS name waits for
+// resolution, and what a resolver or proxy might read as another address
+// than netip does is refused.
 package endpointpolicy
 
 import (
@@ -120,14 +124,32 @@ func (p *Policy) Check(ip netip.Addr) error {
 	return fmt.Errorf("%w: %s is in none of --endpoint-allow-cidrs (%s)", ErrDenied, name, joinPrefixes(p.allow))
 }
 
-// CheckHost checks a host that is an IP literal; names pass here and are
-// checked when they are dialed (Control).
+// CheckHost judges a host as written (ParseHost): an IP address by Check,
+// a host that some resolver or proxy could read as an address other than
+// what netip reads is refused, and a DNS name passes here, to be judged
+// after resolution where the gateway resolves it (Control).
 func (p *Policy) CheckHost(host string) error {
-	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
-	if err != nil {
+	if p == nil {
 		return nil
 	}
+	ip, err := ParseHost(host)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrDenied, err)
+	}
 	return p.Check(ip)
+}
+
+// CheckHostPort is CheckHost for a dial's host:port, before a route that
+// resolves the host elsewhere (a forward proxy, a konnectivity agent) sees it.
+func (p *Policy) CheckHostPort(address string) error {
+	if p == nil {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return fmt.Errorf("%w: cannot split the address %q into host and port: %v", ErrDenied, address, err)
+	}
+	return p.CheckHost(host)
 }
 
 // Control is a net.Dialer Control function: it runs for each address the
