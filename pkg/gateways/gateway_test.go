@@ -7,6 +7,9 @@ import (
 	"time"
 	"weak"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
 
@@ -57,5 +60,31 @@ func TestLaterPhaseKeepsTheSecretsProblems(t *testing.T) {
 	}
 	if g.Object.Status.Conditions[0].Message != ready(t, g.Object).Message || &g.Object.Status.Conditions[0] == &later.Object.Status.Conditions[0] {
 		t.Error("the later phase changed the earlier one's status")
+	}
+}
+
+// A Secret stored before hosts in other IPv4 forms were refused (127.1 is
+// 127.0.0.1 to a forward proxy or a cgo resolver, a name to netip) is a
+// gateway that cannot be used, saying what to write; a well-formed one
+// read with it is unaffected.
+func TestStoredOtherIPv4FormIsNotReady(t *testing.T) {
+	address := mustToSecret(t, tokenGateway("t"), nil)
+	address.Data[KeyEndpoint] = []byte("https://127.1:6443")
+	proxy := mustToSecret(t, tokenGateway("t"), nil)
+	proxy.Data[KeyProxyURL] = []byte("socks5://0x7f000001:1080")
+	for name, sec := range map[string]*corev1.Secret{"spec.endpoint.address": address, "spec.endpoint.proxyURL": proxy} {
+		g := Parse(sec)
+		cond := ready(t, g.Object)
+		if g.Ready || cond.Status != metav1.ConditionFalse || cond.Reason != v1alpha1.ReasonInvalidSecret ||
+			!strings.Contains(cond.Message, name) || !strings.Contains(cond.Message, "write it in dotted-decimal form, 127.0.0.1") {
+			t.Errorf("%s: ready %v, %s %s: %q; want Ready=False %s naming %s and saying: write it in dotted-decimal form, 127.0.0.1",
+				name, g.Ready, cond.Status, cond.Reason, cond.Message, v1alpha1.ReasonInvalidSecret, name)
+		}
+		if g.Problem != cond.Message {
+			t.Errorf("%s: Problem %q, want the condition's message", name, g.Problem)
+		}
+	}
+	if g := Parse(mustToSecret(t, tokenGateway("t"), nil)); !g.Ready {
+		t.Errorf("a well-formed gateway is not ready: %s", g.Problem)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/clustergateway/cluster-gateway/pkg/cabundle"
+	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
 )
 
 // ValidateClusterGateway checks a gateway as it will be stored: after
@@ -201,6 +202,11 @@ func ParseAddress(address string) (*url.URL, error) {
 	if u.User != nil || strings.Contains(address, "@") || u.RawQuery != "" || u.Fragment != "" {
 		return nil, fmt.Errorf("must not carry user info, a query or a fragment")
 	}
+	// The endpoint policy judges an IP address as written and a name where
+	// it is resolved; a host a proxy or resolver reads otherwise is refused.
+	if _, err := endpointpolicy.ParseHost(u.Hostname()); err != nil {
+		return nil, err
+	}
 	return u, nil
 }
 
@@ -223,6 +229,9 @@ func ParseProxyURL(proxyURL string) (*url.URL, error) {
 	}
 	if u.Host == "" {
 		return nil, fmt.Errorf("must name a host, e.g. http://proxy:3128")
+	}
+	if _, err := endpointpolicy.ParseHost(u.Hostname()); err != nil {
+		return nil, err
 	}
 	return u, nil
 }

@@ -1,0 +1,69 @@
+package v1alpha1
+
+import (
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+func tokenGateway(typ EndpointType, address, proxyURL string) *ClusterGateway {
+	return &ClusterGateway{
+		ObjectMeta: metav1.ObjectMeta{Name: "c"},
+		Spec: ClusterGatewaySpec{
+			Endpoint:      Endpoint{Type: typ, Address: address, ProxyURL: proxyURL},
+			Credential:    Credential{Type: CredentialBearerToken, BearerToken: "t"},
+			Impersonation: Impersonation{Mode: ImpersonationNone},
+		},
+	}
+}
+
+// An address or proxy host that a forward proxy, a konnectivity agent or a
+// cgo resolver reads as 127.0.0.1 (inet_aton) while netip reads no address
+// is refused, for each route, with a field error that says what to write.
+// Canonical literals and names are valid as before (the endpoint policy,
+// applied by the registry, judges the literals).
+func TestEndpointHostsInOtherIPv4FormsAreInvalid(t *testing.T) {
+	for _, host := range []string{"2130706433", "127.1", "127.0.1", "0177.0.0.1", "0x7f000001", "017700000001", "0x7f.1", "0177.1", "127.0.0.1."} {
+		for _, tc := range []struct {
+			gw    *ClusterGateway
+			field string
+		}{
+			{tokenGateway(EndpointDirect, "https://"+host+":6443", ""), "spec.endpoint.address"},
+			{tokenGateway(EndpointKonnectivity, "https://"+host+":6443", ""), "spec.endpoint.address"},
+			{tokenGateway(EndpointDirect, "https://cluster.example:6443", "http://"+host+":3128"), "spec.endpoint.proxyURL"},
+			{tokenGateway(EndpointDirect, "https://cluster.example:6443", "https://u:p@"+host+":3128"), "spec.endpoint.proxyURL"},
+			{tokenGateway(EndpointDirect, "https://cluster.example:6443", "socks5://"+host+":1080"), "spec.endpoint.proxyURL"},
+		} {
+			errs := ValidateClusterGateway(tc.gw)
+			if len(errs) != 1 || errs[0].Field != tc.field || errs[0].Type != field.ErrorTypeInvalid ||
+				!strings.Contains(errs[0].Detail, "write it in dotted-decimal form, 127.0.0.1") {
+				t.Errorf("%s %s %s: %v, want one Invalid error on %s saying: write it in dotted-decimal form, 127.0.0.1",
+					tc.gw.Spec.Endpoint.Type, tc.gw.Spec.Endpoint.Address, tc.gw.Spec.Endpoint.ProxyURL, errs, tc.field)
+			}
+			if agg := errs.ToAggregate(); agg != nil && strings.Contains(agg.Error(), ":p@") {
+				t.Errorf("the error shows the proxy password: %v", errs)
+			}
+		}
+	}
+	for _, address := range []string{
+		"https://127.0.0.1:6443",
+		"https://[::1]:6443",
+		"https://[::ffff:127.0.0.1]:6443",
+		"https://[::ffff:7f00:1]:6443",
+		"https://[fe80::1%25eth0]:6443",
+		"https://cluster.example:6443",
+		"https://cluster.example.:6443",
+		"https://localhost:6443/prefix",
+	} {
+		if errs := ValidateClusterGateway(tokenGateway(EndpointDirect, address, "socks5://proxy.example:1080")); len(errs) > 0 {
+			t.Errorf("%s: %v, want valid", address, errs)
+		}
+	}
+	for _, proxyURL := range []string{"http://127.0.0.1:3128", "http://[::ffff:7f00:1]:3128", "socks5://localhost:1080", "https://proxy.example.:3128"} {
+		if errs := ValidateClusterGateway(tokenGateway(EndpointDirect, "https://cluster.example:6443", proxyURL)); len(errs) > 0 {
+			t.Errorf("proxy %s: %v, want valid", proxyURL, errs)
+		}
+	}
+}
