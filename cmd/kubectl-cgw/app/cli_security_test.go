@@ -182,3 +182,67 @@ contexts:
 		t.Errorf("join sent %d requests to the http:// cluster (err: %v); want the address refused before any", n, err)
 	}
 }
+
+// A cluster address or proxy-url whose host is an IPv4 address in a form
+// other than dotted decimal (127.1 and 0x7f000001 are 127.0.0.1 to a forward
+// proxy or a cgo resolver) is refused as the hub would refuse it, before
+// anything is sent to the cluster or written on the hub, saying what to write.
+func TestJoinRefusesHostsInOtherIPv4Forms(t *testing.T) {
+	var hubWrites atomic.Int32
+	hub := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/clustergateways/x"):
+			w.WriteHeader(http.StatusNotFound)
+			_ = json.NewEncoder(w).Encode(metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: "Failure", Reason: metav1.StatusReasonNotFound, Code: 404,
+				Details: &metav1.StatusDetails{Name: "x", Group: "gateway.clustergateway.io", Kind: "clustergateways"}})
+		case strings.HasSuffix(r.URL.Path, "/selfsubjectaccessreviews"):
+			w.WriteHeader(http.StatusCreated)
+			_, _ = w.Write([]byte(`{"apiVersion":"authorization.k8s.io/v1","kind":"SelfSubjectAccessReview","status":{"allowed":true}}`))
+		default:
+			hubWrites.Add(1)
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+	}))
+	defer hub.Close()
+	var clusterRequests atomic.Int32
+	cluster := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		clusterRequests.Add(1)
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	defer cluster.Close()
+	port := cluster.URL[strings.LastIndexByte(cluster.URL, ':')+1:]
+	for _, tc := range []struct {
+		name, server, proxyURL string
+		args                   []string
+		want                   string
+	}{
+		{"server", "https://127.1:" + port, "", []string{"--service-account", "--cluster-role", "view"}, "address"},
+		{"--address", cluster.URL, "", []string{"--address", "https://2130706433:" + port}, "address"},
+		{"proxy-url", cluster.URL, "http://0x7f000001:3128", nil, "proxy-url"},
+	} {
+		proxy := ""
+		if tc.proxyURL != "" {
+			proxy = ", proxy-url: " + tc.proxyURL
+		}
+		dir := writeFiles(t, map[string]string{"kubeconfig": `apiVersion: v1
+kind: Config
+current-context: c
+clusters:
+- {name: c, cluster: {server: "` + tc.server + `", insecure-skip-tls-verify: true` + proxy + `}}
+users:
+- {name: u, user: {token: user-token}}
+contexts:
+- {name: c, context: {cluster: c, user: u}}
+`})
+		root := NewCommand(genericiooptions.NewTestIOStreamsDiscard())
+		root.SetArgs(append([]string{"--server", hub.URL, "--token", "hub-token", "join", "x", "--cluster-kubeconfig", filepath.Join(dir, "kubeconfig")}, tc.args...))
+		err := root.Execute()
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "write it in dotted-decimal form, 127.0.0.1") {
+			t.Errorf("%s: %v, want the %s refused, saying: write it in dotted-decimal form, 127.0.0.1", tc.name, err, tc.want)
+		}
+	}
+	if n, m := clusterRequests.Load(), hubWrites.Load(); n+m > 0 {
+		t.Errorf("join sent %d requests to the cluster and %d writes to the hub; want the hosts refused before any", n, m)
+	}
+}

@@ -145,13 +145,19 @@ func (o *joinOptions) run(ctx context.Context, h *hub) error {
 	// Addresses the gateway (and join, minting a token) would use are checked
 	// before anything is sent to the hub or the cluster: a token must not
 	// travel over http.
-	addresses := []string{src.endpoint(o.address, o.serverName, o.konnectivity).Address}
+	ep := src.endpoint(o.address, o.serverName, o.konnectivity)
+	addresses := []string{ep.Address}
 	if o.serviceAccount {
 		addresses = append(addresses, src.config.Host)
 	}
 	for _, a := range addresses {
 		if _, err := gatewayv1alpha1.ParseAddress(a); err != nil {
 			return fmt.Errorf("the cluster's address %s %v (from %s, or --address)", gatewayv1alpha1.WithoutUserInfo(a), err, src.file)
+		}
+	}
+	if ep.ProxyURL != "" {
+		if _, err := gatewayv1alpha1.ParseProxyURL(ep.ProxyURL); err != nil {
+			return fmt.Errorf("the cluster's proxy-url %s %v (from %s)", gatewayv1alpha1.WithoutUserInfo(ep.ProxyURL), err, src.file)
 		}
 	}
 
@@ -175,7 +181,7 @@ func (o *joinOptions) run(ctx context.Context, h *hub) error {
 		cred = gatewayv1alpha1.Credential{Type: gatewayv1alpha1.CredentialBearerToken, BearerToken: token}
 	}
 
-	gw, verb, err := o.write(ctx, gc, existing, src.endpoint(o.address, o.serverName, o.konnectivity), cred)
+	gw, verb, err := o.write(ctx, gc, existing, ep, cred)
 	if err != nil {
 		err = hubError(fmt.Sprintf("write ClusterGateway %q", o.name), err)
 		if setup != nil {
