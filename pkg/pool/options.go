@@ -48,8 +48,10 @@ type Options struct {
 	HTTP2PingTimeout     time.Duration
 
 	// Endpoints decides which addresses direct and forward-proxy dials may
-	// reach (after DNS resolution), and which literal addresses a tunnel may
-	// be asked for (endpointpolicy's flags). Nil allows all.
+	// reach (after DNS resolution), and which literal addresses a proxy or a
+	// tunnel may be asked for; on every route it refuses hosts written in a
+	// form it cannot judge (endpointpolicy's flags and ParseHost). Nil
+	// allows all.
 	Endpoints *endpointpolicy.Policy
 }
 

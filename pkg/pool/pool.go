@@ -189,9 +189,12 @@ func (p *Pool) Close() {
 	p.wg.Wait()
 }
 
-// checkLiterals applies the endpoint policy to IP literals that this gateway
-// does not dial itself: the address behind a tunnel or a forward proxy (the
-// agent or proxy resolves names; what the gateway dials is checked at dial).
+// checkLiterals applies the endpoint policy to the hosts as written before an
+// entry is built: IP literals are judged, hosts that a forward proxy, an
+// agent or a resolver could read as another address than netip does are
+// refused (Secrets stored before the API refused them included), and names
+// are judged where they are resolved. Every dial judges its address again
+// (judgedDial, Control).
 func (p *Pool) checkLiterals(t *Target) error {
 	if err := p.opts.Endpoints.CheckHost(t.Address.Hostname()); err != nil {
 		return fmt.Errorf("cluster %q address %s: %w", t.Cluster, t.Address.Host, err)

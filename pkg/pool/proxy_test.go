@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -31,7 +32,50 @@ func pipe(a, b net.Conn) {
 	<-done
 }
 
-// connectProxy is an HTTP CONNECT proxy that requires basic auth.
+// resolveLikeGlibc is how the test proxies read the host of host:port:
+// as a cgo/glibc resolver (getaddrinfo), curl and most forward proxies do,
+// inet_aton forms (127.1, 2130706433, 0x7f000001, 0177.0.0.1) are IPv4
+// addresses, and a trailing dot is dropped as URL parsers drop it. Go's own
+// resolver reads none of them, so without this the proxies would not reach
+// what a real one reaches. Written apart from endpointpolicy's parser: the
+// test must not share the code it tests.
+func resolveLikeGlibc(hostport string) string {
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return hostport
+	}
+	parts := strings.Split(strings.TrimSuffix(host, "."), ".")
+	if len(parts) > 4 {
+		return hostport
+	}
+	var addr uint64
+	for i, part := range parts {
+		// inet_aton: 0x hex, leading-0 octal, else decimal (ParseUint's
+		// base 0 also takes 0b, 0o and '_', which inet_aton does not).
+		if part == "" || strings.Contains(part, "_") || len(part) > 1 && part[0] == '0' && strings.ContainsRune("oObB", rune(part[1])) {
+			return hostport
+		}
+		n, err := strconv.ParseUint(part, 0, 32)
+		if err != nil {
+			return hostport
+		}
+		if i < len(parts)-1 {
+			if n > 255 {
+				return hostport
+			}
+			addr |= n << (8 * (3 - i))
+			continue
+		}
+		if n >= 1<<(8*(4-i)) { // the last part fills the bytes left
+			return hostport
+		}
+		addr |= n
+	}
+	return net.JoinHostPort(net.IPv4(byte(addr>>24), byte(addr>>16), byte(addr>>8), byte(addr)).String(), port)
+}
+
+// connectProxy is an HTTP CONNECT proxy that requires basic auth; it
+// resolves hosts as resolveLikeGlibc does.
 func connectProxy(t *testing.T, user, pass string) (*url.URL, *atomic.Int64) {
 	t.Helper()
 	var connects atomic.Int64
@@ -45,7 +89,7 @@ func connectProxy(t *testing.T, user, pass string) (*url.URL, *atomic.Int64) {
 			http.Error(w, "bad credentials", http.StatusProxyAuthRequired)
 			return
 		}
-		upstream, err := net.Dial("tcp", r.Host)
+		upstream, err := net.Dial("tcp", resolveLikeGlibc(r.Host))
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadGateway)
 			return
@@ -76,7 +120,8 @@ func connectProxy(t *testing.T, user, pass string) (*url.URL, *atomic.Int64) {
 	return u, &connects
 }
 
-// socks5Proxy is a minimal no-auth SOCKS5 server (RFC 1928, CONNECT only).
+// socks5Proxy is a minimal no-auth SOCKS5 server (RFC 1928, CONNECT only);
+// it resolves names as resolveLikeGlibc does.
 func socks5Proxy(t *testing.T) (*url.URL, *atomic.Int64) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -148,7 +193,7 @@ func socks5Handshake(c net.Conn) net.Conn {
 	if _, err := io.ReadFull(c, port); err != nil {
 		return nil
 	}
-	up, err := net.Dial("tcp", net.JoinHostPort(host, strconv.Itoa(int(binary.BigEndian.Uint16(port)))))
+	up, err := net.Dial("tcp", resolveLikeGlibc(net.JoinHostPort(host, strconv.Itoa(int(binary.BigEndian.Uint16(port))))))
 	if err != nil {
 		_, _ = c.Write([]byte{5, 5, 0, 1, 0, 0, 0, 0, 0, 0})
 		return nil

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/net/proxy"
+
+	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
 )
 
 type dialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -19,8 +21,13 @@ type dialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 // proxyDialer returns a dial func that reaches addr through proxyURL. The
 // proxy is handled in the dialer, not via http.Transport.Proxy, because the
 // upgrade path (UpgradeAwareHandler's DialURL) only uses DialContext and would
-// otherwise bypass the proxy.
-func proxyDialer(cluster string, proxyURL *url.URL, forward *net.Dialer) (dialFunc, error) {
+// otherwise bypass the proxy. The proxy's own host is judged here as written
+// and by forward's Control once resolved; addr is the caller's to judge
+// (judgedDial), since the proxy resolves it.
+func proxyDialer(cluster string, proxyURL *url.URL, forward *net.Dialer, policy *endpointpolicy.Policy) (dialFunc, error) {
+	if err := policy.CheckHost(proxyURL.Hostname()); err != nil {
+		return nil, fmt.Errorf("cluster %q proxy %s: %w", cluster, withoutUserInfo(proxyURL), err)
+	}
 	switch proxyURL.Scheme {
 	case "http", "https":
 		u := *proxyURL
