@@ -46,7 +46,7 @@ type ExtraConfig struct {
 	// Pool bounds and times the pooled transports (its Endpoints policy included).
 	Pool pool.Options
 	// Konnectivity reaches Konnectivity endpoints through a proxy-server when
-	// its Address is set. Its RetireGrace and DialTimeout are the pool's.
+	// its Address is set. Its RetireGrace, DialTimeout and Endpoints are the pool's.
 	Konnectivity konnectivity.Options
 	// Fairness bounds each cluster's proxied requests in flight and queues
 	// the rest fairly among callers; the zero value bounds nothing.
@@ -167,7 +167,7 @@ func (c *Config) New() (*Server, error) {
 		MaxBodyBytes:          g.MaxRequestBodyBytes,
 	}
 	if k := c.Extra.Konnectivity; k.Enabled() {
-		k.RetireGrace, k.DialTimeout = c.Extra.Pool.RetireGrace, c.Extra.Pool.DialTimeout
+		k.RetireGrace, k.DialTimeout, k.Endpoints = c.Extra.Pool.RetireGrace, c.Extra.Pool.DialTimeout, c.Extra.Pool.Endpoints
 		if s.Tunnel, err = konnectivity.New(k); err != nil {
 			s.stop()
 			return nil, err

@@ -32,6 +32,11 @@ func (m *Manager) dial(ctx context.Context, network, addr string) (net.Conn, err
 	default:
 		return nil, fmt.Errorf("konnectivity tunnel cannot dial network %q to %s: only tcp is supported", network, addr)
 	}
+	// The agent resolves addr with its own rules (a cgo build reads 127.1
+	// as 127.0.0.1): judge it as written, or refuse what cannot be judged.
+	if err := m.opts.Endpoints.CheckHostPort(addr); err != nil {
+		return nil, fmt.Errorf("konnectivity tunnel will not dial %s: %w", addr, err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, m.opts.DialTimeout)
 	defer cancel()
 	// A second try covers a tunnel retired between picking it and dialing.

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
 )
 
 // Options configure a Manager. NewOptions has the defaults, AddFlags the
@@ -27,6 +29,12 @@ type Options struct {
 	// them. RetireGrace 0 closes a replaced tunnel at once.
 	RetireGrace time.Duration
 	DialTimeout time.Duration
+
+	// Endpoints is the gateway's endpoint policy (--endpoint-deny-cidrs,
+	// --endpoint-allow-cidrs; the assembler copies it): each address asked
+	// of the tunnel is judged as written, since the agent resolves it. Nil
+	// allows all.
+	Endpoints *endpointpolicy.Policy
 }
 
 // NewOptions returns the defaults (no proxy-server).
