@@ -198,3 +198,54 @@ func TestValidationKubectl(t *testing.T) {
 	}
 	requireNoSecret(t, name)
 }
+
+// TestValidationOtherIPv4Forms: a host that inet_aton (a forward proxy, a
+// konnectivity agent, a cgo resolver) reads as 127.0.0.1, which the suite's
+// gateway denies, while the endpoint policy would take it for a DNS name, is
+// refused with 422 on the field, saying to write the address in
+// dotted-decimal form; nothing is stored.
+func TestValidationOtherIPv4Forms(t *testing.T) {
+	requireGateway(t)
+	t.Parallel()
+	client := gatewayClient(t, env.Hub.Kubeconfig).GatewayV1alpha1().ClusterGateways()
+	for _, tc := range []struct {
+		host, field string
+		set         func(gw *gatewayv1alpha1.ClusterGateway, host string)
+	}{
+		{"2130706433", "spec.endpoint.address", setAddress},
+		{"127.1", "spec.endpoint.address", setAddress},
+		{"0177.0.0.1", "spec.endpoint.address", func(gw *gatewayv1alpha1.ClusterGateway, host string) {
+			gw.Spec.Endpoint.Type = gatewayv1alpha1.EndpointKonnectivity
+			setAddress(gw, host)
+		}},
+		{"127.0.0.1.", "spec.endpoint.address", setAddress},
+		{"0x7f000001", "spec.endpoint.proxyURL", func(gw *gatewayv1alpha1.ClusterGateway, host string) {
+			gw.Spec.Endpoint.ProxyURL = "http://" + host + ":3128"
+		}},
+		{"017700000001", "spec.endpoint.proxyURL", func(gw *gatewayv1alpha1.ClusterGateway, host string) {
+			gw.Spec.Endpoint.ProxyURL = "socks5://" + host + ":1080"
+		}},
+		{"0x7f.1", "spec.endpoint.proxyURL", func(gw *gatewayv1alpha1.ClusterGateway, host string) {
+			gw.Spec.Endpoint.ProxyURL = "https://user:pass@" + host + ":3128"
+		}},
+	} {
+		name := uniqueName(t, "e2e-ipv4-form")
+		cleanupGateway(t, name)
+		gw := tokenGateway(name, "https://"+testIP+":6443", "a-token")
+		tc.set(gw, tc.host)
+		_, err := client.Create(context.Background(), gw, metav1.CreateOptions{})
+		what := tc.field + " host " + tc.host
+		requireInvalid(t, what, err, []string{tc.field})
+		if err != nil && !strings.Contains(err.Error(), "write it in dotted-decimal form, 127.0.0.1") {
+			t.Errorf("%s: %v, want it to say: write it in dotted-decimal form, 127.0.0.1", what, err)
+		}
+		if err != nil && strings.Contains(err.Error(), ":pass@") {
+			t.Errorf("%s: the error shows the proxy password: %v", what, err)
+		}
+		requireNoSecret(t, name)
+	}
+}
+
+func setAddress(gw *gatewayv1alpha1.ClusterGateway, host string) {
+	gw.Spec.Endpoint.Address = "https://" + host + ":6443"
+}
