@@ -69,6 +69,11 @@ type ExtraConfig struct {
 	// RequestWorkers is how many goroutines serve ordinary requests with
 	// their stacks already grown (pkg/workers); 0: none.
 	RequestWorkers int
+	// StockHandlerChain and NoCertConnMemo switch pieces off for the A/B
+	// rows of make bench (hidden flags): the generic server's
+	// DefaultBuildHandlerChain wrapped instead of the gateway's copy, and
+	// pkg/certauth without its per-connection memo.
+	StockHandlerChain, NoCertConnMemo bool
 	// Tracing is true when --tracing-config-file is set: only then does
 	// the handler chain trace requests.
 	Tracing bool
@@ -120,6 +125,9 @@ func (c *Config) New() (*Server, error) {
 	route := new(proxy.Route)                         // serves once the proxy is built, below
 	reqWorkers := workers.New(c.Extra.RequestWorkers) // start in the post-start hook
 	g.BuildHandlerChainFunc = func(h http.Handler, gc *genericapiserver.Config) http.Handler {
+		if c.Extra.StockHandlerChain {
+			return reqWorkers.Handler(proxy.WithInnerMemo(genericapiserver.DefaultBuildHandlerChain(route.Handler(h), gc)), proxy.LooksOrdinary)
+		}
 		return buildHandlerChain(h, gc, c.Extra.Tracing, route, reqWorkers)
 	}
 	namer := openapinamer.NewDefinitionNamer(Scheme)
@@ -301,6 +309,7 @@ func (c *Config) cacheCertificateAuthentication() (*certauth.Cache, error) {
 	if err != nil {
 		return nil, err
 	}
+	cache.NoConnMemo = c.Extra.NoCertConnMemo
 	var cached []authenticator.Request
 	if rh := a.RequestHeaderConfig; rh != nil {
 		cached = append(cached, cache.RequestHeader(certauth.RequestHeaderConfig{

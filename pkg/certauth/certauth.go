@@ -49,6 +49,9 @@ type Cache struct {
 	now                         func() time.Time
 	hits, misses, verifications atomic.Int64
 	connHits                    atomic.Int64 // of hits, those found by connection (connMemo)
+	// NoConnMemo skips the per-connection memo (every lookup goes to the
+	// LRU): an A/B switch for make bench; set it before use.
+	NoConnMemo bool
 }
 
 type key struct {
@@ -110,6 +113,9 @@ type connEntry struct {
 func (c *Cache) lookupConn(m *connMemo, state *tls.ConnectionState, opts x509.VerifyOptions) (*verified, error) {
 	// A multiplicative hash of the state's address (the heap does not move
 	// objects): its top bits pick the slot.
+	if c.NoConnMemo {
+		return c.lookup(state.PeerCertificates, opts)
+	}
 	slot := &m[(uint64(uintptr(unsafe.Pointer(state)))*0x9E3779B97F4A7C15)>>58]
 	if e := slot.Load(); e != nil && e.state == state && e.roots == opts.Roots &&
 		slices.Equal(e.usages, opts.KeyUsages) && c.now().Before(e.v.notAfter) {
