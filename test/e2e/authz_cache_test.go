@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
 )
 
 // The gateway keeps authorization decisions for their TTL (pkg/authzcache;
@@ -61,8 +62,21 @@ func TestAuthorizationFollowsHubRBAC(t *testing.T) {
 			t.Errorf("%s, while the caller's decision is cached: %v", c.what, err)
 		}
 	}
+	// A revocation takes effect within the allow TTL (the gateway's
+	// --authorization-webhook-cache-authorized-ttl, 10s by default) and a
+	// small bound for the hub's RBAC to follow the deletion, not whenever a
+	// decision happens to be dropped.
+	const allowTTL, bound = 10 * time.Second, 5 * time.Second
 	mustKubectl(t, env.Hub.Kubeconfig, "delete", "clusterrolebinding", binding)
-	eventually(t, "the revocation to take effect after the permission's TTL", func() error {
-		return want(get(userCert, allowedGW), http.StatusForbidden)
-	})
+	revoked := time.Now()
+	for {
+		err := want(get(userCert, allowedGW), http.StatusForbidden)
+		if err == nil {
+			break
+		}
+		if since := time.Since(revoked); since > allowTTL+bound {
+			t.Fatalf("the revocation had not taken effect %v after it, beyond the %v allow TTL and a %v bound: %v", since.Round(time.Millisecond), allowTTL, bound, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
