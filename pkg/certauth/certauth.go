@@ -13,10 +13,8 @@
 // entry ends at the earliest notAfter of its chain. In front of the LRU, each
 // authenticator remembers the entries of recent connections by their TLS
 // state (see connMemo), so that the requests of a kept-alive connection skip
-// hashing the chain and the LRU's lock. Of failures, only "signed
-// by an unknown authority" is kept (it depends on the chain and the pool, not
-// on the time): a user's certificate is first tried as the front proxy's, as
-// the generic server does, and that refusal need not be worked out again.
+// hashing the chain and the LRU's lock. A refusal is never kept: it would
+// keep what a client without any credential sent.
 package certauth
 
 import (
@@ -24,7 +22,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -61,7 +58,6 @@ type key struct {
 
 type verified struct {
 	chains   [][]*x509.Certificate
-	err      error // an x509.UnknownAuthorityError: the chain is not the pool's
 	notAfter time.Time
 	user     atomic.Pointer[certUser] // ClientCert's user for these chains, once worked out
 }
@@ -121,7 +117,7 @@ func (c *Cache) lookupConn(m *connMemo, state *tls.ConnectionState, opts x509.Ve
 		slices.Equal(e.usages, opts.KeyUsages) && c.now().Before(e.v.notAfter) {
 		c.hits.Add(1)
 		c.connHits.Add(1)
-		return e.v, e.v.err
+		return e.v, nil
 	}
 	v, err := c.lookup(state.PeerCertificates, opts)
 	if v != nil {
@@ -147,7 +143,7 @@ func (c *Cache) lookup(peer []*x509.Certificate, opts x509.VerifyOptions) (*veri
 	now := c.now()
 	if v, ok := c.lru.Get(k); ok && now.Before(v.notAfter) {
 		c.hits.Add(1)
-		return v, v.err
+		return v, nil
 	}
 	c.misses.Add(1)
 	if opts.Intermediates == nil && len(peer) > 1 {
@@ -159,17 +155,11 @@ func (c *Cache) lookup(peer []*x509.Certificate, opts x509.VerifyOptions) (*veri
 	opts.CurrentTime = now
 	c.verifications.Add(1)
 	chains, err := peer[0].Verify(opts)
-	var unknown x509.UnknownAuthorityError
-	if errors.As(err, &unknown) {
-		// No certificate of the pool can have signed this chain: true
-		// for as long as both are the same, whatever the time. Kept, so
-		// that a user's certificate is not tried against the front-proxy
-		// CA on every request.
-		v := &verified{err: err, notAfter: peer[0].NotAfter}
-		c.lru.Add(k, v)
-		return v, err
-	}
 	if err != nil {
+		// A refusal is never kept: what it would keep (the refused chain,
+		// in the error) is whatever a client with no credential at all
+		// sent, up to 256 KiB a connection, and keeping it would push out
+		// the chains of those who have one.
 		return nil, err
 	}
 	notAfter := peer[0].NotAfter
