@@ -3,19 +3,21 @@ package pool
 import (
 	"context"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // janitor retires idle entries and closes the idle connections of unused
-// ones. It is the pool's only periodic goroutine.
-func (p *Pool) janitor(ctx context.Context) {
+// ones, on each tick of ticker (every sweepEvery). It is the pool's only
+// periodic goroutine.
+func (p *Pool) janitor(ctx context.Context, ticker clock.Ticker) {
 	defer p.wg.Done()
-	ticker := time.NewTicker(p.opts.sweepEvery())
 	defer ticker.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-ticker.C:
+		case <-ticker.C():
 			p.retireIdle()
 			p.closeIdleConns()
 			p.sweeps.Add(1)

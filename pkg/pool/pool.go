@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"k8s.io/utils/clock"
 )
 
 // ErrClosed is returned by Acquire after Close.
@@ -26,7 +27,8 @@ const (
 // Pool holds at most Options.Capacity live entries, one per cluster.
 type Pool struct {
 	opts  Options
-	start time.Time // origin of the monotonic clock used for idleness
+	clock clock.WithTicker // idleness, the janitor's sweeps and retirement grace; tests fake it
+	start time.Time        // origin of the monotonic clock used for idleness
 
 	mu        sync.Mutex // guards lru, closed, retiredBy; never held while dialing
 	lru       *simplelru.LRU[string, *entry]
@@ -44,7 +46,9 @@ type Pool struct {
 
 // New returns a running pool; call Close to release it. Options that
 // Validate refuses are refused here too.
-func New(opts Options) (*Pool, error) {
+func New(opts Options) (*Pool, error) { return newWithClock(opts, clock.RealClock{}) }
+
+func newWithClock(opts Options, clk clock.WithTicker) (*Pool, error) {
 	if err := errors.Join(opts.Validate()...); err != nil {
 		return nil, fmt.Errorf("pool: %w", err)
 	}
@@ -56,21 +60,22 @@ func New(opts Options) (*Pool, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool{
 		opts:        opts,
-		start:       time.Now(),
+		clock:       clk,
+		start:       clk.Now(),
 		lru:         l,
 		retiredBy:   make(map[string]int64),
 		stopJanitor: cancel,
 		shutdown:    make(chan struct{}),
 	}
-	if opts.sweepEvery() > 0 {
+	if every := opts.sweepEvery(); every > 0 {
 		p.wg.Add(1)
-		go p.janitor(ctx)
+		go p.janitor(ctx, p.clock.NewTicker(every)) // sweeps are due from now
 	}
 	return p, nil
 }
 
 // now is a monotonic clock reading, immune to wall-clock jumps.
-func (p *Pool) now() int64 { return int64(time.Since(p.start)) }
+func (p *Pool) now() int64 { return int64(p.clock.Since(p.start)) }
 
 // Acquire returns a lease on t.Cluster's entry, creating the entry if needed
 // (cheap: no dialing) or replacing it when t's fingerprint changed; the old

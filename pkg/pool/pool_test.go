@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/utils/clock"
+	testingclock "k8s.io/utils/clock/testing"
+
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
 )
 
@@ -20,9 +23,32 @@ func newTestPool(t testing.TB, opts Options) *Pool {
 	return p
 }
 
+// newFakeClockPool is newTestPool on a fake clock: idleness, the janitor's
+// sweeps and grace periods follow clk.Step, not how fast the machine runs.
+func newFakeClockPool(t testing.TB, opts Options, clk *testingclock.FakeClock) *Pool {
+	t.Helper()
+	p := mustNewWithClock(t, opts, clk)
+	t.Cleanup(p.Close)
+	return p
+}
+
+// stepAndSweep moves clk on by the janitor's period and waits for the sweep
+// that tick starts to be done.
+func stepAndSweep(t *testing.T, p *Pool, clk *testingclock.FakeClock) {
+	t.Helper()
+	n := p.sweeps.Load()
+	clk.Step(p.opts.sweepEvery())
+	eventually(t, "the janitor's sweep", func() bool { return p.sweeps.Load() > n })
+}
+
 // mustNew is New with opts's zero bounds and timeouts taken from NewOptions.
 // A zero IdleTTL (never) and RetireGrace (at once) mean what they say.
 func mustNew(t testing.TB, opts Options) *Pool {
+	t.Helper()
+	return mustNewWithClock(t, opts, clock.RealClock{})
+}
+
+func mustNewWithClock(t testing.TB, opts Options, clk clock.WithTicker) *Pool {
 	t.Helper()
 	d := NewOptions()
 	if opts.Capacity == 0 {
@@ -46,7 +72,7 @@ func mustNew(t testing.TB, opts Options) *Pool {
 	if opts.MaxConnsPerCluster == 0 {
 		opts.MaxConnsPerCluster = d.MaxConnsPerCluster
 	}
-	p, err := New(opts)
+	p, err := newWithClock(opts, clk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,11 +143,15 @@ func TestManyRequestsShareOneEntryAndConnection(t *testing.T) {
 }
 
 // A new client certificate and CA bundle make a new entry; the old entry's
-// watch keeps streaming through the grace period and is then cut.
+// watch keeps streaming through the grace period and is then cut. The pool
+// runs on a fake clock: the watch is seen streaming at the start, half way
+// and the end of the grace on the pool's clock however long the machine
+// takes to show it, and nothing can end the grace early but the clock.
 func TestRotationKeepsStreamUntilGrace(t *testing.T) {
 	const grace = time.Second
 	u := newUpstream(t)
-	p := newTestPool(t, Options{Capacity: 8, RetireGrace: grace})
+	clk := testingclock.NewFakeClock(time.Now())
+	p := newFakeClockPool(t, Options{Capacity: 8, RetireGrace: grace}, clk)
 
 	old := u.target(t, "c1", "client-1")
 	l1 := acquire(t, p, old)
@@ -132,11 +162,13 @@ func TestRotationKeepsStreamUntilGrace(t *testing.T) {
 	if old.Fingerprint() == rotated.Fingerprint() {
 		t.Fatal("rotation did not change the fingerprint")
 	}
-	// Acquire retires the old entry: not before rotateAt, by retiredBy.
-	rotateAt := time.Now()
+	// Acquire retires the old entry, and its grace starts on the pool's clock.
+	timers := clk.Waiters()
 	l2 := acquire(t, p, rotated)
-	retiredBy := time.Now()
 	defer l2.Release()
+	if clk.Waiters() != timers+1 {
+		t.Fatalf("retiring the old entry set %d timers on the pool's clock, want its grace period's", clk.Waiters()-timers)
+	}
 
 	st := p.Stats()
 	if st.Live != 1 || st.Retiring != 1 || st.Created != 2 || st.Retired[ReasonRotated] != 1 {
@@ -152,14 +184,21 @@ func TestRotationKeepsStreamUntilGrace(t *testing.T) {
 	}
 
 	// The old watch streams through the grace period (it still delivers
-	// after half of it) and is cut when it ends, although its lease is held.
-	eventually(t, "old watch to be cut", w.ended)
-	if last := w.lastLine().Sub(retiredBy); last < grace/2 {
-		t.Errorf("old watch delivered its last line %v after the rotation, before half the %v grace: %v", last, grace, w.err)
+	// at its start, half way and just before its end) and is cut when it
+	// ends, although its lease is held.
+	keepsStreaming(t, w, "right after the rotation")
+	clk.Step(grace / 2)
+	keepsStreaming(t, w, "half way through the grace")
+	clk.Step(grace/2 - time.Nanosecond)
+	if clk.Waiters() != timers+1 {
+		t.Fatalf("the grace timer fired before the %v grace was over", grace)
 	}
-	if d := w.endedAt.Sub(rotateAt); d < grace {
-		t.Errorf("old watch cut %v after rotation, before the %v grace", d, grace)
+	keepsStreaming(t, w, "just before the end of the grace")
+	if st := p.Stats(); st.Retiring != 1 {
+		t.Fatalf("the old entry finished retiring before the grace was over: %+v", st)
 	}
+	clk.Step(time.Nanosecond)
+	eventually(t, "old watch to be cut once the grace is over", w.ended)
 	eventually(t, "old entry to finish retiring", func() bool { return p.Stats().Retiring == 0 })
 
 	// Its transport no longer dials: a caller keeping a stale lease gets
@@ -323,8 +362,15 @@ func sweepsPast(t *testing.T, p *Pool, d time.Duration) {
 // a lease on c1's entry that sent one GET.
 func idleConnPool(t *testing.T, timeout time.Duration) (*Pool, *upstream, *Target, *Lease) {
 	t.Helper()
+	return idleConnPoolOn(t, timeout, clock.RealClock{})
+}
+
+// idleConnPoolOn is idleConnPool on clk.
+func idleConnPoolOn(t *testing.T, timeout time.Duration, clk clock.WithTicker) (*Pool, *upstream, *Target, *Lease) {
+	t.Helper()
 	u := newUpstream(t)
-	p := newTestPool(t, Options{Capacity: 8, IdleConnTimeout: timeout})
+	p := mustNewWithClock(t, Options{Capacity: 8, IdleConnTimeout: timeout}, clk)
+	t.Cleanup(p.Close)
 	tg := u.target(t, "c1", "client")
 	l := acquire(t, p, tg)
 	mustGet(t, l.Transport(), u.url, "/hello")
@@ -359,25 +405,41 @@ func TestIdleConnTimeoutClosesConnectionsNotEntries(t *testing.T) {
 	}
 }
 
-// Health probes count as use of a pooled entry's connection: probed more
-// often than IdleConnTimeout, it stays open rather than being closed and
-// dialed again by the next probe.
+// A connection that health probes keep using is not idle: the janitor
+// leaves it open through many sweeps and timeouts of an entry without a
+// lease, and closes it once the probes stop. The pool runs on a fake clock
+// that moves one janitor period between probes, so the probes are never
+// further apart than that on the pool's clock, however slowly a loaded
+// machine runs them.
 func TestProbedConnectionIsNotIdle(t *testing.T) {
 	const timeout = 50 * time.Millisecond
-	p, u, tg, l := idleConnPool(t, timeout)
+	clk := testingclock.NewFakeClock(time.Now())
+	p, u, tg, l := idleConnPoolOn(t, timeout, clk)
 	l.Release()
-	sweeps, since := p.sweeps.Load(), time.Now()
-	for time.Since(since) < 4*timeout || p.sweeps.Load() < sweeps+4 {
+	probe := func() {
+		t.Helper()
 		if err := p.Probe(tg, func(rt http.RoundTripper) error {
 			_, _, err := get(context.Background(), rt, u.url, "/hello")
 			return err
 		}); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(timeout / 5)
+	}
+	every := p.opts.sweepEvery()
+	if every >= timeout {
+		t.Fatalf("the janitor sweeps every %v: not within the %v timeout, the test proves nothing", every, timeout)
+	}
+	// Four timeouts' worth of sweeps, each one period after a probe.
+	for elapsed := time.Duration(0); elapsed < 4*timeout; elapsed += every {
+		probe()
+		stepAndSweep(t, p, clk)
 	}
 	if st := p.Stats(); st.Dials != 1 || st.OpenConns != 1 {
 		t.Fatalf("probed entry: %d dials, %d open connections; want 1 and 1", st.Dials, st.OpenConns)
+	}
+	// No more probes: the sweep after the timeout passes closes it.
+	for elapsed := time.Duration(0); elapsed <= timeout; elapsed += every {
+		stepAndSweep(t, p, clk)
 	}
 	eventually(t, "the connection to close once probes stop", func() bool { return p.Stats().OpenConns == 0 })
 }

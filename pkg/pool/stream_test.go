@@ -71,3 +71,16 @@ func (s *stream) ended() bool {
 		return false
 	}
 }
+
+// keepsStreaming waits until s delivers three more lines, and fails at once
+// if it ends first.
+func keepsStreaming(t *testing.T, s *stream, when string) {
+	t.Helper()
+	before := s.lines.Load()
+	eventually(t, "the watch to deliver "+when, func() bool {
+		if s.ended() {
+			t.Fatalf("the watch ended %s: %v", when, s.err)
+		}
+		return s.lines.Load() >= before+3
+	})
+}
