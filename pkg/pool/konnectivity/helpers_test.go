@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"k8s.io/utils/clock"
 
 	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 	"github.com/clustergateway/cluster-gateway/internal/testproc"
@@ -21,7 +22,15 @@ import (
 
 func startManager(t testing.TB, opts Options) *Manager {
 	t.Helper()
-	m, err := New(opts)
+	return startManagerWithClock(t, opts, clock.RealClock{})
+}
+
+// startManagerWithClock is startManager on clk: with a fake clock, files
+// are re-read, failed builds retried and grace periods over only as the
+// test steps it.
+func startManagerWithClock(t testing.TB, opts Options, clk clock.WithTicker) *Manager {
+	t.Helper()
+	m, err := newWithClock(opts, clk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,19 +63,16 @@ func get(c *http.Client, s *stack) error {
 }
 
 // stream is a long-lived request (like a watch) on one tunnel connection;
-// its reader goroutine reports each line and finally the error that ended it.
+// its reader goroutine counts the lines and finally records the error that
+// ended it.
 type stream struct {
-	conn   net.Conn
-	lines  chan string
-	ended  chan error
-	lastAt atomic.Int64 // when the last line arrived, in UnixNano
-	endAt  atomic.Int64 // when reading failed, in UnixNano
-	wg     sync.WaitGroup
+	conn  net.Conn
+	lines atomic.Int64  // lines so far
+	line  chan struct{} // a wake-up after a line (capacity 1: not a count)
+	done  chan struct{} // closed once reading failed
+	err   error         // why reading failed; valid once done is closed
+	wg    sync.WaitGroup
 }
-
-// lastLine is when the stream last delivered a line; endedAt when it ended.
-func (st *stream) lastLine() time.Time { return time.Unix(0, st.lastAt.Load()) }
-func (st *stream) endedAt() time.Time  { return time.Unix(0, st.endAt.Load()) }
 
 func openStream(t *testing.T, m *Manager, s *stack) *stream {
 	t.Helper()
@@ -78,22 +84,21 @@ func openStream(t *testing.T, m *Manager, s *stack) *stream {
 	if _, err := fmt.Fprintf(conn, "GET /stream HTTP/1.1\r\nHost: %s\r\n\r\n", s.backendAddr); err != nil {
 		t.Fatal(err)
 	}
-	st := &stream{conn: conn, lines: make(chan string, 1024), ended: make(chan error, 1)}
+	st := &stream{conn: conn, line: make(chan struct{}, 1), done: make(chan struct{})}
 	st.wg.Add(1)
 	go func() {
 		defer st.wg.Done()
 		r := bufio.NewReader(conn)
 		for {
-			line, err := r.ReadString('\n')
-			if err != nil {
-				st.endAt.Store(time.Now().UnixNano())
-				st.ended <- err
+			if _, err := r.ReadString('\n'); err != nil {
+				st.err = err
+				close(st.done)
 				return
 			}
-			st.lastAt.Store(time.Now().UnixNano())
+			st.lines.Add(1)
 			select {
-			case st.lines <- line:
-			default: // nobody is counting right now
+			case st.line <- struct{}{}:
+			default: // a wake-up is pending already
 			}
 		}
 	}()
@@ -102,16 +107,22 @@ func openStream(t *testing.T, m *Manager, s *stack) *stream {
 	return st
 }
 
-// expectTicks waits for n more lines of the stream.
+// expectTicks waits for n lines more than the stream had delivered when it
+// was called, and fails if the stream ends first.
 func (st *stream) expectTicks(t *testing.T, n int) {
 	t.Helper()
-	for range n {
+	want := st.lines.Load() + int64(n)
+	timeout := time.After(10 * time.Second) // a hang, not a speed
+	for st.lines.Load() < want {
 		select {
-		case <-st.lines:
-		case err := <-st.ended:
-			t.Fatalf("stream ended: %v", err)
-		case <-time.After(10 * time.Second):
-			t.Fatal("stream stalled")
+		case <-st.line:
+		case <-st.done:
+			if st.lines.Load() >= want {
+				return
+			}
+			t.Fatalf("stream ended: %v", st.err)
+		case <-timeout:
+			t.Fatalf("stream stalled: %d of %d more lines", n-int(want-st.lines.Load()), n)
 		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"k8s.io/utils/clock"
 )
 
 var (
@@ -18,6 +20,7 @@ var (
 type Manager struct {
 	opts    Options
 	metrics *Metrics
+	clock   clock.WithTicker // reloads, rebuild backoff and grace periods; tests fake it
 
 	mu         sync.Mutex
 	material   *material // last good material; new tunnels are built from it
@@ -57,7 +60,9 @@ type Stats struct {
 
 // New loads and validates the material; it fails if it is unusable now, or
 // if the options are refused by Validate.
-func New(opts Options) (*Manager, error) {
+func New(opts Options) (*Manager, error) { return newWithClock(opts, clock.RealClock{}) }
+
+func newWithClock(opts Options, clk clock.WithTicker) (*Manager, error) {
 	if !opts.Enabled() {
 		return nil, errors.New("konnectivity: no proxy-server address; set --konnectivity-server-address")
 	}
@@ -70,6 +75,7 @@ func New(opts Options) (*Manager, error) {
 	}
 	m := &Manager{
 		opts:      opts,
+		clock:     clk,
 		material:  mat,
 		downCause: errors.New("no tunnel built yet"),
 		retiring:  map[*tunnel]struct{}{},
@@ -97,7 +103,7 @@ func (m *Manager) Start(ctx context.Context) {
 	m.done = ctx.Done()
 	m.wg.Add(2)
 	go m.rebuildLoop(ctx)
-	go m.reloadLoop(ctx)
+	go m.reloadLoop(ctx, m.clock.NewTicker(m.opts.ReloadInterval)) // reloads are due from now
 }
 
 // Stop closes all tunnels and waits for every goroutine the Manager started.

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client"
 )
 
@@ -43,10 +44,10 @@ func (m *Manager) rebuildLoop(ctx context.Context) {
 			}
 			m.buildFailed(err)
 			m.firstTried()
-			timer := time.NewTimer(backoff.Step())
+			timer := m.clock.NewTimer(backoff.Step())
 			select {
 			case <-ctx.Done():
-			case <-timer.C:
+			case <-timer.C():
 			}
 			timer.Stop()
 			continue
@@ -166,7 +167,7 @@ func (m *Manager) install(ctx context.Context, t *tunnel) {
 }
 
 // retireLocked stops t taking dials; it is closed once its last live conn
-// closes, after grace, or at shutdown, whichever comes first.
+// closes, after grace (from now), or at shutdown, whichever comes first.
 func (m *Manager) retireLocked(t *tunnel, grace time.Duration) {
 	if _, ok := m.retiring[t]; ok {
 		return
@@ -174,16 +175,19 @@ func (m *Manager) retireLocked(t *tunnel, grace time.Duration) {
 	m.retiring[t] = struct{}{}
 	t.retired.Store(true)
 	done := m.done
+	var timer clock.Timer
+	if grace > 0 {
+		timer = m.clock.NewTimer(grace)
+	}
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		if grace > 0 {
-			timer := time.NewTimer(grace)
+		if timer != nil {
 		wait:
 			for t.live.Load() > 0 {
 				select {
 				case <-t.idle: // recheck: a late dial may have raced the retirement
-				case <-timer.C:
+				case <-timer.C():
 					klog.V(2).InfoS("Closing retired konnectivity tunnel after its grace period", "id", t.id, "liveConns", t.live.Load())
 					break wait
 				case <-done:

@@ -2,21 +2,20 @@ package konnectivity
 
 import (
 	"context"
-	"time"
 
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
-// reloadLoop re-reads the files every ReloadInterval.
-func (m *Manager) reloadLoop(ctx context.Context) {
+// reloadLoop re-reads the files on each tick of ticker (every ReloadInterval).
+func (m *Manager) reloadLoop(ctx context.Context, ticker clock.Ticker) {
 	defer m.wg.Done()
-	ticker := time.NewTicker(m.opts.ReloadInterval)
 	defer ticker.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-ticker.C:
+		case <-ticker.C():
 			m.reload()
 		}
 	}
