@@ -20,7 +20,9 @@ import (
 
 // The prober's probe tells a refused connection, an untrusted certificate,
 // an HTTP error and a cluster that does not answer apart, against real
-// servers on loopback, and reads the version of one that answers.
+// servers on loopback, and reads the version of one that answers. Only the
+// silent cluster's probe reaches its deadline, and only once its request has
+// reached the cluster: no outcome depends on how fast the machine is.
 func TestProbeClusterClassifies(t *testing.T) {
 	block := make(chan struct{})
 	t.Cleanup(func() { close(block) })
@@ -36,7 +38,14 @@ func TestProbeClusterClassifies(t *testing.T) {
 	failing := newTLSUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "[-]etcd failed", http.StatusInternalServerError)
 	}))
-	silent := newTLSUpstream(t, http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-block }))
+	asked := make(chan struct{}, 1)
+	silent := newTLSUpstream(t, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		select {
+		case asked <- struct{}{}:
+		default:
+		}
+		<-block
+	}))
 	closed := closedAddress(t)
 
 	px := newFixtureProxy(t,
@@ -50,9 +59,29 @@ func TestProbeClusterClassifies(t *testing.T) {
 		"ok": v1alpha1.ReasonReachable, "failing": v1alpha1.ReasonHTTPError, "silent": v1alpha1.ReasonNoAnswer,
 		"untrusted": v1alpha1.ReasonTLSFailed, "refused": v1alpha1.ReasonDialFailed, "unusable": v1alpha1.ReasonGatewayNotReady,
 	} {
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		out := px.ProbeCluster(ctx, name)
-		cancel()
+		var out health.Outcome
+		if name == "silent" {
+			// Its deadline passes once the request has reached it: it had
+			// a connection and did not answer on it, however long the
+			// dial and handshake took.
+			ctx := newDeadlineCtx()
+			done := make(chan health.Outcome, 1)
+			go func() { done <- px.ProbeCluster(ctx, name) }()
+			select {
+			case <-asked:
+			case out = <-done:
+				t.Fatalf("silent: the probe returned before its request reached the cluster: %s (%s)", out.Reason, out.Message)
+			case <-time.After(30 * time.Second): // a hang, not a speed
+				t.Fatal("silent: the probe's request did not reach the cluster")
+			}
+			ctx.expire()
+			out = <-done
+		} else {
+			// A deadline only for a hang: a loaded machine may take its time.
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			out = px.ProbeCluster(ctx, name)
+			cancel()
+		}
 		if out.Reason != want {
 			t.Errorf("%s: %s (%s), want %s", name, out.Reason, out.Message, want)
 		}
@@ -72,6 +101,31 @@ func TestProbeClusterClassifies(t *testing.T) {
 	// Probes go around the pool: they must not evict users' entries.
 	if st := px.opts.Pool.Stats(); st.Live != 0 || st.Created != 0 {
 		t.Errorf("probes left %d live entries (%d created), want the pool untouched", st.Live, st.Created)
+	}
+}
+
+// deadlineCtx is a context whose deadline passes when the test calls
+// expire, at a moment the test chooses rather than after a duration that a
+// slow machine could take up before the probe even reaches the cluster.
+type deadlineCtx struct {
+	context.Context
+	done chan struct{}
+	once sync.Once
+}
+
+func newDeadlineCtx() *deadlineCtx {
+	return &deadlineCtx{Context: context.Background(), done: make(chan struct{})}
+}
+
+func (c *deadlineCtx) expire()               { c.once.Do(func() { close(c.done) }) }
+func (c *deadlineCtx) Done() <-chan struct{} { return c.done }
+
+func (c *deadlineCtx) Err() error {
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
 	}
 }
 
