@@ -61,6 +61,7 @@ type Env struct {
 	spawn            *spawner
 	mu               sync.Mutex
 	procs            []*Process
+	gatewayLogs      []string // under mu: see GatewayLogs
 	stopOnce         sync.Once
 	stopErr          error
 }

@@ -188,6 +188,7 @@ func (e *Env) startGatewayProcess(ctx context.Context, g *Gateway, name string, 
 	if err != nil {
 		return err
 	}
+	e.noteGatewayLog(p.LogPath)
 	g.Process, g.Args, g.extraArgs = p, args, extraArgs
 	client, err := mtlsClient(g.CA.CertPEM, e.Hub.Admin)
 	if err != nil {

@@ -59,6 +59,9 @@ func TestHATwoReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if !slices.Contains(env.GatewayLogs(), b.Process.LogPath) {
+		t.Fatalf("the replica's log %s is not among the gateway logs the suite scans for data races: %q", b.Process.LogPath, env.GatewayLogs())
+	}
 	t.Cleanup(func() { _ = env.StopReplica(b, 10*time.Second) })
 	lb, err := env.StartBalancer(a, b)
 	if err != nil {

@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -97,9 +96,11 @@ func run(m *testing.M) int {
 		}
 	}
 	// `make test` runs a gateway built with -race: a race anywhere in its
-	// request path, under all of the suite's traffic, fails the suite.
-	if races := dataRaces(filepath.Join(stateDir, "logs", "cluster-gateway.log")); races != "" {
-		logf("the gateway reported data races:\n%s", races)
+	// request path, under all of the suite's traffic, fails the suite. Every
+	// gateway process a test started counts: replicas, and gateways
+	// restarted with other flags (a restart appends to its log).
+	if races := localenv.DataRaces(env.GatewayLogs()); races != "" {
+		logf("a gateway reported data races:\n%s", races)
 		if code == 0 {
 			code = 1
 		}
@@ -118,22 +119,4 @@ func requireGateway(t *testing.T) {
 	if env.Gateway.Process == nil {
 		t.Skip("gateway not running (E2E_SKIP_GATEWAY)")
 	}
-}
-
-// dataRaces returns the race detector's reports in a log, or "".
-func dataRaces(logPath string) string {
-	b, err := os.ReadFile(logPath)
-	if err != nil {
-		return ""
-	}
-	const marker = "WARNING: DATA RACE"
-	i := strings.Index(string(b), marker)
-	if i < 0 {
-		return ""
-	}
-	report := string(b[i:])
-	if len(report) > 20000 {
-		report = report[:20000] + "\n..."
-	}
-	return report
 }
