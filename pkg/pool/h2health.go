@@ -45,6 +45,8 @@ type h2health struct {
 	checks  map[*http2.ClientConn]*time.Timer
 	stopped bool
 
+	answered atomic.Int64 // pings answered in time, for tests
+
 	// onNew is told when a connection is handed out for the first time:
 	// from then on it serves requests through the pool (coldStart).
 	onNew func()
@@ -112,6 +114,9 @@ func (h *h2health) check(cc *http2.ClientConn) {
 	ctx, cancel := context.WithTimeout(context.Background(), h.pingTimeout)
 	err := cc.Ping(ctx)
 	cancel()
+	if err == nil {
+		h.answered.Add(1)
+	}
 	h.mu.Lock()
 	t, ok := h.checks[cc]
 	if ok && err == nil {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 	"weak"
+
+	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 )
 
 // A long HTTP/2 read-idle timeout: if anything still armed a health-check
@@ -204,26 +206,32 @@ func (f *freezer) pipe(dst, src net.Conn) {
 }
 
 // A connection whose peer stopped answering is found by the health check
-// and closed, failing the watch on it instead of leaving it hanging.
+// and closed, failing the watch on it instead of leaving it hanging; one
+// whose pings are answered stays. The checks come often (every 100ms) but
+// wait long for the answer (2s), so a loaded machine slow to answer a live
+// connection's ping cannot make it look dead.
 func TestHealthCheckClosesSilentConnection(t *testing.T) {
 	u := newUpstream(t)
 	f := newFreezer(t, u.url.Host)
-	p := newTestPool(t, Options{Capacity: 8, HTTP2ReadIdleTimeout: 200 * time.Millisecond, HTTP2PingTimeout: 200 * time.Millisecond})
+	p := newTestPool(t, Options{Capacity: 8, HTTP2ReadIdleTimeout: 100 * time.Millisecond, HTTP2PingTimeout: 2 * time.Second})
 	tg := u.target(t, "c1", "client")
 	tg.Address = &url.URL{Scheme: "https", Host: f.ln.Addr().String()}
 	l := acquire(t, p, tg)
 	defer l.Release()
-	// Several periods with answered pings: a healthy connection stays.
+	// Several answered pings: a healthy connection stays.
 	s := startStream(t, l.Transport(), &upstream{url: tg.Address})
-	time.Sleep(time.Second)
-	if s.ended() {
-		t.Fatalf("the watch ended on a healthy connection: %v", s.err)
-	}
+	eventually(t, "three answered pings", func() bool {
+		if s.ended() {
+			t.Fatalf("the watch ended on a healthy connection: %v", s.err)
+		}
+		return l.e.h2.answered.Load() >= 3
+	})
 	if n := l.e.h2.watched(); n != 1 {
 		t.Errorf("%d connections with a health check, want 1", n)
 	}
+	keepsStreaming(t, s, "after its pings were answered")
 	close(f.frozen)
-	eventually(t, "the watch on the silent connection to fail", s.ended)
+	testpoll.EventuallyTrue(t, 30*time.Second, "the watch on the silent connection to fail", s.ended) // a hang, not a speed
 	if s.err == nil {
 		t.Error("the watch ended without an error")
 	}
