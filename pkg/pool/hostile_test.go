@@ -106,6 +106,9 @@ func serveFrames(fr *http2.Framer, onHeaders func(streamID uint32)) {
 	}
 }
 
+// hostileRequestDeadline bounds one request of hostileLoad: a hang, not a speed.
+const hostileRequestDeadline = 15 * time.Second
+
 // hostileRequest is how one request to a hostile cluster ended, and how
 // many dials it caused (refused ones included).
 type hostileRequest struct {
@@ -114,9 +117,12 @@ type hostileRequest struct {
 }
 
 // hostileLoad sends requests through one lease for d, from workers
-// goroutines, each with a deadline of a second and its own count of dials
-// (as the proxy's requests carry their lease's), while a healthy cluster in
-// the same pool is asked too; it returns the hostile cluster's requests.
+// goroutines, each with its own count of dials (as the proxy's requests
+// carry their lease's), while a healthy cluster in the same pool is asked
+// too; it returns the hostile cluster's requests. Each request has a
+// deadline only against a hang (hostileRequestDeadline): the guards must
+// end them, not the deadline. A request whose deadline passed while its
+// next dial was being refused would end with the deadline's error.
 func hostileLoad(t *testing.T, p *Pool, h *hostileH2, workers int, d time.Duration) []hostileRequest {
 	t.Helper()
 	good := newUpstream(t)
@@ -132,7 +138,7 @@ func hostileLoad(t *testing.T, p *Pool, h *hostileH2, workers int, d time.Durati
 		wg.Go(func() {
 			for time.Now().Before(end) {
 				dials := new(RequestDials)
-				ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), RequestDialsKey, dials), time.Second)
+				ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), RequestDialsKey, dials), hostileRequestDeadline)
 				_, _, err := get(ctx, l.Transport(), h.url, "/x")
 				cancel()
 				mu.Lock()
