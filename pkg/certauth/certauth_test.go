@@ -186,3 +186,41 @@ func TestConnectionRemembered(t *testing.T) {
 		}
 	}
 }
+
+// A cached chain ends at the earliest notAfter of every certificate in it,
+// the intermediates' included, not at the leaf's: once an intermediate has
+// expired, a chain verified before is refused, by connection and in the LRU.
+func TestCachedChainEndsAtEarliestNotAfter(t *testing.T) {
+	ca := testpki.MustCA(t, "certauth-expiry-ca")
+	now := time.Now()
+	interPair := ca.MustIssue(t, testpki.Spec{CommonName: "certauth-expiry-intermediate", IsCA: true, NotAfter: now.Add(time.Hour)})
+	inter := &testpki.CA{Cert: interPair.Cert, Key: interPair.Key, CertPEM: interPair.CertPEM, KeyPEM: interPair.KeyPEM}
+	leaf := inter.MustIssue(t, testpki.Spec{CommonName: "carol", Client: true, NotAfter: now.Add(24 * time.Hour)})
+	_, c, auth := clientCertAuth(t, ca, 4)
+	c.now = func() time.Time { return now }
+	conn := &tls.ConnectionState{PeerCertificates: []*x509.Certificate{leaf.Cert, inter.Cert}}
+	req := func(state *tls.ConnectionState) *http.Request {
+		r, _ := http.NewRequest(http.MethodGet, "https://gateway/", nil)
+		r.TLS = state
+		return r
+	}
+	for range 2 { // verified, then found by connection
+		if resp, ok, err := auth.AuthenticateRequest(req(conn)); !ok || err != nil || resp.User.GetName() != "carol" {
+			t.Fatalf("before the intermediate expires: %v %v %v", resp, ok, err)
+		}
+	}
+	if _, _, n, _ := c.Stats(); n != 1 {
+		t.Fatalf("verifications %d, want 1", n)
+	}
+	// After the intermediate's notAfter, before the leaf's.
+	c.now = func() time.Time { return now.Add(2 * time.Hour) }
+	other := &tls.ConnectionState{PeerCertificates: conn.PeerCertificates}
+	for name, state := range map[string]*tls.ConnectionState{"same connection": conn, "another connection": other} {
+		if _, ok, err := auth.AuthenticateRequest(req(state)); ok || err == nil {
+			t.Fatalf("%s, the intermediate expired: ok=%v err=%v, want refused", name, ok, err)
+		}
+	}
+	if _, _, n, _ := c.Stats(); n != 3 {
+		t.Fatalf("verifications %d, want 3: both requests after the intermediate expired verify again", n)
+	}
+}
