@@ -31,7 +31,7 @@ type options struct {
 	BenchTime                 string
 	SkipGoBench, SkipEnv      bool
 	GatewayProfile            string
-	Only                      string // one section alone: "loads", "isolation" or "scan"
+	Only                      string // one section alone: "loads", "ab", "isolation" or "scan"
 	Isolation                 isolationOptions
 	GatewayBin                string // default: BinDir/cluster-gateway
 	ScanGateways              int    // scan.go; 0 skips the scan
@@ -70,7 +70,7 @@ func main() {
 	flag.BoolVar(&o.SkipGoBench, "skip-go-bench", false, "skip the in-process Go benchmarks")
 	flag.BoolVar(&o.SkipEnv, "skip-env", false, "skip the local environment (loads and memory)")
 	flag.StringVar(&o.GatewayProfile, "gateway-profile", "gateway-cpu.pprof", "CPU profile of the gateway during the first gateway-port round, in the state dir; the hub and Konnectivity rounds' go to <name>-hub.pprof and <name>-konn.pprof (empty: none)")
-	flag.StringVar(&o.Only, "only", "", `run one section alone ("loads", "isolation" or "scan"); its report goes into the state dir, not -out`)
+	flag.StringVar(&o.Only, "only", "", `run one section alone ("loads", "ab", "isolation" or "scan"); its report goes into the state dir, not -out`)
 	flag.StringVar(&o.GatewayBin, "gateway-bin", "", "the gateway binary (default: cluster-gateway in -bin), e.g. one built from this checkout")
 	flag.IntVar(&o.ScanGateways, "scan-gateways", 10000, "scan: ClusterGateways with the default pool (0 skips the scan)")
 	flag.DurationVar(&o.Isolation.Delay, "isolation-delay", time.Second, "isolation: delay the slow cluster's forward proxy adds to everything the cluster sends")
@@ -157,6 +157,12 @@ func runEnv(ctx context.Context, o options, rep *report) (err error) {
 	}
 	if o.Only == "" || o.Only == "loads" {
 		if err := runLoadsAndPooled(ctx, o, env, gw, rep); err != nil {
+			return err
+		}
+	}
+	if o.Only == "" || o.Only == "ab" {
+		logf("A/B: one gateway per piece switched off")
+		if rep.AB, err = runAB(ctx, o, env, gatewayArgs); err != nil {
 			return err
 		}
 	}

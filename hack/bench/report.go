@@ -14,7 +14,8 @@ type report struct {
 	Targets    []*target
 	Pooled     *pooledResult
 	Isolation  *isolationResult
-	Scan       *scanResult // scan.go, report_scan.go
+	AB         *abResultSet // ab.go
+	Scan       *scanResult  // scan.go, report_scan.go
 	EnvStartup time.Duration
 	Capacity   int
 	Total      time.Duration
@@ -52,6 +53,9 @@ func (r *report) markdown() string {
 	}
 	if r.Pooled != nil {
 		r.pooledSection(&b)
+	}
+	if r.AB != nil {
+		r.abSection(&b)
 	}
 	if r.Isolation != nil {
 		r.isolationSection(&b)
