@@ -160,7 +160,7 @@ func peekCallees(text, fn string, per func(float64) float64) []allocSite {
 	return out
 }
 
-// allocBudget is issue 12's bound on the handler's allocations per request
+// allocBudget is the in-process goal's bound on the handler's allocations per request
 // beyond the bare proxy's.
 const allocBudget = 20
 

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// goal is one of issue 12's targets, judged from this run's measurements.
+// goal is one of the performance goals (docs/performance.md), judged from this run's measurements.
 type goal struct {
 	Goal     string  // what is required
 	Limit    float64 // the bound on Value
@@ -14,7 +14,7 @@ type goal struct {
 	Value    float64 // the measured ratio (or count)
 	Measured string  // how Value was obtained, for the table
 	Missing  string  // why it was not measured; empty when it was
-	Evidence bool    // a check of the bench's own, not a goal of the issue
+	Evidence bool    // a check of the bench's own, not one of the goals
 }
 
 // met says whether the measurement meets the goal.
@@ -173,7 +173,7 @@ func (r *report) goBenchPair(body string) (gwNs, bareNs, gwAllocs, bareAllocs fl
 	return gb.median(g, nsOp), gb.median(b, nsOp), gb.median(g, allocsOp), gb.median(b, allocsOp)
 }
 
-// goalsSection is the table of issue 12's goals with the verdicts computed
+// goalsSection is the table of the performance goals with the verdicts computed
 // from this run.
 func (r *report) goalsSection(b *strings.Builder) {
 	gs := r.goals()
@@ -191,7 +191,7 @@ func (r *report) goalsSection(b *strings.Builder) {
 	for _, g := range gs {
 		name := g.Goal
 		if g.Evidence {
-			name += " (evidence the bench checks, not a goal of the issue)"
+			name += " (a check of the bench's own, not one of the goals)"
 		}
 		fmt.Fprintf(b, "| %s | %s | %s |\n", name, g.Measured, g.verdict())
 	}

@@ -25,7 +25,7 @@ func goalNamed(t *testing.T, gs []goal, prefix string) goal {
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 
-// Each CPU and throughput goal is the ratio issue 12 defines, from the
+// Each CPU and throughput goal is the ratio its goal states, from the
 // loads of one run: the bare proxy's CPU is its own process's in its row,
 // not the bench process's (the clients'); the in-process goals compare
 // medians. A value exactly at the bound meets it.

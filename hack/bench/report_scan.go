@@ -12,7 +12,7 @@ import (
 const scanHeapTolerance = 1.10
 
 // scanSection is section 5 of the report: memory under a scan of more
-// clusters than the pool holds, the goals of issue 12, and how to size the
+// clusters than the pool holds, the memory goals, and how to size the
 // pool.
 func (r *report) scanSection(b *strings.Builder) {
 	s := r.Scan
@@ -60,7 +60,7 @@ func (r *report) scanSection(b *strings.Builder) {
 		"%s live heap, the stored row less the fresh one.\n",
 		kib(perHeap), kib(perRSS), s.PooledN, kib(perStoredHeap))
 
-	b.WriteString("\nGoals (issue 12), with the default pool:\n\n")
+	b.WriteString("\nThe memory goals, with the default pool:\n\n")
 	peak := s.peakRSS()
 	verdict := func(ok bool) string {
 		if ok {
@@ -204,7 +204,7 @@ func (s *scanResult) settleRatio() (float64, bool) {
 	return 0, false
 }
 
-// scanGoals are issue 12's memory goals, judged from the scan, for the
+// scanGoals are the memory goals (a scan of 10,000 gateways), judged from the scan, for the
 // goals table.
 func (r *report) scanGoals() []goal {
 	s := r.Scan
