@@ -110,14 +110,15 @@ func (r *report) scanSection(b *strings.Builder) {
 		fmt.Fprintf(b, "Idle, with the %d gateways stored and no request (the %s from the forced GC %s after the scan until RSS settled): the gateway used %.2f of a CPU "+
 			"while its prober, at its defaults, probed %.0f clusters a second. A probe of a cluster without a pooled connection dials it and makes a TLS handshake; "+
 			"the prober's rate, and so its cost, follows clusters / `--probe-interval`. "+
-			"Where that CPU goes: `go tool pprof %s` (the window's first %s, profiled).\n\n",
+			"Where that CPU goes: `go tool pprof %s` (the window's first %s, profiled).",
 			s.N, i.Window.Round(time.Second), scanAfter, i.Cores, i.ProbesPerSec, profPath, scanIdleProfile)
-		if p := s.IdleProfile; p != nil && i.ProbesPerSec > 0 {
-			b.WriteString("| part (cumulative; the named parts overlap where one says \"of which\") | share of the idle gateway's CPU | CPU per probe |\n|---|---:|---:|\n")
-			for _, sh := range p.Shares {
-				fmt.Fprintf(b, "| %s (`%s`) | %.1f%% | %s |\n", sh.What, sh.Func, sh.Pct, fmtDur(time.Duration(sh.Pct/100*i.Cores/i.ProbesPerSec*float64(time.Second))))
-			}
-			fmt.Fprintf(b, "\nProfiled CPU: %s. Per probe in all: %s.\n\n", p.Samples, fmtDur(time.Duration(i.Cores/i.ProbesPerSec*float64(time.Second))))
+		if i.ProbesPerSec > 0 {
+			fmt.Fprintf(b, " Per probe: %s of CPU.", fmtDur(time.Duration(i.Cores/i.ProbesPerSec*float64(time.Second))))
+		}
+		b.WriteString("\n\n")
+		if p := s.IdleProfile; p != nil {
+			b.WriteString("Its top functions by their own CPU:\n\n")
+			p.topBlock(b)
 		}
 	}
 	for _, h := range []struct{ what, top string }{

@@ -60,114 +60,28 @@ func (r *report) authzSection(b *strings.Builder) {
 		"inner request; this run does not set it.\n\n", flagAllowTTL, allowTTL, flagDenyTTL, denyTTL, flagAuthzSize, flagValue(r.GatewayArgs, flagAuthzSize, "8192, the default"))
 }
 
-// profileSection shows where the gateway's CPU went during each profiled
-// load: named parts (cumulative) side by side, then each profile's top
-// functions by their own CPU.
+// profileSection lists the gateway's CPU and heap profiles of each
+// profiled load, and each CPU profile's top functions as pprof prints them.
 func (r *report) profileSection(b *strings.Builder) {
 	if len(r.Profiles) == 0 {
 		return
 	}
-	b.WriteString("### Where the gateway's CPU went\n\nCPU profiles of the gateway during the first round of ")
-	var which []string
+	b.WriteString("### The gateway's CPU profiles\n\nThe gateway is CPU-profiled during the first round of each of these loads, " +
+		"and a heap profile is written right before and after that round (its allocations: `go tool pprof -sample_index=alloc_objects -diff_base <before> <after>`). " +
+		"Each profile also covers the /metrics scrape that begins its round. The top functions by their own CPU:\n\n")
 	for _, p := range r.Profiles {
-		which = append(which, fmt.Sprintf("the %s load (`go tool pprof %s`)", p.Key, p.Path))
-	}
-	b.WriteString(strings.Join(which, ", ") + "; profiling costs a little CPU itself, and each profile also covers the gateway /metrics scrape " +
-		"taken as its round begins. Cumulative shares of the gateway's CPU (a function and everything it calls; the named parts overlap where one says \"of which\"):\n\n")
-	b.WriteString("| part |")
-	for _, p := range r.Profiles {
-		fmt.Fprintf(b, " %s |", p.What)
-	}
-	b.WriteString("\n|---|" + strings.Repeat("---:|", len(r.Profiles)) + "\n")
-	for i, f := range profileFuncs {
-		fmt.Fprintf(b, "| %s (`%s`) |", f.What, f.Func)
-		for _, p := range r.Profiles {
-			fmt.Fprintf(b, " %s |", pctStr(p.Shares[i].Pct))
-		}
-		b.WriteString("\n")
-	}
-	var verify, samples []string
-	for _, p := range r.Profiles {
-		verify = append(verify, fmt.Sprintf("%s %s", p.Key, pctStr(p.share("verify"))))
-		samples = append(samples, fmt.Sprintf("%s %s", p.Key, p.Samples))
-	}
-	fmt.Fprintf(b, "\nProfiled CPU (pprof's total samples): %s. Client-certificate chains are verified once per connection and then found in pkg/certauth's cache "+
-		"(`--authentication-certificate-cache-size`), the hub's front-proxy certificate included, so `crypto/x509` verification shows only when a new "+
-		"connection or certificate arrives (in these profiles: %s). Authorization decisions come from pkg/authzcache (above); "+
-		"its share is mostly the lookup, keyed by the request's attributes.\n\n",
-		strings.Join(samples, ", "), strings.Join(verify, ", "))
-	if p := r.profile("gateway"); p != nil && len(p.AllocTop) > 0 {
-		fmt.Fprintf(b, "Where the gateway %s allocated most objects during the profiled round, per request (its heap profile's allocation samples after "+
-			"the round less before it, `go tool pprof -sample_index=alloc_objects -diff_base %s %s`: sampled, so an estimate; section 2 has the exact totals):\n\n"+
-			"| function | objects per request (flat) | cumulative |\n|---|---:|---:|\n", p.What, allocPath(p.Path, "before"), allocPath(p.Path, "after"))
-		for _, t := range p.AllocTop {
-			fmt.Fprintf(b, "| `%s` | %.1f | %.1f |\n", shortFunc(t.Func), t.Flat, t.Cum)
-		}
-		b.WriteString("\n")
-	}
-	for _, p := range r.Profiles {
-		fmt.Fprintf(b, "Top functions by their own CPU, gateway %s:\n\n| function | own (flat) | cumulative |\n|---|---:|---:|\n", p.What)
-		for _, t := range p.Top {
-			fmt.Fprintf(b, "| `%s` | %.1f%% | %.1f%% |\n", shortFunc(t.Func), t.Flat, t.Cum)
-		}
-		b.WriteString("\n")
+		fmt.Fprintf(b, "Gateway %s: `go tool pprof %s`; heap profiles `%s` and `%s`.\n\n", p.What, p.Path, allocPath(p.Path, "before"), allocPath(p.Path, "after"))
+		p.topBlock(b)
 	}
 }
 
-// shortFunc elides the type arguments of a generic function's long name.
-func shortFunc(name string) string {
-	if len(name) <= 100 {
-		return name
-	}
-	i, j := strings.IndexByte(name, '['), strings.LastIndexByte(name, ']')
-	if i < 0 || j < i {
-		return name
-	}
-	return name[:i+1] + "…" + name[j:]
-}
-
-func pctStr(v float64) string {
-	if v == 0 {
-		return "no sample"
-	}
-	return fmt.Sprintf("%.1f%%", v)
-}
-
-// profile is the profile of load key, or nil.
-func (r *report) profile(key string) *pathProfile {
-	for i := range r.Profiles {
-		if r.Profiles[i].Key == key {
-			return &r.Profiles[i]
-		}
-	}
-	return nil
-}
-
-// profileInterpretation is the interpretation's line about the profiles.
-func (r *report) profileInterpretation(b *strings.Builder) {
-	p := r.profile("gateway")
-	if p == nil {
+// topBlock is the profile's pprof top as a code block, or why it is absent.
+func (p *pathProfile) topBlock(b *strings.Builder) {
+	if p.Top == "" {
+		b.WriteString("(pprof could not read it.)\n\n")
 		return
 	}
-	acquire := pctStr(p.share("acquire"))
-	if p.share("acquire") == 0 {
-		acquire = "below the profile's resolution (no sample)"
-	}
-	fmt.Fprintf(b, "- In the gateway process on its own port, the proxy handler's goroutine is %s of the CPU and `Pool.Acquire` %s; "+
-		"authentication is %s (chain verification %s, pkg/certauth's lookup %s), authorization %s (the delegated authorizer %s), "+
-		"the tracing filter's OpenTelemetry metrics %s, TLS reads and writes %s and %s, garbage collection %s.",
-		pctStr(p.share("serve")), acquire, pctStr(p.share("authn")), pctStr(p.share("verify")), pctStr(p.share("certauth")),
-		pctStr(p.share("authz")), pctStr(p.share("webhook")), pctStr(p.share("otel")),
-		pctStr(p.share("tlsread")), pctStr(p.share("tlswrite")), pctStr(p.share("gc")))
-	if h := r.profile("hub"); h != nil {
-		fmt.Fprintf(b, " Behind the hub: handler %s, authentication %s (verification %s), authorization %s.",
-			pctStr(h.share("serve")), pctStr(h.share("authn")), pctStr(h.share("verify")), pctStr(h.share("authz")))
-	}
-	if k := r.profile("konn"); k != nil {
-		fmt.Fprintf(b, " To the Konnectivity cluster: handler %s (its round trip goes through the gRPC tunnel), authentication %s, authorization %s.",
-			pctStr(k.share("serve")), pctStr(k.share("authn")), pctStr(k.share("authz")))
-	}
-	b.WriteString("\n")
+	fmt.Fprintf(b, "```\n%s\n```\n\n", p.Top)
 }
 
 // manyWorkersSection compares the loads with -workers-many workers to the
