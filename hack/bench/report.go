@@ -140,26 +140,16 @@ func (r *report) loadSection(b *strings.Builder) {
 
 func (r *report) ratios(b *strings.Builder) {
 	d, bare, gw, hub, konn, d3 := r.target("direct"), r.target("bare"), r.target("gateway"), r.target("hub"), r.target("konn"), r.target("direct3")
-	b.WriteString("### Ratios\n\n")
+	b.WriteString("### Ratios\n\nThe CPU ratios and their baselines are in the goals table.\n\n")
 	if d != nil && bare != nil && gw != nil {
 		fmt.Fprintf(b, "- Gateway over Direct vs bare reverse proxy: req/s %.2f× (gateway %.0f, bare %.0f; direct %.0f); p50 %s vs %s (direct %s); p99 %s vs %s.\n",
 			gw.res.rps()/bare.res.rps(), gw.res.rps(), bare.res.rps(), d.res.rps(),
 			fmtDur(gw.res.pct(.5)), fmtDur(bare.res.pct(.5)), fmtDur(d.res.pct(.5)), fmtDur(gw.res.pct(.99)), fmtDur(bare.res.pct(.99)))
-		if g, ok := gw.res.cpuPerReq("gateway"); ok {
-			bp := bareProxyCPU(bare)
-			fmt.Fprintf(b, "- Proxy CPU per request: gateway process %s vs the bare reverse proxy's process %s: %.1f×.\n",
-				fmtDur(g), fmtDur(bp), ratio(g, bp))
-		}
 	}
 	if gw != nil && hub != nil {
 		h, _ := hub.res.cpuPerReq("hub")
 		fmt.Fprintf(b, "- Through the hub vs the gateway's port: req/s %.2f×, p50 %s vs %s; the hub spends %s CPU per request.\n",
 			hub.res.rps()/gw.res.rps(), fmtDur(hub.res.pct(.5)), fmtDur(gw.res.pct(.5)), fmtDur(h))
-		if bc, bh, ok := r.bareBehindHub(); ok {
-			g, _ := hub.res.cpuPerReq("gateway")
-			fmt.Fprintf(b, "- What the hub path costs a proxy of no code of its own: the bare reverse proxy behind the same hub (its `hub-bare` row) spends %s CPU per request, %.2f× the hub's %s there; the gateway %s, %.2f× the hub's %s.\n",
-				fmtDur(bc), ratio(bc, bh), fmtDur(bh), fmtDur(g), ratio(g, h), fmtDur(h))
-		}
 	}
 	if konn != nil && gw != nil {
 		gk, _ := konn.res.cpuPerReq("gateway")
@@ -167,10 +157,6 @@ func (r *report) ratios(b *strings.Builder) {
 		fmt.Fprintf(b, "- Konnectivity vs Direct (both on the gateway's port): req/s %.2f× (%.0f vs %.0f), p50 %s vs %s, p99 %s vs %s; gateway CPU/req %s vs %s; proxy-server+agent add %s CPU per request.\n",
 			konn.res.rps()/gw.res.rps(), konn.res.rps(), gw.res.rps(), fmtDur(konn.res.pct(.5)), fmtDur(gw.res.pct(.5)),
 			fmtDur(konn.res.pct(.99)), fmtDur(gw.res.pct(.99)), fmtDur(gk), fmtDur(gd), cpuStr(&konn.res, "proxy-server", "proxy-agent"))
-		if bk, bd, ok := r.bareTunnelCost(); ok {
-			fmt.Fprintf(b, "- What the tunnel costs a proxy of no code of its own: the bare reverse proxy over the same konnectivity-client tunnel (its `bare-konn` row) spends %s CPU per request vs %s on its direct connection, %s more (%.2f×); the gateway %s more (%.2f×).\n",
-				fmtDur(bk), fmtDur(bd), fmtDur(bk-bd), ratio(bk, bd), fmtDur(gk-gd), ratio(gk, gd))
-		}
 		if d3 != nil && d != nil {
 			parity := d3.res.rps() / d.res.rps()
 			verdict := "so the Konnectivity ratio is not an artefact of a slower cluster"

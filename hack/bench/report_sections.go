@@ -29,32 +29,15 @@ func (r *report) authzSection(b *strings.Builder) {
 	allowTTL := flagValue(r.GatewayArgs, flagAllowTTL, defaultAuthzTTL.String()+", the default")
 	denyTTL := flagValue(r.GatewayArgs, flagDenyTTL, defaultAuthzTTL.String()+", the default")
 	b.WriteString("\nThe gateway's counter is `apiserver_delegated_authz_request_total` (its /metrics, all codes); the hub's is " +
-		"`apiserver_request_total{resource=\"subjectaccessreviews\"}` (the hub kube-apiserver's /metrics, scraped as its admin), both read before and after " +
-		"each round, i.e. after the warm-up. The gateway asks the hub once per caller and request attributes (user, groups, verb, resource, subresource, " +
-		"name) and keeps the answer (pkg/authzcache; the webhook authorizer's own cache is off), so in steady state a load costs about one review per cache TTL, not one per request. " +
-		"The direct and bare rows are the control: nothing there asks the hub.\n\n")
-	rounds, roundSARs := 0, 0.0
-	for _, t := range r.Targets {
-		if t.TODO == "" && gatewayLoads[t.Key] {
-			rounds += len(t.res.RoundRPS)
-			roundSARs += t.res.Authz.HubSARs
-		}
+		"`apiserver_request_total{resource=\"subjectaccessreviews\"}` (the hub kube-apiserver's /metrics), both read before and after " +
+		"each round, i.e. after the warm-up. The gateway caches each decision per caller and request attributes, so a load costs about one review per cache TTL. " +
+		"The direct and bare rows are the control: nothing there asks the hub. ")
+	fmt.Fprintf(b, "The fresh-caller columns: after the rounds, each gateway path was loaded once more as a caller no load had used (`%s-<load>`, bound alike), "+
+		"whose warm-up filled the decision, and then for %s more.", benchUser, r.steadyWindow())
+	if r.AuthzIdle != nil {
+		b.WriteString(" The control row is as long as those windows together, without load (the hub also calls the gateway on its own, e.g. to check the APIService).")
 	}
-	if n, sars, _ := r.gatewayAuthz(true); n > 0 {
-		fmt.Fprintf(b, "During the interleaved rounds the gateway paths cost %.1f reviews per round on average. The gateway-port, hub and %d-worker loads ask "+
-			"for the same caller and attributes and so share one decision; the Konnectivity load (another cluster's name) has its own. A round that begins "+
-			"more than a TTL after its decision was last filled begins with a refill; concurrent misses with the same attributes wait for one review "+
-			"(pkg/authzcache), so a refill costs one review, not one per worker whose request arrives before the answer. "+
-			"After the rounds, each gateway path was loaded once more as a caller of its own that no load had used (`%s-<load>`, bound alike), "+
-			"so that its warm-up's first requests filled the decision (the column of SARs filling it), and then for %s more: "+
-			"there the gateway paths' %d requests cost %.0f reviews (%.2f per 1,000), the steady state between refills. "+
-			"A client that keeps sending thus costs one review per TTL, not one per request.\n\n",
-			roundSARs/float64(max(1, rounds)), *manyWorkers, benchUser, r.steadyWindow(), n, sars, perThousand(sars, n))
-	}
-	if i := r.AuthzIdle; i != nil {
-		fmt.Fprintf(b, "The control row is as long as those windows together, without load: %.0f reviews not caused by the loads (the hub also calls the gateway on its own, "+
-			"e.g. to check the APIService), which the windows under load can include too.\n\n", i.HubSARs)
-	}
+	b.WriteString("\n\n")
 	fmt.Fprintf(b, "The cache's TTLs are gateway flags, `--%s` (here %s) and `--%s` (here %s), and so is its size, `--%s` (here %s). "+
 		"With `--authorize-proxy-subpath` the gateway also authorizes each proxied request's inner verb and resource, one more cached decision per distinct "+
 		"inner request; this run does not set it.\n\n", flagAllowTTL, allowTTL, flagDenyTTL, denyTTL, flagAuthzSize, flagValue(r.GatewayArgs, flagAuthzSize, "8192, the default"))
