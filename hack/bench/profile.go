@@ -50,7 +50,8 @@ type pathProfile struct {
 // topFuncs is how many functions of each profile the report lists.
 const topFuncs = 10
 
-// readProfiles reads the profiles runLoads wrote for the loads in ts.
+// readProfiles reads the profiles runLoads wrote for the loads in ts; one
+// that pprof cannot read is listed without its top.
 func readProfiles(ctx context.Context, goBin, base string, ts []*target) []pathProfile {
 	var out []pathProfile
 	for _, pl := range profiledLoads {
@@ -63,8 +64,7 @@ func readProfiles(ctx context.Context, goBin, base string, ts []*target) []pathP
 		}
 		top, err := pprofTop(ctx, goBin, "-nodecount="+strconv.Itoa(topFuncs), path)
 		if err != nil {
-			logf("cannot read the gateway profile %s: %v", path, err)
-			continue
+			logf("cannot read the gateway profile %s: %v", path, err) // listed without its top
 		}
 		out = append(out, pathProfile{Key: pl.Key, What: pl.What, Path: path, Top: top})
 	}

@@ -65,3 +65,25 @@ func TestProfilePaths(t *testing.T) {
 		t.Error("a profile without -gateway-profile")
 	}
 }
+
+// The report lists each profiled load's CPU profile and heap profiles, and
+// the CPU profile's top as pprof printed it.
+func TestProfileSection(t *testing.T) {
+	top := "Duration: 5s, Total samples = 1.20s (24.00%)\n      flat  flat%   sum%        cum   cum%\n     0.12s 10.00% 10.00%      0.12s 10.00%  runtime.memmove"
+	r := &report{Profiles: []pathProfile{
+		{Key: "gateway", What: "on its own port", Path: "s/gateway-cpu.pprof", Top: top},
+		{Key: "hub", What: "behind the hub", Path: "s/gateway-cpu-hub.pprof"},
+	}}
+	var b strings.Builder
+	r.profileSection(&b)
+	for _, want := range []string{
+		"Gateway on its own port: `go tool pprof s/gateway-cpu.pprof`; heap profiles `s/gateway-cpu-allocs-before.pprof` and `s/gateway-cpu-allocs-after.pprof`.",
+		"```\n" + top + "\n```",
+		"Gateway behind the hub: `go tool pprof s/gateway-cpu-hub.pprof`",
+		"(pprof could not read it.)",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the profile section lacks %q:\n%s", want, b.String())
+		}
+	}
+}
