@@ -20,10 +20,6 @@ type goBench struct {
 	Command string
 	Samples map[string][]benchSample // by name without the -GOMAXPROCS suffix
 	Order   []string
-	// Allocs are the allocation profiles of the gateway's and the bare
-	// proxy's benchmarks for each body whose allocs/op differ by more than
-	// the goal allows (profileAllocsOver), by benchmark name.
-	Allocs map[string]*allocProfile
 }
 
 type benchSample struct{ NsOp, BOp, AllocsOp float64 }

@@ -41,7 +41,6 @@ type loadResult struct {
 	RoundRPS         []float64                // req/s of each round, to show the spread
 	Authz            authzDelta               // delegated authorization during the loads (sar.go)
 	Steady           authzSteady              // and in a window right after a fresh caller's decision was filled (sar.go)
-	ProfiledRequests int                      // requests of the profiled round, whose allocations the heap profiles count
 }
 
 func (r *loadResult) rps() float64 {
@@ -139,7 +138,6 @@ func runLoads(ctx context.Context, gw *gatewayAdmin, targets []*target, conc, ro
 				prof = make(chan error, 1)
 				go func() { prof <- gw.cpuProfile(ctx, per, path) }()
 			}
-			requests := t.res.Requests
 			if err := runRound(ctx, gw, t, conc, per, round == 0, round == rounds-1); err != nil {
 				return err
 			}
@@ -150,7 +148,6 @@ func runLoads(ctx context.Context, gw *gatewayAdmin, targets []*target, conc, ro
 				if err := gw.gc(ctx, allocPath(path, "after")); err != nil {
 					return err
 				}
-				t.res.ProfiledRequests = t.res.Requests - requests
 				logf("gateway CPU profile of the %q load written to %s", t.Name, path)
 			}
 			logf("round %d/%d %-28s %6.0f req/s so far", round+1, rounds, t.Name, t.res.rps())

@@ -106,7 +106,6 @@ func run(ctx context.Context, o options) error {
 		}
 		rep.GoBench = gb
 		fmt.Println("\n" + gb.markdown())
-		gb.profileAllocsOver(ctx, o.Go, allocBudget)
 	}
 	if !o.SkipEnv {
 		if err := runEnv(ctx, o, rep); err != nil {

@@ -74,12 +74,9 @@ func (r *report) goBenchSection(b *strings.Builder) {
 		"`BareReverseProxy` through `httputil.ReverseProxy` with one shared transport; `ProxyGateway` through the real `Proxy.Serve` (what the gateway's route calls) with a real pool and the " +
 		"informer cache (fed by a fake clientset: the hub is not measured), behind a TLS frontend that sets the user and RequestInfo as the generic server does, " +
 		"without authentication or authorization (section 2 has those). `ServePieces` are the per-request steps of `Serve` before the round trip; " +
-		"`fingerprint` is what `Acquire` no longer computes per request (see below). ns/op of a parallel benchmark is wall time per request with every goroutine busy.\n\n")
+		"`fingerprint` is the Target's hash, which a pool entry computes only when its Target changed. ns/op of a parallel benchmark is wall time per request with every goroutine busy.\n\n")
 	b.WriteString(r.GoBench.markdown())
-	b.WriteString("\n`Pool.Acquire` used to hash CA, certificate and key with sha256 on every request: ~1.2 µs and 6 allocs, which a CPU profile of `ProxyGateway/get` " +
-		"taken before the change put at ~3% of all CPU in the benchmark and about a fifth of `Serve`'s own. " +
-		"An entry now keeps a private copy of the Target fields it was built from and `Acquire` compares them (no hashing); `Serve` leases into its per-request state (`AcquireInto`: no allocation); " +
-		"a changed Target still falls back to the fingerprint and rotates the entry. See `acquire-release` above and `AcquireRelease` (pkg/pool).\n\n")
+	b.WriteString("\n")
 }
 
 func (r *report) loadSection(b *strings.Builder) {
@@ -110,8 +107,7 @@ func (r *report) loadSection(b *strings.Builder) {
 	}
 	b.WriteString("\nThe spread between rounds of one path is this machine's noise; the ratios below compare paths whose rounds were interleaved.\n")
 	b.WriteString("\nCPU per request is the process's utime+stime delta (/proc/<pid>/stat, 10 ms ticks) over the load divided by its requests; " +
-		"`bench process` is getrusage of hack/bench itself, the load clients. The bare reverse proxy runs in a process of its own, as the gateway does " +
-		"(before 2026-12-02 it ran in the bench process and its CPU was estimated as the bench process's in its row less that in the direct row). " +
+		"`bench process` is getrusage of hack/bench itself, the load clients. The bare reverse proxy runs in a process of its own, as the gateway does. " +
 		"The gateway runs with its defaults, `--gc-heap-floor` (64Mi) among them: while its live heap is small it collects garbage only once the heap reaches the floor " +
 		"(pkg/heapfloor; docs/install.md has its cost in memory); the bare proxy and the bench process with Go's default GOGC=100. " +
 		"A role that is not on a path shows its background CPU spread over that path's requests. A process's CPU per request also includes its " +
@@ -148,26 +144,16 @@ func (r *report) loadSection(b *strings.Builder) {
 
 func (r *report) ratios(b *strings.Builder) {
 	d, bare, gw, hub, konn, d3 := r.target("direct"), r.target("bare"), r.target("gateway"), r.target("hub"), r.target("konn"), r.target("direct3")
-	b.WriteString("### Ratios\n\n")
+	b.WriteString("### Ratios\n\nThe CPU ratios and their baselines are in the goals table.\n\n")
 	if d != nil && bare != nil && gw != nil {
 		fmt.Fprintf(b, "- Gateway over Direct vs bare reverse proxy: req/s %.2f× (gateway %.0f, bare %.0f; direct %.0f); p50 %s vs %s (direct %s); p99 %s vs %s.\n",
 			gw.res.rps()/bare.res.rps(), gw.res.rps(), bare.res.rps(), d.res.rps(),
 			fmtDur(gw.res.pct(.5)), fmtDur(bare.res.pct(.5)), fmtDur(d.res.pct(.5)), fmtDur(gw.res.pct(.99)), fmtDur(bare.res.pct(.99)))
-		if g, ok := gw.res.cpuPerReq("gateway"); ok {
-			bp := bareProxyCPU(bare)
-			fmt.Fprintf(b, "- Proxy CPU per request: gateway process %s vs the bare reverse proxy's process %s: %.1f×.\n",
-				fmtDur(g), fmtDur(bp), ratio(g, bp))
-		}
 	}
 	if gw != nil && hub != nil {
 		h, _ := hub.res.cpuPerReq("hub")
 		fmt.Fprintf(b, "- Through the hub vs the gateway's port: req/s %.2f×, p50 %s vs %s; the hub spends %s CPU per request.\n",
 			hub.res.rps()/gw.res.rps(), fmtDur(hub.res.pct(.5)), fmtDur(gw.res.pct(.5)), fmtDur(h))
-		if bc, bh, ok := r.bareBehindHub(); ok {
-			g, _ := hub.res.cpuPerReq("gateway")
-			fmt.Fprintf(b, "- What the hub path costs a proxy of no code of its own: the bare reverse proxy behind the same hub (its `hub-bare` row) spends %s CPU per request, %.2f× the hub's %s there; the gateway %s, %.2f× the hub's %s.\n",
-				fmtDur(bc), ratio(bc, bh), fmtDur(bh), fmtDur(g), ratio(g, h), fmtDur(h))
-		}
 	}
 	if konn != nil && gw != nil {
 		gk, _ := konn.res.cpuPerReq("gateway")
@@ -175,10 +161,6 @@ func (r *report) ratios(b *strings.Builder) {
 		fmt.Fprintf(b, "- Konnectivity vs Direct (both on the gateway's port): req/s %.2f× (%.0f vs %.0f), p50 %s vs %s, p99 %s vs %s; gateway CPU/req %s vs %s; proxy-server+agent add %s CPU per request.\n",
 			konn.res.rps()/gw.res.rps(), konn.res.rps(), gw.res.rps(), fmtDur(konn.res.pct(.5)), fmtDur(gw.res.pct(.5)),
 			fmtDur(konn.res.pct(.99)), fmtDur(gw.res.pct(.99)), fmtDur(gk), fmtDur(gd), cpuStr(&konn.res, "proxy-server", "proxy-agent"))
-		if bk, bd, ok := r.bareTunnelCost(); ok {
-			fmt.Fprintf(b, "- What the tunnel costs a proxy of no code of its own: the bare reverse proxy over the same konnectivity-client tunnel (its `bare-konn` row) spends %s CPU per request vs %s on its direct connection, %s more (%.2f×); the gateway %s more (%.2f×).\n",
-				fmtDur(bk), fmtDur(bd), fmtDur(bk-bd), ratio(bk, bd), fmtDur(gk-gd), ratio(gk, gd))
-		}
 		if d3 != nil && d != nil {
 			parity := d3.res.rps() / d.res.rps()
 			verdict := "so the Konnectivity ratio is not an artefact of a slower cluster"
@@ -256,14 +238,11 @@ func (r *report) interpretation(b *strings.Builder) {
 	if gb := r.GoBench; gb != nil {
 		g, bare := gb.median("BenchmarkProxyGateway/get", nsOp), gb.median("BenchmarkBareReverseProxy/get", nsOp)
 		if g > 0 && bare > 0 {
-			fmt.Fprintf(b, "- In process, the proxy handler costs %.2f× a bare `httputil.ReverseProxy` per small GET (%+.0f allocs/op). ", g/bare,
+			fmt.Fprintf(b, "- In process, the proxy handler costs %.2f× a bare `httputil.ReverseProxy` per small GET (%+.0f allocs/op); "+
+				"under load the gateway process also runs the generic API server's filters in front of the handler, which any aggregated API server pays.\n", g/bare,
 				gb.median("BenchmarkProxyGateway/get", allocsOp)-gb.median("BenchmarkBareReverseProxy/get", allocsOp))
-			b.WriteString("What the gateway process costs beyond that under load is the generic API server's per-request work in front of the handler " +
-				"(TLS client-certificate authentication, request info, authorization, impersonation, max-in-flight, audit and metrics filters, and the hand-over of each ordinary request to a pkg/workers goroutine), " +
-				"which any aggregated API server pays.\n")
 		}
 	}
-	r.profileInterpretation(b)
 	if d, gw := r.target("direct"), r.target("gateway"); d != nil && gw != nil {
 		fmt.Fprintf(b, "- On %d shared CPUs the loads are CPU-bound: req/s measures the total CPU of a path's processes more than any hop's latency. "+
 			"Direct needs only the client and one kube-apiserver; every proxy adds a TLS server, a TLS client and a copy of the body on the same CPUs, "+

@@ -29,145 +29,42 @@ func (r *report) authzSection(b *strings.Builder) {
 	allowTTL := flagValue(r.GatewayArgs, flagAllowTTL, defaultAuthzTTL.String()+", the default")
 	denyTTL := flagValue(r.GatewayArgs, flagDenyTTL, defaultAuthzTTL.String()+", the default")
 	b.WriteString("\nThe gateway's counter is `apiserver_delegated_authz_request_total` (its /metrics, all codes); the hub's is " +
-		"`apiserver_request_total{resource=\"subjectaccessreviews\"}` (the hub kube-apiserver's /metrics, scraped as its admin), both read before and after " +
-		"each round, i.e. after the warm-up. The gateway asks the hub once per caller and request attributes (user, groups, verb, resource, subresource, " +
-		"name) and keeps the answer (pkg/authzcache; the webhook authorizer's own cache is off), so in steady state a load costs about one review per cache TTL, not one per request. " +
-		"The direct and bare rows are the control: nothing there asks the hub.\n\n")
-	rounds, roundSARs := 0, 0.0
-	for _, t := range r.Targets {
-		if t.TODO == "" && gatewayLoads[t.Key] {
-			rounds += len(t.res.RoundRPS)
-			roundSARs += t.res.Authz.HubSARs
-		}
+		"`apiserver_request_total{resource=\"subjectaccessreviews\"}` (the hub kube-apiserver's /metrics), both read before and after " +
+		"each round, i.e. after the warm-up. The gateway caches each decision per caller and request attributes, so a load costs about one review per cache TTL. " +
+		"The direct and bare rows are the control: nothing there asks the hub. ")
+	fmt.Fprintf(b, "The fresh-caller columns: after the rounds, each gateway path was loaded once more as a caller no load had used (`%s-<load>`, bound alike), "+
+		"whose warm-up filled the decision, and then for %s more.", benchUser, r.steadyWindow())
+	if r.AuthzIdle != nil {
+		b.WriteString(" The control row is as long as those windows together, without load (the hub also calls the gateway on its own, e.g. to check the APIService).")
 	}
-	if n, sars, _ := r.gatewayAuthz(true); n > 0 {
-		fmt.Fprintf(b, "During the interleaved rounds the gateway paths cost %.1f reviews per round on average. The gateway-port, hub and %d-worker loads ask "+
-			"for the same caller and attributes and so share one decision; the Konnectivity load (another cluster's name) has its own. A round that begins "+
-			"more than a TTL after its decision was last filled begins with a refill; concurrent misses with the same attributes wait for one review "+
-			"(pkg/authzcache), so a refill costs one review, not one per worker whose request arrives before the answer. "+
-			"After the rounds, each gateway path was loaded once more as a caller of its own that no load had used (`%s-<load>`, bound alike), "+
-			"so that its warm-up's first requests filled the decision (the column of SARs filling it), and then for %s more: "+
-			"there the gateway paths' %d requests cost %.0f reviews (%.2f per 1,000), the steady state between refills. "+
-			"A client that keeps sending thus costs one review per TTL, not one per request.\n\n",
-			roundSARs/float64(max(1, rounds)), *manyWorkers, benchUser, r.steadyWindow(), n, sars, perThousand(sars, n))
-	}
-	if i := r.AuthzIdle; i != nil {
-		fmt.Fprintf(b, "The control row is as long as those windows together, without load: %.0f reviews not caused by the loads (the hub also calls the gateway on its own, "+
-			"e.g. to check the APIService), which the windows under load can include too.\n\n", i.HubSARs)
-	}
+	b.WriteString("\n\n")
 	fmt.Fprintf(b, "The cache's TTLs are gateway flags, `--%s` (here %s) and `--%s` (here %s), and so is its size, `--%s` (here %s). "+
 		"With `--authorize-proxy-subpath` the gateway also authorizes each proxied request's inner verb and resource, one more cached decision per distinct "+
 		"inner request; this run does not set it.\n\n", flagAllowTTL, allowTTL, flagDenyTTL, denyTTL, flagAuthzSize, flagValue(r.GatewayArgs, flagAuthzSize, "8192, the default"))
 }
 
-// profileSection shows where the gateway's CPU went during each profiled
-// load: named parts (cumulative) side by side, then each profile's top
-// functions by their own CPU.
+// profileSection lists the gateway's CPU and heap profiles of each
+// profiled load, and each CPU profile's top functions as pprof prints them.
 func (r *report) profileSection(b *strings.Builder) {
 	if len(r.Profiles) == 0 {
 		return
 	}
-	b.WriteString("### Where the gateway's CPU went\n\nCPU profiles of the gateway during the first round of ")
-	var which []string
+	b.WriteString("### The gateway's CPU profiles\n\nThe gateway is CPU-profiled during the first round of each of these loads, " +
+		"and a heap profile is written right before and after that round (its allocations: `go tool pprof -sample_index=alloc_objects -diff_base <before> <after>`). " +
+		"Each profile also covers the /metrics scrape that begins its round. The top functions by their own CPU:\n\n")
 	for _, p := range r.Profiles {
-		which = append(which, fmt.Sprintf("the %s load (`go tool pprof %s`)", p.Key, p.Path))
-	}
-	b.WriteString(strings.Join(which, ", ") + "; profiling costs a little CPU itself, and each profile also covers the gateway /metrics scrape " +
-		"taken as its round begins. Cumulative shares of the gateway's CPU (a function and everything it calls; the named parts overlap where one says \"of which\"):\n\n")
-	b.WriteString("| part |")
-	for _, p := range r.Profiles {
-		fmt.Fprintf(b, " %s |", p.What)
-	}
-	b.WriteString("\n|---|" + strings.Repeat("---:|", len(r.Profiles)) + "\n")
-	for i, f := range profileFuncs {
-		fmt.Fprintf(b, "| %s (`%s`) |", f.What, f.Func)
-		for _, p := range r.Profiles {
-			fmt.Fprintf(b, " %s |", pctStr(p.Shares[i].Pct))
-		}
-		b.WriteString("\n")
-	}
-	var verify, samples []string
-	for _, p := range r.Profiles {
-		verify = append(verify, fmt.Sprintf("%s %s", p.Key, pctStr(p.share("verify"))))
-		samples = append(samples, fmt.Sprintf("%s %s", p.Key, p.Samples))
-	}
-	fmt.Fprintf(b, "\nProfiled CPU (pprof's total samples): %s. Client-certificate chains are verified once per connection and then found in pkg/certauth's cache "+
-		"(`--authentication-certificate-cache-size`), the hub's front-proxy certificate included, so `crypto/x509` verification shows only when a new "+
-		"connection or certificate arrives (in these profiles: %s). Authorization decisions come from pkg/authzcache (above); "+
-		"its share is mostly the lookup, keyed by the request's attributes.\n\n",
-		strings.Join(samples, ", "), strings.Join(verify, ", "))
-	if p := r.profile("gateway"); p != nil && len(p.AllocTop) > 0 {
-		fmt.Fprintf(b, "Where the gateway %s allocated most objects during the profiled round, per request (its heap profile's allocation samples after "+
-			"the round less before it, `go tool pprof -sample_index=alloc_objects -diff_base %s %s`: sampled, so an estimate; section 2 has the exact totals):\n\n"+
-			"| function | objects per request (flat) | cumulative |\n|---|---:|---:|\n", p.What, allocPath(p.Path, "before"), allocPath(p.Path, "after"))
-		for _, t := range p.AllocTop {
-			fmt.Fprintf(b, "| `%s` | %.1f | %.1f |\n", shortFunc(t.Func), t.Flat, t.Cum)
-		}
-		b.WriteString("\n")
-	}
-	for _, p := range r.Profiles {
-		fmt.Fprintf(b, "Top functions by their own CPU, gateway %s:\n\n| function | own (flat) | cumulative |\n|---|---:|---:|\n", p.What)
-		for _, t := range p.Top {
-			fmt.Fprintf(b, "| `%s` | %.1f%% | %.1f%% |\n", shortFunc(t.Func), t.Flat, t.Cum)
-		}
-		b.WriteString("\n")
+		fmt.Fprintf(b, "Gateway %s: `go tool pprof %s`; heap profiles `%s` and `%s`.\n\n", p.What, p.Path, allocPath(p.Path, "before"), allocPath(p.Path, "after"))
+		p.topBlock(b)
 	}
 }
 
-// shortFunc elides the type arguments of a generic function's long name.
-func shortFunc(name string) string {
-	if len(name) <= 100 {
-		return name
-	}
-	i, j := strings.IndexByte(name, '['), strings.LastIndexByte(name, ']')
-	if i < 0 || j < i {
-		return name
-	}
-	return name[:i+1] + "…" + name[j:]
-}
-
-func pctStr(v float64) string {
-	if v == 0 {
-		return "no sample"
-	}
-	return fmt.Sprintf("%.1f%%", v)
-}
-
-// profile is the profile of load key, or nil.
-func (r *report) profile(key string) *pathProfile {
-	for i := range r.Profiles {
-		if r.Profiles[i].Key == key {
-			return &r.Profiles[i]
-		}
-	}
-	return nil
-}
-
-// profileInterpretation is the interpretation's line about the profiles.
-func (r *report) profileInterpretation(b *strings.Builder) {
-	p := r.profile("gateway")
-	if p == nil {
+// topBlock is the profile's pprof top as a code block, or why it is absent.
+func (p *pathProfile) topBlock(b *strings.Builder) {
+	if p.Top == "" {
+		b.WriteString("(pprof could not read it.)\n\n")
 		return
 	}
-	acquire := pctStr(p.share("acquire"))
-	if p.share("acquire") == 0 {
-		acquire = "below the profile's resolution (no sample)"
-	}
-	fmt.Fprintf(b, "- In the gateway process on its own port, the proxy handler's goroutine is %s of the CPU and `Pool.Acquire` %s; "+
-		"authentication is %s (chain verification %s, pkg/certauth's lookup %s), authorization %s (the delegated authorizer %s), "+
-		"the tracing filter's OpenTelemetry metrics %s, TLS reads and writes %s and %s, garbage collection %s.",
-		pctStr(p.share("serve")), acquire, pctStr(p.share("authn")), pctStr(p.share("verify")), pctStr(p.share("certauth")),
-		pctStr(p.share("authz")), pctStr(p.share("webhook")), pctStr(p.share("otel")),
-		pctStr(p.share("tlsread")), pctStr(p.share("tlswrite")), pctStr(p.share("gc")))
-	if h := r.profile("hub"); h != nil {
-		fmt.Fprintf(b, " Behind the hub: handler %s, authentication %s (verification %s), authorization %s.",
-			pctStr(h.share("serve")), pctStr(h.share("authn")), pctStr(h.share("verify")), pctStr(h.share("authz")))
-	}
-	if k := r.profile("konn"); k != nil {
-		fmt.Fprintf(b, " To the Konnectivity cluster: handler %s (its round trip goes through the gRPC tunnel), authentication %s, authorization %s.",
-			pctStr(k.share("serve")), pctStr(k.share("authn")), pctStr(k.share("authz")))
-	}
-	b.WriteString("\n")
+	fmt.Fprintf(b, "```\n%s\n```\n\n", p.Top)
 }
 
 // manyWorkersSection compares the loads with -workers-many workers to the

@@ -8,9 +8,9 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -51,8 +51,9 @@ func runScanStep(ctx context.Context, o options, env *localenv.Env, gw *gatewayA
 		rep.Scan.HeapStored = heapTop(ctx, o.Go, o.StateDir, "stored", "before")
 		rep.Scan.HeapPooled = heapTop(ctx, o.Go, o.StateDir, "pooled", "stored")
 		rep.Scan.HeapAfter = heapTop(ctx, o.Go, o.StateDir, "after", "pooled")
-		if p, perr := profileBreakdown(ctx, o.Go, filepath.Join(o.StateDir, idleProfileName), idleFuncs); perr == nil {
-			rep.Scan.IdleProfile = p
+		path := filepath.Join(o.StateDir, idleProfileName)
+		if top, perr := pprofTop(ctx, o.Go, "-nodecount="+strconv.Itoa(topFuncs), path); perr == nil {
+			rep.Scan.IdleProfile = &pathProfile{Path: path, Top: top}
 		} else {
 			logf("scan: cannot read the idle CPU profile: %v", perr)
 		}
@@ -127,7 +128,7 @@ type scanResult struct {
 	// scan until RSS settled: no requests, every gateway stored, the
 	// prober at its defaults.
 	Idle        idleCPU
-	IdleProfile *pathProfile // the idle window's CPU profile, by idleFuncs
+	IdleProfile *pathProfile // the idle window's CPU profile
 	GatewayArgs []string
 	// HeapStored, HeapPooled and HeapAfter are where the live heap grew: the
 	// top of the stored profile against the fresh one, of the pooled against
@@ -141,21 +142,11 @@ type scanResult struct {
 // so).
 func heapTop(ctx context.Context, goBin, dir, step, base string) string {
 	prof := func(s string) string { return filepath.Join(dir, "gateway-heap-scan-"+s+".pprof") }
-	out, err := exec.CommandContext(ctx, goBin, "tool", "pprof", "-top", "-sample_index=inuse_space", "-nodecount=12",
-		"-diff_base="+prof(base), prof(step)).Output()
+	out, err := pprofTop(ctx, goBin, "-sample_index=inuse_space", "-nodecount=12", "-diff_base="+prof(base), prof(step))
 	if err != nil {
 		logf("scan: pprof of %s: %v", step, err)
-		return ""
 	}
-	var keep []string
-	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		// Drop pprof's own header lines (File:, Type:, Time:).
-		if strings.HasPrefix(l, "File:") || strings.HasPrefix(l, "Build ID:") || strings.HasPrefix(l, "Type:") || strings.HasPrefix(l, "Time:") {
-			continue
-		}
-		keep = append(keep, l)
-	}
-	return strings.Join(keep, "\n")
+	return out
 }
 
 // runScan restarts the gateway with the default pool (no --pool-capacity),
