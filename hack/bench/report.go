@@ -108,8 +108,7 @@ func (r *report) loadSection(b *strings.Builder) {
 	b.WriteString("\nThe spread between rounds of one path is this machine's noise; the ratios below compare paths whose rounds were interleaved.\n")
 	b.WriteString("\nCPU per request is the process's utime+stime delta (/proc/<pid>/stat, 10 ms ticks) over the load divided by its requests; " +
 		"`bench process` is getrusage of hack/bench itself, the load clients. The bare reverse proxy runs in a process of its own, as the gateway does. " +
-		"The gateway runs with its defaults, `--gc-heap-floor` (64Mi) among them: while its live heap is small it collects garbage only once the heap reaches the floor " +
-		"(pkg/heapfloor; docs/install.md has its cost in memory); the bare proxy and the bench process with Go's default GOGC=100. " +
+		"The gateway, the bare proxy and the bench process run with Go's default GOGC=100. " +
 		"A role that is not on a path shows its background CPU spread over that path's requests. A process's CPU per request also includes its " +
 		"background work spread over fewer requests, and grows when more busy processes share the CPUs (compare the upstream column across rows), " +
 		"so these are approximate.\n\n")

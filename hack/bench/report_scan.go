@@ -128,9 +128,7 @@ func (r *report) scanSizing(b *strings.Builder, perHeap, perStoredHeap float64) 
 		s.Capacity, s.N, mib(estimate(s.Capacity, s.N)), mib(s.peakRSS()), 5000, s.N, mib(estimate(5000, s.N)))
 	b.WriteString("Size the pool to the clusters used within `--pool-idle-ttl` if memory allows: a cluster that is evicted and used again pays a new TLS handshake " +
 		"(through konnectivity, a new tunnel stream too), which the scan above pays on nearly every request. `GOMEMLIMIT` (the chart does not set it) " +
-		"makes the runtime collect more often as the limit nears, instead of letting the heap reach twice the live heap. " +
-		"A small gateway under load uses more than the estimate: while its live heap is under about half of `--gc-heap-floor` (64Mi by default; pkg/heapfloor) " +
-		"its heap grows to the floor before it collects (section 2 has the loads' RSS).\n\n")
+		"makes the runtime collect more often as the limit nears, instead of letting the heap reach twice the live heap.\n\n")
 }
 
 // perEntry is the heap and RSS per pooled cluster with an open connection.

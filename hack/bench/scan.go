@@ -489,8 +489,7 @@ func afterGC(ctx context.Context, gw *gatewayAdmin, save string) (memState, erro
 // Marked is the heap the last GC marked live (go_gc_heap_live_bytes, the
 // runtime's /gc/heap/live:bytes). Unlike heap_alloc it does not grow with
 // what is allocated between the forced GC and the scrape, and unlike an
-// estimate from the heap goal it does not depend on GOGC, which the
-// gateway's --gc-heap-floor raises while the live heap is small.
+// estimate from the heap goal it does not depend on GOGC.
 type memState struct {
 	gwState
 	Live, Marked float64

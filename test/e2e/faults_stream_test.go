@@ -118,11 +118,7 @@ func TestStream100MB(t *testing.T) {
 	requireGateway(t)
 	// A fresh gateway process: after the suite's other traffic its heap may
 	// hold enough free memory to buffer the body without growing its RSS.
-	// Without the heap floor (pkg/heapfloor), which lets a small heap fill
-	// with up to 64 MiB of garbage before a collection by design: the bound
-	// is on what streaming holds, not on the GC's schedule.
-	restartGateway(t, append(append([]string{}, env.GatewayArgs...), "--gc-heap-floor=0"))
-	t.Cleanup(func() { restartGateway(t, nil) })
+	restartGateway(t, nil)
 	s := newBigStream(t)
 	want := s.sum()
 	url, ca := bigCluster(t, s)

@@ -15,7 +15,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/clustergateway/cluster-gateway/cmd/apiserver/app/options"
-	"github.com/clustergateway/cluster-gateway/pkg/heapfloor"
 	"github.com/clustergateway/cluster-gateway/pkg/logredact"
 	"github.com/clustergateway/cluster-gateway/pkg/version"
 )
@@ -47,8 +46,6 @@ one hub namespace, and their proxy subresource, which forwards any request to th
 			if err := o.Validate(); err != nil {
 				return err
 			}
-			floor, _ := o.HeapFloor() // validated
-			defer heapfloor.Start(floor)()
 			cfg, err := o.ServerConfig()
 			if err != nil {
 				return err
@@ -57,7 +54,7 @@ one hub namespace, and their proxy subresource, which forwards any request to th
 			if err != nil {
 				return err
 			}
-			klog.InfoS("Starting cluster-gateway", "version", version.String(), "gcHeapFloor", o.GCHeapFloor)
+			klog.InfoS("Starting cluster-gateway", "version", version.String())
 			return s.Run(ctx)
 		},
 	}

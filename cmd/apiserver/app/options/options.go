@@ -9,7 +9,6 @@ import (
 	"net"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
@@ -40,7 +39,6 @@ type Options struct {
 	CertCacheSize         int
 	AuthzCacheSize        int
 	RequestWorkers        int
-	GCHeapFloor           string
 	// A/B switches for make bench (hidden).
 	StockHandlerChain, NoCertConnMemo bool
 
@@ -69,7 +67,6 @@ func NewOptions() *Options {
 		CertCacheSize:       4096,
 		AuthzCacheSize:      8192,
 		RequestWorkers:      64,
-		GCHeapFloor:         "64Mi",
 		Pool:                pool.NewOptions(),
 		Konnectivity:        konnectivity.NewOptions(),
 		Endpoints:           endpointpolicy.NewOptions(),
@@ -92,7 +89,6 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.IntVar(&o.CertCacheSize, "authentication-certificate-cache-size", o.CertCacheSize, "Verified client-certificate chains (the hub's front-proxy certificate, users' own) kept so a connection's certificate is verified once, not per request; 0 verifies every request. An entry ends at its chain's expiry, and a changed CA bundle is used at once.")
 	fs.IntVar(&o.RequestWorkers, "request-workers", o.RequestWorkers, "Goroutines that serve ordinary (not long-running) requests and keep their grown stacks from one request to the next, instead of a new goroutine per request whose stack is copied as it grows; a request that finds none idle is served on its own goroutine. 0: a new goroutine per request, as net/http does.")
 	fs.IntVar(&o.AuthzCacheSize, "authorization-cache-size", o.AuthzCacheSize, "Authorization decisions (per caller and request attributes) the gateway keeps, for --authorization-webhook-cache-authorized-ttl and --authorization-webhook-cache-unauthorized-ttl (expired ones are dropped every TTL); concurrent requests that miss wait for one SubjectAccessReview. 0: the generic webhook authorizer's own cache (8192 decisions keyed by the review's JSON, one review per concurrent miss).")
-	fs.StringVar(&o.GCHeapFloor, "gc-heap-floor", o.GCHeapFloor, "Heap size below which the gateway does not collect garbage: while the live heap is under about half of it, GOGC is raised so that the next collection starts at this size, which spares a small gateway under load most of its collections for up to this much memory. Beyond it GOGC (100 unless set in the environment) decides alone; GOMEMLIMIT still applies. 0: off.")
 	fs.BoolVar(&o.StockHandlerChain, "ab-stock-handler-chain", false, "Measurement only: the generic server's handler chain instead of the gateway's.")
 	fs.BoolVar(&o.NoCertConnMemo, "ab-no-cert-conn-memo", false, "Measurement only: the certificate cache without its per-connection memo.")
 	_ = fs.MarkHidden("ab-stock-handler-chain")
@@ -124,9 +120,6 @@ func (o *Options) Validate() error {
 	}
 	if o.RequestWorkers < 0 {
 		errs = append(errs, fmt.Errorf("--request-workers must not be negative, not %d", o.RequestWorkers))
-	}
-	if _, err := o.HeapFloor(); err != nil {
-		errs = append(errs, err)
 	}
 	if o.AuthzCacheSize < 0 {
 		errs = append(errs, fmt.Errorf("--authorization-cache-size must not be negative, not %d", o.AuthzCacheSize))
@@ -190,19 +183,6 @@ func (o *Options) ServerConfig() (*apiserver.Config, error) {
 		}
 	}
 	return cfg, nil
-}
-
-// HeapFloor is --gc-heap-floor in bytes.
-func (o *Options) HeapFloor() (uint64, error) {
-	q, err := resource.ParseQuantity(o.GCHeapFloor)
-	if err != nil {
-		return 0, fmt.Errorf("--gc-heap-floor must be a quantity such as 64Mi (0: off), not %q", o.GCHeapFloor)
-	}
-	v, ok := q.AsInt64()
-	if !ok || v < 0 {
-		return 0, fmt.Errorf("--gc-heap-floor must be a whole number of bytes from 0 to 8Ei, such as 64Mi, not %q", o.GCHeapFloor)
-	}
-	return uint64(v), nil
 }
 
 // validateLimits refuses per-cluster bounds that let one saturated cluster

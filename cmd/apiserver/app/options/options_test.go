@@ -33,10 +33,6 @@ func TestValidate(t *testing.T) {
 		{args: []string{"--authorization-cache-size=-1"}, want: []string{"--authorization-cache-size must not be negative"}},
 		{args: []string{"--request-workers=0"}}, // a new goroutine per request
 		{args: []string{"--request-workers=-1"}, want: []string{"--request-workers must not be negative"}},
-		{args: []string{"--gc-heap-floor=0"}}, // off
-		{args: []string{"--gc-heap-floor=256Mi"}},
-		{args: []string{"--gc-heap-floor=lots"}, want: []string{`--gc-heap-floor must be a quantity such as 64Mi (0: off), not "lots"`}},
-		{args: []string{"--gc-heap-floor=-1Mi"}, want: []string{"--gc-heap-floor must be a whole number of bytes"}},
 		{args: []string{"--shutdown-send-retry-after=true", "--shutdown-watch-termination-grace-period=5s"},
 			want: []string{"--shutdown-send-retry-after is not supported", "--shutdown-watch-termination-grace-period is not supported"}},
 		{args: []string{"--max-requests-per-cluster=150", "--max-queued-per-cluster=50"},
