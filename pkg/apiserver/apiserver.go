@@ -69,11 +69,10 @@ type ExtraConfig struct {
 	// RequestWorkers is how many goroutines serve ordinary requests with
 	// their stacks already grown (pkg/workers); 0: none.
 	RequestWorkers int
-	// StockHandlerChain and NoCertConnMemo switch pieces off for the A/B
-	// rows of make bench (hidden flags): the generic server's
-	// DefaultBuildHandlerChain wrapped instead of the gateway's copy, and
-	// pkg/certauth without its per-connection memo.
-	StockHandlerChain, NoCertConnMemo bool
+	// StockHandlerChain is for the A/B rows of make bench (a hidden
+	// flag): the generic server's DefaultBuildHandlerChain wrapped around
+	// the proxy route instead of the gateway's copy.
+	StockHandlerChain bool
 	// Tracing is true when --tracing-config-file is set: only then does
 	// the handler chain trace requests.
 	Tracing bool
@@ -309,7 +308,6 @@ func (c *Config) cacheCertificateAuthentication() (*certauth.Cache, error) {
 	if err != nil {
 		return nil, err
 	}
-	cache.NoConnMemo = c.Extra.NoCertConnMemo
 	var cached []authenticator.Request
 	if rh := a.RequestHeaderConfig; rh != nil {
 		cached = append(cached, cache.RequestHeader(certauth.RequestHeaderConfig{

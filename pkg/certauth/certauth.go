@@ -10,24 +10,18 @@
 // pool is compared by identity: the dynamic CA providers hand out a new pool
 // when the CA bundle changes, so a rotated bundle is used on the very next
 // request, and a connection reused across the change is verified again. An
-// entry ends at the earliest notAfter of its chain. In front of the LRU, each
-// authenticator remembers the entries of recent connections by their TLS
-// state (see connMemo), so that the requests of a kept-alive connection skip
-// hashing the chain and the LRU's lock. A refusal is never kept: it would
-// keep what a client without any credential sent.
+// entry ends at the earliest notAfter of its chain. A refusal is never kept:
+// it would keep what a client without any credential sent.
 package certauth
 
 import (
 	"crypto/sha256"
-	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"fmt"
 	"net/http"
-	"slices"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
@@ -45,10 +39,6 @@ type Cache struct {
 	lru                         *lru.Cache[key, *verified]
 	now                         func() time.Time
 	hits, misses, verifications atomic.Int64
-	connHits                    atomic.Int64 // of hits, those found by connection (connMemo)
-	// NoConnMemo skips the per-connection memo (every lookup goes to the
-	// LRU): an A/B switch for make bench; set it before use.
-	NoConnMemo bool
 }
 
 type key struct {
@@ -82,48 +72,6 @@ func NewCache(size int) (*Cache, error) {
 // and chain verifications done (misses that were verified).
 func (c *Cache) Stats() (hits, misses, verifications int64, size int) {
 	return c.hits.Load(), c.misses.Load(), c.verifications.Load(), c.lru.Len()
-}
-
-// connMemoSlots is how many connections' entries an authenticator
-// remembers by TLS state: a slot per connection, chosen by the state's
-// address, the last connection there kept.
-const connMemoSlots = 64
-
-// connMemo remembers entries by connection. HTTP/2 and HTTP/1 servers alike
-// hand every request of a connection the same *tls.ConnectionState (made
-// once, after the handshake, and not changed), so the same state means the
-// same peer chain. An entry found here is used only under the same CA pool
-// (by identity) and key usages, and only before its notAfter, as in the LRU.
-// A remembered state stays reachable until its slot is taken by another
-// connection: at most connMemoSlots states per authenticator.
-type connMemo [connMemoSlots]atomic.Pointer[connEntry]
-
-type connEntry struct {
-	state  *tls.ConnectionState // held, so its address is not reused while here
-	roots  *x509.CertPool
-	usages []x509.ExtKeyUsage
-	v      *verified
-}
-
-// lookupConn is lookup for the peer chain of state, through m.
-func (c *Cache) lookupConn(m *connMemo, state *tls.ConnectionState, opts x509.VerifyOptions) (*verified, error) {
-	// A multiplicative hash of the state's address (the heap does not move
-	// objects): its top bits pick the slot.
-	if c.NoConnMemo {
-		return c.lookup(state.PeerCertificates, opts)
-	}
-	slot := &m[(uint64(uintptr(unsafe.Pointer(state)))*0x9E3779B97F4A7C15)>>58]
-	if e := slot.Load(); e != nil && e.state == state && e.roots == opts.Roots &&
-		slices.Equal(e.usages, opts.KeyUsages) && c.now().Before(e.v.notAfter) {
-		c.hits.Add(1)
-		c.connHits.Add(1)
-		return e.v, nil
-	}
-	v, err := c.lookup(state.PeerCertificates, opts)
-	if v != nil {
-		slot.Store(&connEntry{state: state, roots: opts.Roots, usages: slices.Clone(opts.KeyUsages), v: v})
-	}
-	return v, err
 }
 
 // lookup returns the cache entry of peer's chains under opts, verifying and
@@ -182,7 +130,6 @@ func (c *Cache) lookup(peer []*x509.Certificate, opts x509.VerifyOptions) (*veri
 // cache shares its answers: every request used to hash the certificate for
 // the credential ID and build the user twice over (a dozen allocations).
 func (c *Cache) ClientCert(ca dynamiccertificates.CAContentProvider) authenticator.Request {
-	memo := new(connMemo)
 	return authenticator.RequestFunc(func(req *http.Request) (*authenticator.Response, bool, error) {
 		if req.TLS == nil || len(req.TLS.PeerCertificates) == 0 {
 			return nil, false, nil
@@ -191,7 +138,7 @@ func (c *Cache) ClientCert(ca dynamiccertificates.CAContentProvider) authenticat
 		if !ok {
 			return nil, false, nil
 		}
-		v, err := c.lookupConn(memo, req.TLS, opts)
+		v, err := c.lookup(req.TLS.PeerCertificates, opts)
 		if err != nil {
 			return nil, false, fmt.Errorf("verifying certificate with subject %q failed: %w", req.TLS.PeerCertificates[0].Subject, err)
 		}
@@ -250,7 +197,6 @@ func withAuthenticatedGroup(r *authenticator.Response) *authenticator.Response {
 // from the headers, as headerrequest.NewDynamicVerifyOptionsSecure does.
 func (c *Cache) RequestHeader(rh RequestHeaderConfig) authenticator.Request {
 	headers := headerrequest.NewDynamic(rh.UsernameHeaders, rh.UIDHeaders, rh.GroupHeaders, rh.ExtraHeaderPrefixes)
-	memo := new(connMemo)
 	return authenticator.RequestFunc(func(req *http.Request) (*authenticator.Response, bool, error) {
 		if req.TLS == nil || len(req.TLS.PeerCertificates) == 0 {
 			return nil, false, nil
@@ -259,7 +205,7 @@ func (c *Cache) RequestHeader(rh RequestHeaderConfig) authenticator.Request {
 		if !ok {
 			return nil, false, nil
 		}
-		if _, err := c.lookupConn(memo, req.TLS, opts); err != nil {
+		if _, err := c.lookup(req.TLS.PeerCertificates, opts); err != nil {
 			return nil, false, err
 		}
 		if err := allowed(req.TLS.PeerCertificates[0].Subject, rh.AllowedClientNames.Value()); err != nil {

@@ -3,7 +3,6 @@ package certauth
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -140,56 +139,9 @@ func TestRequestHeader(t *testing.T) {
 	}
 }
 
-// The requests of one connection find its chain by the connection: one
-// verification and no LRU lookup after the first, and still refused once the
-// certificate expires or its CA leaves the bundle. Many connections (more
-// than the memo's slots) are each still authenticated as themselves.
-func TestConnectionRemembered(t *testing.T) {
-	ca := testpki.MustCA(t, "certauth-conn")
-	alice := ca.MustIssue(t, testpki.Spec{CommonName: "alice", Client: true})
-	provider, c, auth := clientCertAuth(t, ca, 8)
-	conn := &tls.ConnectionState{PeerCertificates: []*x509.Certificate{alice.Cert}}
-	for range 100 {
-		if resp, ok, err := auth.AuthenticateRequest(connRequest(conn)); !ok || err != nil || resp.User.GetName() != "alice" {
-			t.Fatalf("alice: %v %v %v", resp, ok, err)
-		}
-	}
-	hits, misses, verifications, _ := c.Stats()
-	if verifications != 1 || misses != 1 || hits != 99 || c.connHits.Load() != 99 {
-		t.Fatalf("100 requests on one connection: %d verifications, %d misses, %d hits (%d by connection), want 1, 1, 99 (99)", verifications, misses, hits, c.connHits.Load())
-	}
-
-	// Expired: refused on the same connection.
-	c.now = func() time.Time { return alice.Cert.NotAfter.Add(time.Minute) }
-	if _, ok, err := auth.AuthenticateRequest(connRequest(conn)); ok || err == nil {
-		t.Fatalf("an expired certificate on a remembered connection: ok=%v err=%v, want refused", ok, err)
-	}
-	c.now = time.Now
-	// The CA left the bundle: refused on the same connection.
-	provider.pool.Store(testpki.MustCA(t, "certauth-conn-other").Pool())
-	if _, ok, err := auth.AuthenticateRequest(connRequest(conn)); ok || err == nil {
-		t.Fatalf("a remembered connection after its CA left the bundle: ok=%v err=%v, want refused", ok, err)
-	}
-	provider.pool.Store(ca.Pool())
-
-	// More connections than slots, each a user of its own, twice over.
-	var conns []*tls.ConnectionState
-	for i := range 3 * connMemoSlots {
-		p := ca.MustIssue(t, testpki.Spec{CommonName: fmt.Sprintf("user-%d", i), Client: true})
-		conns = append(conns, &tls.ConnectionState{PeerCertificates: []*x509.Certificate{p.Cert}})
-	}
-	for range 2 {
-		for i, state := range conns {
-			if resp, ok, err := auth.AuthenticateRequest(connRequest(state)); !ok || err != nil || resp.User.GetName() != fmt.Sprintf("user-%d", i) {
-				t.Fatalf("connection %d: %v %v %v", i, resp, ok, err)
-			}
-		}
-	}
-}
-
 // A cached chain ends at the earliest notAfter of every certificate in it,
 // the intermediates' included, not at the leaf's: once an intermediate has
-// expired, a chain verified before is refused, by connection and in the LRU.
+// expired, a chain verified before is refused.
 func TestCachedChainEndsAtEarliestNotAfter(t *testing.T) {
 	ca := testpki.MustCA(t, "certauth-expiry-ca")
 	now := time.Now()
@@ -204,7 +156,7 @@ func TestCachedChainEndsAtEarliestNotAfter(t *testing.T) {
 		r.TLS = state
 		return r
 	}
-	for range 2 { // verified, then found by connection
+	for range 2 { // verified, then found in the cache
 		if resp, ok, err := auth.AuthenticateRequest(req(conn)); !ok || err != nil || resp.User.GetName() != "carol" {
 			t.Fatalf("before the intermediate expires: %v %v %v", resp, ok, err)
 		}

@@ -40,7 +40,7 @@ type Options struct {
 	AuthzCacheSize        int
 	RequestWorkers        int
 	// A/B switches for make bench (hidden).
-	StockHandlerChain, NoCertConnMemo bool
+	StockHandlerChain bool
 
 	Pool         *pool.Options
 	Konnectivity *konnectivity.Options
@@ -90,9 +90,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.IntVar(&o.RequestWorkers, "request-workers", o.RequestWorkers, "Goroutines that serve ordinary (not long-running) requests and keep their grown stacks from one request to the next, instead of a new goroutine per request whose stack is copied as it grows; a request that finds none idle is served on its own goroutine. 0: a new goroutine per request, as net/http does.")
 	fs.IntVar(&o.AuthzCacheSize, "authorization-cache-size", o.AuthzCacheSize, "Authorization decisions (per caller and request attributes) the gateway keeps, for --authorization-webhook-cache-authorized-ttl and --authorization-webhook-cache-unauthorized-ttl (expired ones are dropped every TTL); concurrent requests that miss wait for one SubjectAccessReview. 0: the generic webhook authorizer's own cache (8192 decisions keyed by the review's JSON, one review per concurrent miss).")
 	fs.BoolVar(&o.StockHandlerChain, "ab-stock-handler-chain", false, "Measurement only: the generic server's handler chain instead of the gateway's.")
-	fs.BoolVar(&o.NoCertConnMemo, "ab-no-cert-conn-memo", false, "Measurement only: the certificate cache without its per-connection memo.")
 	_ = fs.MarkHidden("ab-stock-handler-chain")
-	_ = fs.MarkHidden("ab-no-cert-conn-memo")
 	o.Endpoints.AddFlags(fs)
 	o.Pool.AddFlags(fss.FlagSet("pool"))
 	o.Konnectivity.AddFlags(fss.FlagSet("konnectivity"))
@@ -173,7 +171,6 @@ func (o *Options) ServerConfig() (*apiserver.Config, error) {
 		AuthzCache:            authzCache,
 		RequestWorkers:        o.RequestWorkers,
 		StockHandlerChain:     o.StockHandlerChain,
-		NoCertConnMemo:        o.NoCertConnMemo,
 	}
 	cfg.Extra.Pool.Endpoints = endpoints
 	cfg.Extra.CertCacheSize = o.CertCacheSize
