@@ -40,7 +40,6 @@ type abVariant struct {
 // alone; baseline has every one on (the defaults).
 var abVariants = []abVariant{
 	{Key: "baseline", What: "the defaults"},
-	{Key: "no-workers", What: "request workers at 0: a goroutine per request, as net/http", Args: []string{"--request-workers=0"}},
 	{Key: "stock-chain", What: "k8s.io/apiserver's DefaultBuildHandlerChain wrapped around the proxy route, instead of the copy", Args: []string{"--ab-stock-handler-chain"}},
 	{Key: "no-certauth", What: "the certificate cache off: the generic authenticators verify every request's chain", Args: []string{"--authentication-certificate-cache-size=0"}},
 	{Key: "no-authz-cache", What: "the authorization cache off: the webhook authorizer's own cache", Args: []string{"--authorization-cache-size=0"}},

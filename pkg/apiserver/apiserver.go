@@ -34,7 +34,6 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/pool/konnectivity"
 	"github.com/clustergateway/cluster-gateway/pkg/proxy"
 	"github.com/clustergateway/cluster-gateway/pkg/registry/clustergateway"
-	"github.com/clustergateway/cluster-gateway/pkg/workers"
 )
 
 // ExtraConfig is what the gateway adds to the generic server's configuration.
@@ -66,9 +65,6 @@ type ExtraConfig struct {
 	// server's authorizer (pkg/authzcache); Size 0: not at all (the
 	// webhook authorizer's own cache then does).
 	AuthzCache authzcache.Options
-	// RequestWorkers is how many goroutines serve ordinary requests with
-	// their stacks already grown (pkg/workers); 0: none.
-	RequestWorkers int
 	// StockHandlerChain is for the A/B rows of make bench (a hidden
 	// flag): the generic server's DefaultBuildHandlerChain wrapped around
 	// the proxy route instead of the gateway's copy.
@@ -104,7 +100,6 @@ type Server struct {
 	CertCache *certauth.Cache
 	// AuthzCache keeps authorization decisions; nil when off.
 	AuthzCache *authzcache.Authorizer
-	workers    *workers.Pool
 }
 
 // New builds the server; nothing runs until Run.
@@ -121,13 +116,12 @@ func (c *Config) New() (*Server, error) {
 		return nil, errors.New("--shutdown-send-retry-after and --shutdown-watch-termination-grace-period are not supported by the gateway: it ends proxied watches on shutdown itself (--shutdown-stream-drain)")
 	}
 	g.LongRunningFunc = proxy.IsLongRunning
-	route := new(proxy.Route)                         // serves once the proxy is built, below
-	reqWorkers := workers.New(c.Extra.RequestWorkers) // start in the post-start hook
+	route := new(proxy.Route) // serves once the proxy is built, below
 	g.BuildHandlerChainFunc = func(h http.Handler, gc *genericapiserver.Config) http.Handler {
 		if c.Extra.StockHandlerChain {
-			return reqWorkers.Handler(proxy.WithInnerMemo(genericapiserver.DefaultBuildHandlerChain(route.Handler(h), gc)), proxy.LooksOrdinary)
+			return proxy.WithInnerMemo(genericapiserver.DefaultBuildHandlerChain(route.Handler(h), gc))
 		}
-		return buildHandlerChain(h, gc, c.Extra.Tracing, route, reqWorkers)
+		return buildHandlerChain(h, gc, c.Extra.Tracing, route)
 	}
 	namer := openapinamer.NewDefinitionNamer(Scheme)
 	g.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(v1alpha1.GetOpenAPIDefinitions, namer)
@@ -155,7 +149,7 @@ func (c *Config) New() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the hub client: %w", err)
 	}
-	s := &Server{Generic: generic, Store: gateways.NewStore(client, c.Extra.SecretNamespace), CertCache: certCache, AuthzCache: authzCache, workers: reqWorkers}
+	s := &Server{Generic: generic, Store: gateways.NewStore(client, c.Extra.SecretNamespace), CertCache: certCache, AuthzCache: authzCache}
 	if s.Pool, err = pool.New(c.Extra.Pool); err != nil {
 		return nil, err
 	}
@@ -235,7 +229,6 @@ func (c *Config) New() (*Server, error) {
 		return nil, err
 	}
 	if err := generic.AddPostStartHook("start-clustergateway-store", func(ctx genericapiserver.PostStartHookContext) error {
-		s.workers.Start(ctx)
 		go s.Store.Run(ctx)
 		go s.Prober.Run(ctx)
 		if s.AuthzCache != nil {
@@ -265,7 +258,6 @@ func (s *Server) registerMetrics(r metrics.KubeRegistry, px *proxy.Proxy) error 
 		}
 	}
 	r.CustomMustRegister(s.Pool.Collector())
-	r.CustomMustRegister(s.workers.Collector())
 	if s.CertCache != nil {
 		r.CustomMustRegister(s.CertCache.Collector())
 	}
@@ -285,7 +277,6 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 func (s *Server) stop() {
-	s.workers.Stop()
 	s.Pool.Close()
 	if s.Tunnel != nil {
 		s.Tunnel.Stop()

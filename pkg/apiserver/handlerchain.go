@@ -13,7 +13,6 @@ import (
 	flowcontrolrequest "k8s.io/apiserver/pkg/util/flowcontrol/request"
 
 	"github.com/clustergateway/cluster-gateway/pkg/proxy"
-	"github.com/clustergateway/cluster-gateway/pkg/workers"
 )
 
 // buildHandlerChain is k8s.io/apiserver's DefaultBuildHandlerChain (v0.37;
@@ -40,11 +39,7 @@ import (
 //     its apiserver_request_duration_seconds is recorded as before, and
 //     apiserver_request_sli_duration_seconds, the same figure less that
 //     time, is not).
-//   - Outermost, a request that looks ordinary (proxy.LooksOrdinary) is handed to
-//     one of the --request-workers goroutines (pkg/workers), whose stack
-//     has grown on earlier requests, instead of growing the new goroutine
-//     the HTTP/2 server gave it through the whole chain.
-//   - Next, each request gets the memo in which its inner request is
+//   - Outermost, each request gets the memo in which its inner request is
 //     parsed once (proxy.WithInnerMemo).
 //   - Innermost, the proxy subresource is served by proxy.Route, not by the
 //     REST handler's routing and connect handler (same metrics, methods,
@@ -56,7 +51,7 @@ import (
 // shutdown itself (--shutdown-stream-drain). The mux is complete before the
 // server serves (every route is installed in New), so requests are never
 // marked as arriving before it.
-func buildHandlerChain(apiHandler http.Handler, c *genericapiserver.Config, tracing bool, route *proxy.Route, reqWorkers *workers.Pool) http.Handler {
+func buildHandlerChain(apiHandler http.Handler, c *genericapiserver.Config, tracing bool, route *proxy.Route) http.Handler {
 	handler := route.Handler(apiHandler)
 	handler = genericapifilters.WithAuthorization(handler, c.Authorization.Authorizer, c.Serializer)
 	if c.FlowControl != nil {
@@ -99,7 +94,7 @@ func buildHandlerChain(apiHandler http.Handler, c *genericapiserver.Config, trac
 	handler = genericapifilters.WithRequestReceivedTimestamp(handler)
 	handler = genericfilters.WithPanicRecovery(handler, c.RequestInfoResolver)
 	handler = genericapifilters.WithAuditInit(handler)
-	return reqWorkers.Handler(proxy.WithInnerMemo(handler), proxy.LooksOrdinary)
+	return proxy.WithInnerMemo(handler)
 }
 
 // timeoutExempt is what the timeout filter leaves alone: the long-running

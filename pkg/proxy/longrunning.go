@@ -30,34 +30,6 @@ func IsLongRunning(r *http.Request, ri *apirequest.RequestInfo) bool {
 	return parseInnerOnce(r, ri, innerPath(ri), nil).kind != kindRequest
 }
 
-// LooksOrdinary tells, from the raw request and before anything is parsed
-// (parsing on a new goroutine grows its stack, which is what pkg/workers
-// spares), whether a request is likely to be ordinary rather than one that
-// streams. It is only a hint for the request workers: a stream it misses
-// holds a worker for its life while the others serve on, and an ordinary
-// request it refuses is served on its own goroutine as before. Every filter
-// still asks IsLongRunning. Keep it in step with kindOf.
-func LooksOrdinary(r *http.Request) bool {
-	if r.Method == http.MethodConnect || len(r.Header["Upgrade"]) > 0 || len(r.Header["Sec-Websocket-Protocol"]) > 0 {
-		return false
-	}
-	if q := r.URL.RawQuery; strings.Contains(q, "watch") || strings.Contains(q, "follow") {
-		return false
-	}
-	p := r.URL.Path
-	for _, s := range streamingPathParts {
-		if strings.Contains(p, s) {
-			return false
-		}
-	}
-	return true
-}
-
-// streamingPathParts are what LooksOrdinary looks for in a raw path: a watch
-// path, the streaming subresources but the inner proxy (every gateway path
-// has /proxy), and logs (streaming when followed).
-var streamingPathParts = []string{"/watch/", "/exec", "/attach", "/portforward", "/log"}
-
 // The kinds of proxied request, also the metrics' kind label.
 const (
 	kindRequest = "request" // ordinary: held to the request timeout

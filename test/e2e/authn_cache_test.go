@@ -35,13 +35,4 @@ func TestAuthenticationCertificateCache(t *testing.T) {
 	if got := after[hits] - before[hits]; got < requests {
 		t.Errorf("%v certificate-cache hits for %d requests, want every request authenticated from the cache", got, requests)
 	}
-	// One request at a time finds a request worker idle (pkg/workers): each
-	// is served on one, none on a goroutine of its own.
-	const served = "cluster_gateway_request_workers_served_total"
-	if got := after[served] - before[served]; got < requests {
-		t.Errorf("%v requests served on request workers during %d sequential requests, want every one", got, requests)
-	}
-	if after["cluster_gateway_request_workers_size"] != 64 {
-		t.Errorf("cluster_gateway_request_workers_size %v, want 64 (the default)", after["cluster_gateway_request_workers_size"])
-	}
 }

@@ -38,7 +38,6 @@ type Options struct {
 	ShutdownStreamDrain   time.Duration
 	CertCacheSize         int
 	AuthzCacheSize        int
-	RequestWorkers        int
 	// A/B switches for make bench (hidden).
 	StockHandlerChain bool
 
@@ -66,7 +65,6 @@ func NewOptions() *Options {
 		ShutdownStreamDrain: 20 * time.Second,
 		CertCacheSize:       4096,
 		AuthzCacheSize:      8192,
-		RequestWorkers:      64,
 		Pool:                pool.NewOptions(),
 		Konnectivity:        konnectivity.NewOptions(),
 		Endpoints:           endpointpolicy.NewOptions(),
@@ -87,7 +85,6 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.BoolVar(&o.AuthorizeProxySubpath, "authorize-proxy-subpath", o.AuthorizeProxySubpath, "Also authorize each proxied request's inner verb, resource, namespace and name (or non-resource path) against the hub for the caller.")
 	fs.DurationVar(&o.ShutdownStreamDrain, "shutdown-stream-drain", o.ShutdownStreamDrain, "On shutdown, after --shutdown-delay-duration, proxied watches end cleanly (clients re-watch elsewhere) and exec, attach and port-forward streams get this long to end before they are cut. terminationGracePeriodSeconds must cover the delay, this drain and --request-timeout.")
 	fs.IntVar(&o.CertCacheSize, "authentication-certificate-cache-size", o.CertCacheSize, "Verified client-certificate chains (the hub's front-proxy certificate, users' own) kept so a connection's certificate is verified once, not per request; 0 verifies every request. An entry ends at its chain's expiry, and a changed CA bundle is used at once.")
-	fs.IntVar(&o.RequestWorkers, "request-workers", o.RequestWorkers, "Goroutines that serve ordinary (not long-running) requests and keep their grown stacks from one request to the next, instead of a new goroutine per request whose stack is copied as it grows; a request that finds none idle is served on its own goroutine. 0: a new goroutine per request, as net/http does.")
 	fs.IntVar(&o.AuthzCacheSize, "authorization-cache-size", o.AuthzCacheSize, "Authorization decisions (per caller and request attributes) the gateway keeps, for --authorization-webhook-cache-authorized-ttl and --authorization-webhook-cache-unauthorized-ttl (expired ones are dropped every TTL); concurrent requests that miss wait for one SubjectAccessReview. 0: the generic webhook authorizer's own cache (8192 decisions keyed by the review's JSON, one review per concurrent miss).")
 	fs.BoolVar(&o.StockHandlerChain, "ab-stock-handler-chain", false, "Measurement only: the generic server's handler chain instead of the gateway's.")
 	_ = fs.MarkHidden("ab-stock-handler-chain")
@@ -115,9 +112,6 @@ func (o *Options) Validate() error {
 	}
 	if o.ServerRun.ShutdownWatchTerminationGracePeriod > 0 {
 		errs = append(errs, errors.New("--shutdown-watch-termination-grace-period is not supported by the gateway: it ends proxied watches on shutdown itself (--shutdown-stream-drain)"))
-	}
-	if o.RequestWorkers < 0 {
-		errs = append(errs, fmt.Errorf("--request-workers must not be negative, not %d", o.RequestWorkers))
 	}
 	if o.AuthzCacheSize < 0 {
 		errs = append(errs, fmt.Errorf("--authorization-cache-size must not be negative, not %d", o.AuthzCacheSize))
@@ -169,7 +163,6 @@ func (o *Options) ServerConfig() (*apiserver.Config, error) {
 		ShutdownStreamDrain:   o.ShutdownStreamDrain,
 		Tracing:               o.Recommended.Traces != nil && o.Recommended.Traces.ConfigFile != "",
 		AuthzCache:            authzCache,
-		RequestWorkers:        o.RequestWorkers,
 		StockHandlerChain:     o.StockHandlerChain,
 	}
 	cfg.Extra.Pool.Endpoints = endpoints
