@@ -42,7 +42,6 @@ var abVariants = []abVariant{
 	{Key: "baseline", What: "the defaults"},
 	{Key: "stock-chain", What: "k8s.io/apiserver's DefaultBuildHandlerChain wrapped around the proxy route, instead of the copy", Args: []string{"--ab-stock-handler-chain"}},
 	{Key: "no-certauth", What: "the certificate cache off: the generic authenticators verify every request's chain", Args: []string{"--authentication-certificate-cache-size=0"}},
-	{Key: "no-authz-cache", What: "the authorization cache off: the webhook authorizer's own cache", Args: []string{"--authorization-cache-size=0"}},
 }
 
 // abPaths are the two ways in: through the hub (the product's path) and

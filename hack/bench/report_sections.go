@@ -38,9 +38,9 @@ func (r *report) authzSection(b *strings.Builder) {
 		b.WriteString(" The control row is as long as those windows together, without load (the hub also calls the gateway on its own, e.g. to check the APIService).")
 	}
 	b.WriteString("\n\n")
-	fmt.Fprintf(b, "The cache's TTLs are gateway flags, `--%s` (here %s) and `--%s` (here %s), and so is its size, `--%s` (here %s). "+
+	fmt.Fprintf(b, "The cache is the generic webhook authorizer's; its TTLs are gateway flags, `--%s` (here %s) and `--%s` (here %s). "+
 		"With `--authorize-proxy-subpath` the gateway also authorizes each proxied request's inner verb and resource, one more cached decision per distinct "+
-		"inner request; this run does not set it.\n\n", flagAllowTTL, allowTTL, flagDenyTTL, denyTTL, flagAuthzSize, flagValue(r.GatewayArgs, flagAuthzSize, "8192, the default"))
+		"inner request; this run does not set it.\n\n", flagAllowTTL, allowTTL, flagDenyTTL, denyTTL)
 }
 
 // profileSection lists the gateway's CPU and heap profiles of each

@@ -14,10 +14,10 @@ import (
 )
 
 // Delegated authorization: the gateway asks the hub whether a caller may use
-// clustergateways/proxy with a SubjectAccessReview, and pkg/authzcache keeps
-// the answer (allowed for --authorization-webhook-cache-authorized-ttl,
-// denied for --authorization-webhook-cache-unauthorized-ttl, 10 s each by
-// default, up to --authorization-cache-size decisions). Each load counts
+// clustergateways/proxy with a SubjectAccessReview, and the generic webhook
+// authorizer keeps the answer (allowed for
+// --authorization-webhook-cache-authorized-ttl, denied for
+// --authorization-webhook-cache-unauthorized-ttl, 10 s each by default). Each load counts
 // both ends: the gateway's calls and the SubjectAccessReviews the hub received.
 const (
 	mDelegatedAuthz = "apiserver_delegated_authz_request_total" // gateway: SARs it sent, by code
@@ -116,12 +116,10 @@ func sumSamples(sc *bufio.Scanner, name, label string) (float64, error) {
 }
 
 // The authorization cache's TTLs (k8s.io/apiserver's
-// DelegatingAuthorizationOptions, 10 s each by default) and size (the
-// gateway's own flag).
+// DelegatingAuthorizationOptions, 10 s each by default).
 const (
 	flagAllowTTL    = "authorization-webhook-cache-authorized-ttl"
 	flagDenyTTL     = "authorization-webhook-cache-unauthorized-ttl"
-	flagAuthzSize   = "authorization-cache-size"
 	defaultAuthzTTL = 10 * time.Second
 )
 

@@ -25,7 +25,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
-	"github.com/clustergateway/cluster-gateway/pkg/authzcache"
 	"github.com/clustergateway/cluster-gateway/pkg/certauth"
 	"github.com/clustergateway/cluster-gateway/pkg/fairness"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
@@ -61,10 +60,6 @@ type ExtraConfig struct {
 	// front-proxy certificate is cached.
 	CertCacheSize int
 	ClientCA      dynamiccertificates.CAContentProvider
-	// AuthzCache caches authorization decisions in front of the generic
-	// server's authorizer (pkg/authzcache); Size 0: not at all (the
-	// webhook authorizer's own cache then does).
-	AuthzCache authzcache.Options
 	// StockHandlerChain is for the A/B rows of make bench (a hidden
 	// flag): the generic server's DefaultBuildHandlerChain wrapped around
 	// the proxy route instead of the gateway's copy.
@@ -98,8 +93,6 @@ type Server struct {
 	Prober  *health.Prober
 	// CertCache verifies client-certificate chains once; nil when off.
 	CertCache *certauth.Cache
-	// AuthzCache keeps authorization decisions; nil when off.
-	AuthzCache *authzcache.Authorizer
 }
 
 // New builds the server; nothing runs until Run.
@@ -129,14 +122,6 @@ func (c *Config) New() (*Server, error) {
 	g.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(v1alpha1.GetOpenAPIDefinitions, namer)
 	g.OpenAPIV3Config.Info.Title = "Cluster Gateway"
 
-	var authzCache *authzcache.Authorizer
-	if c.Extra.AuthzCache.Size > 0 && g.Authorization.Authorizer != nil {
-		var err error
-		if authzCache, err = authzcache.New(g.Authorization.Authorizer, c.Extra.AuthzCache); err != nil {
-			return nil, err
-		}
-		g.Authorization.Authorizer = authzCache
-	}
 	certCache, err := c.cacheCertificateAuthentication()
 	if err != nil {
 		return nil, err
@@ -149,7 +134,7 @@ func (c *Config) New() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the hub client: %w", err)
 	}
-	s := &Server{Generic: generic, Store: gateways.NewStore(client, c.Extra.SecretNamespace), CertCache: certCache, AuthzCache: authzCache}
+	s := &Server{Generic: generic, Store: gateways.NewStore(client, c.Extra.SecretNamespace), CertCache: certCache}
 	if s.Pool, err = pool.New(c.Extra.Pool); err != nil {
 		return nil, err
 	}
@@ -231,9 +216,6 @@ func (c *Config) New() (*Server, error) {
 	if err := generic.AddPostStartHook("start-clustergateway-store", func(ctx genericapiserver.PostStartHookContext) error {
 		go s.Store.Run(ctx)
 		go s.Prober.Run(ctx)
-		if s.AuthzCache != nil {
-			go s.AuthzCache.Run(ctx)
-		}
 		if r, ok := c.Extra.ClientCA.(dynamiccertificates.ControllerRunner); ok {
 			_ = r.RunOnce(ctx) // errors are retried by Run
 			go r.Run(ctx, 1)

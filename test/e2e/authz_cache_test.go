@@ -8,8 +8,8 @@ import (
 	"time"
 )
 
-// The gateway keeps authorization decisions for their TTL (pkg/authzcache;
-// here the defaults, 10 s) per caller and request attributes, and they
+// The gateway keeps authorization decisions for their TTL (the generic
+// webhook authorizer's cache; here the defaults, 10 s) per caller and request attributes, and they
 // follow the hub's RBAC: a grant takes effect once the earlier refusal has
 // expired, a revocation once the permission has, and no caller is answered
 // from another's decision, nor a request for one cluster from another's.

@@ -19,7 +19,6 @@ import (
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/apiserver"
-	"github.com/clustergateway/cluster-gateway/pkg/authzcache"
 	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
 	"github.com/clustergateway/cluster-gateway/pkg/fairness"
 	"github.com/clustergateway/cluster-gateway/pkg/health"
@@ -37,7 +36,6 @@ type Options struct {
 	AuthorizeProxySubpath bool
 	ShutdownStreamDrain   time.Duration
 	CertCacheSize         int
-	AuthzCacheSize        int
 	// A/B switches for make bench (hidden).
 	StockHandlerChain bool
 
@@ -64,7 +62,6 @@ func NewOptions() *Options {
 		SecretNamespace:     "cluster-gateway-system",
 		ShutdownStreamDrain: 20 * time.Second,
 		CertCacheSize:       4096,
-		AuthzCacheSize:      8192,
 		Pool:                pool.NewOptions(),
 		Konnectivity:        konnectivity.NewOptions(),
 		Endpoints:           endpointpolicy.NewOptions(),
@@ -85,7 +82,6 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.BoolVar(&o.AuthorizeProxySubpath, "authorize-proxy-subpath", o.AuthorizeProxySubpath, "Also authorize each proxied request's inner verb, resource, namespace and name (or non-resource path) against the hub for the caller.")
 	fs.DurationVar(&o.ShutdownStreamDrain, "shutdown-stream-drain", o.ShutdownStreamDrain, "On shutdown, after --shutdown-delay-duration, proxied watches end cleanly (clients re-watch elsewhere) and exec, attach and port-forward streams get this long to end before they are cut. terminationGracePeriodSeconds must cover the delay, this drain and --request-timeout.")
 	fs.IntVar(&o.CertCacheSize, "authentication-certificate-cache-size", o.CertCacheSize, "Verified client-certificate chains (the hub's front-proxy certificate, users' own) kept so a connection's certificate is verified once, not per request; 0 verifies every request. An entry ends at its chain's expiry, and a changed CA bundle is used at once.")
-	fs.IntVar(&o.AuthzCacheSize, "authorization-cache-size", o.AuthzCacheSize, "Authorization decisions (per caller and request attributes) the gateway keeps, for --authorization-webhook-cache-authorized-ttl and --authorization-webhook-cache-unauthorized-ttl (expired ones are dropped every TTL); concurrent requests that miss wait for one SubjectAccessReview. 0: the generic webhook authorizer's own cache (8192 decisions keyed by the review's JSON, one review per concurrent miss).")
 	fs.BoolVar(&o.StockHandlerChain, "ab-stock-handler-chain", false, "Measurement only: the generic server's handler chain instead of the gateway's.")
 	_ = fs.MarkHidden("ab-stock-handler-chain")
 	o.Endpoints.AddFlags(fs)
@@ -113,9 +109,6 @@ func (o *Options) Validate() error {
 	if o.ServerRun.ShutdownWatchTerminationGracePeriod > 0 {
 		errs = append(errs, errors.New("--shutdown-watch-termination-grace-period is not supported by the gateway: it ends proxied watches on shutdown itself (--shutdown-stream-drain)"))
 	}
-	if o.AuthzCacheSize < 0 {
-		errs = append(errs, fmt.Errorf("--authorization-cache-size must not be negative, not %d", o.AuthzCacheSize))
-	}
 	if o.ShutdownStreamDrain < 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-stream-drain must not be negative, not %v", o.ShutdownStreamDrain))
 	}
@@ -137,15 +130,6 @@ func (o *Options) ServerConfig() (*apiserver.Config, error) {
 	if err := o.ServerRun.ApplyTo(&cfg.Generic.Config); err != nil {
 		return nil, err
 	}
-	// With the gateway's own decision cache (pkg/authzcache), the webhook
-	// authorizer's is off: the TTL flags time the gateway's instead, and a
-	// decision is never kept twice over.
-	var authzCache authzcache.Options
-	if a := o.Recommended.Authorization; a != nil && o.AuthzCacheSize > 0 {
-		authzCache = authzcache.Options{Size: o.AuthzCacheSize, AllowTTL: a.AllowCacheTTL, DenyTTL: a.DenyCacheTTL}
-		a.AllowCacheTTL, a.DenyCacheTTL = 0, 0
-		defer func() { a.AllowCacheTTL, a.DenyCacheTTL = authzCache.AllowTTL, authzCache.DenyTTL }()
-	}
 	if err := o.Recommended.ApplyTo(cfg.Generic); err != nil {
 		return nil, err
 	}
@@ -162,7 +146,6 @@ func (o *Options) ServerConfig() (*apiserver.Config, error) {
 		Health:                *o.Health,
 		ShutdownStreamDrain:   o.ShutdownStreamDrain,
 		Tracing:               o.Recommended.Traces != nil && o.Recommended.Traces.ConfigFile != "",
-		AuthzCache:            authzCache,
 		StockHandlerChain:     o.StockHandlerChain,
 	}
 	cfg.Extra.Pool.Endpoints = endpoints

@@ -29,8 +29,6 @@ func TestValidate(t *testing.T) {
 		{args: []string{"--max-requests-per-cluster=-1", "--max-queued-per-cluster=-2"},
 			want: []string{"--max-requests-per-cluster must not be negative", "--max-queued-per-cluster must not be negative"}},
 		{args: []string{"--queue-wait-timeout=0"}, want: []string{"--queue-wait-timeout must be positive when --max-queued-per-cluster is"}},
-		{args: []string{"--authorization-cache-size=0"}}, // the webhook authorizer's own cache
-		{args: []string{"--authorization-cache-size=-1"}, want: []string{"--authorization-cache-size must not be negative"}},
 		{args: []string{"--shutdown-send-retry-after=true", "--shutdown-watch-termination-grace-period=5s"},
 			want: []string{"--shutdown-send-retry-after is not supported", "--shutdown-watch-termination-grace-period is not supported"}},
 		{args: []string{"--max-requests-per-cluster=150", "--max-queued-per-cluster=50"},
