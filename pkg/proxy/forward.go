@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-
-	"github.com/clustergateway/cluster-gateway/pkg/pool"
 )
 
 // flushInterval 0: httputil.ReverseProxy flushes responses of unknown
@@ -28,7 +26,6 @@ type forwarded struct {
 	watch     bool
 	streams   *streams
 	responder responder
-	dials     *pool.RequestDials // the lease's: the pool counts the dials this request causes
 }
 
 type forwardedKey struct{}
@@ -37,8 +34,6 @@ func (f *forwarded) Value(key any) any {
 	switch key {
 	case forwardedKey{}:
 		return f
-	case pool.RequestDialsKey:
-		return f.dials
 	}
 	return f.Context.Value(key)
 }

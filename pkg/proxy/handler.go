@@ -243,7 +243,7 @@ func (p *Proxy) Serve(w http.ResponseWriter, req *http.Request, name, subpath st
 	defer lease.Release()
 
 	f := &x.fwd
-	*f = forwarded{Context: req.Context(), location: *gw.Address, watch: isWatch(in), streams: p.streams, responder: responder{cluster: name, health: p.opts.Health}, dials: lease.Dials()}
+	*f = forwarded{Context: req.Context(), location: *gw.Address, watch: isWatch(in), streams: p.streams, responder: responder{cluster: name, health: p.opts.Health}}
 	location := &f.location
 	location.Path = joinPath(gw.Address.Path, subpath)
 	location.RawPath = ""
