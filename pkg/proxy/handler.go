@@ -256,10 +256,12 @@ func (p *Proxy) Serve(w http.ResponseWriter, req *http.Request, name, subpath st
 		return
 	}
 
-	// Upgrades (exec, attach, port-forward) go through UpgradeAwareHandler.
-	// The client's credentials and claimed identities go now, so nothing
-	// below (nor its logs) sees them; the gateway's identity is added by the
-	// upgrade round tripper, on the request written to the cluster.
+	// Upgrades (exec, attach, port-forward) go through UpgradeAwareHandler,
+	// which logs the headers of the request it gets (from -v=6): the
+	// client's credentials and claimed identities go now, so that it never
+	// sees them. The upgrade round tripper (upstreamUpgrade) replaces them
+	// with the gateway's identity, as upstreamTransport does, on the request
+	// written to the cluster.
 	out := req.WithContext(req.Context())
 	out.Header = utilnet.CloneHeader(req.Header)
 	out.URL = location

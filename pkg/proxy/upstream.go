@@ -15,11 +15,13 @@ import (
 	utilproxy "k8s.io/apimachinery/pkg/util/proxy"
 )
 
-// upstreamTransport is the last step before the wire for ordinary requests.
-// httputil.ReverseProxy has already removed the headers the client named in
-// Connection, so the identity set here is exactly what the cluster gets: a
-// client cannot strip it (kube-aggregator's auth-proxy round tripper does
-// the same). It also refuses to pass a redirect on.
+// upstreamTransport is the last step before the wire for ordinary requests,
+// and the one place where their headers lose what the client sent of
+// credentials and identities and get the gateway's instead
+// (identity.replace). httputil.ReverseProxy has already removed the headers
+// the client named in Connection, so the identity set here is exactly what
+// the cluster gets: a client cannot strip it (kube-aggregator's auth-proxy
+// round tripper does the same). It also refuses to pass a redirect on.
 type upstreamTransport struct {
 	base    http.RoundTripper
 	id      identity
@@ -27,16 +29,19 @@ type upstreamTransport struct {
 }
 
 func (t *upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := t.base.RoundTrip(withIdentity(req, t.id))
-	return t.checked(req, resp, err)
+	return t.send(withIdentity(req, t.id))
 }
 
 // roundTripOwned is RoundTrip for a request made for this round trip alone
-// (the reverse proxy's copy of the client's): the identity is set on it in
-// place rather than on a copy.
+// (the reverse proxy's copy of the client's): the identity replaces the
+// client's in place rather than on a copy.
 func (t *upstreamTransport) roundTripOwned(req *http.Request) (*http.Response, error) {
-	scrubClientHeaders(req.Header)
-	t.id.apply(req.Header)
+	t.id.replace(req.Header)
+	return t.send(req)
+}
+
+// send sends a request that carries the gateway's identity.
+func (t *upstreamTransport) send(req *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(req)
 	return t.checked(req, resp, err)
 }
@@ -95,18 +100,16 @@ func (u *upstreamUpgrade) WrappedRoundTripper() http.RoundTripper {
 }
 
 // withIdentity returns a shallow copy of req whose headers hold none of the
-// client's credentials or identities, and the gateway's identity instead.
+// client's credentials or identities, and the gateway's identity instead
+// (identity.replace on a copy of the header map).
 func withIdentity(req *http.Request, id identity) *http.Request {
 	out := new(http.Request)
 	*out = *req
 	out.Header = make(http.Header, len(req.Header)+3)
 	for k, v := range req.Header {
-		if !identityHeader(k) {
-			out.Header[k] = v
-		}
+		out.Header[k] = v
 	}
-	scrubWebSocketProtocols(out.Header)
-	id.apply(out.Header)
+	id.replace(out.Header)
 	return out
 }
 
