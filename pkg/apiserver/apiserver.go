@@ -196,7 +196,8 @@ func (c *Config) New() (*Server, error) {
 		s.stop()
 		return nil, err
 	}
-	route.Serve(px)
+	proxyREST := clustergateway.NewProxyREST(px)
+	route.Serve(px, proxyREST.ConnectMethods()) // the route serves what the REST would
 	if err := s.registerMetrics(c.Extra.Metrics, px); err != nil {
 		s.stop()
 		return nil, err
@@ -205,7 +206,7 @@ func (c *Config) New() (*Server, error) {
 	group := genericapiserver.NewDefaultAPIGroupInfo(v1alpha1.GroupName, Scheme, ParameterCodec, Codecs)
 	group.VersionedResourcesStorageMap[v1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		"clustergateways":        clustergateway.NewREST(s.Store, c.Extra.Pool.Endpoints, s.Prober),
-		"clustergateways/proxy":  clustergateway.NewProxyREST(px),
+		"clustergateways/proxy":  proxyREST,
 		"clustergateways/health": clustergateway.NewHealthREST(px),
 	}
 	if err := generic.InstallAPIGroup(&group); err != nil {
