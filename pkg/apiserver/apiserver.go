@@ -182,20 +182,17 @@ func (c *Config) New() (*Server, error) {
 		}
 		popts.Tunnel = s.Tunnel
 	}
-	// The prober probes through the proxy's own path; the proxy asks the
-	// prober what it knows. Neither runs before the post-start hook.
-	var px *proxy.Proxy
-	if s.Prober, err = health.New(c.Extra.Health, s.Store, func(ctx context.Context, name string) health.Outcome {
-		return px.ProbeCluster(ctx, name)
-	}); err != nil {
+	// The proxy builds the prober, which probes through the proxy's own
+	// path and which the proxy asks what it knows; it runs from the
+	// post-start hook.
+	hopts := c.Extra.Health
+	popts.Health = &hopts
+	px, err := proxy.New(popts)
+	if err != nil {
 		s.stop()
 		return nil, err
 	}
-	popts.Health = s.Prober
-	if px, err = proxy.New(popts); err != nil {
-		s.stop()
-		return nil, err
-	}
+	s.Prober = px.Prober()
 	proxyREST := clustergateway.NewProxyREST(px)
 	route.Serve(px, proxyREST.ConnectMethods()) // the route serves what the REST would
 	if err := s.registerMetrics(c.Extra.Metrics, px); err != nil {
