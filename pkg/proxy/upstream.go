@@ -29,7 +29,7 @@ type upstreamTransport struct {
 }
 
 func (t *upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	return t.send(withIdentity(req, t.id))
+	return t.roundTripOwned(ownHeaders(req))
 }
 
 // roundTripOwned is RoundTrip for a request made for this round trip alone
@@ -37,11 +37,6 @@ func (t *upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error)
 // client's in place rather than on a copy.
 func (t *upstreamTransport) roundTripOwned(req *http.Request) (*http.Response, error) {
 	t.id.replace(req.Header)
-	return t.send(req)
-}
-
-// send sends a request that carries the gateway's identity.
-func (t *upstreamTransport) send(req *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(req)
 	return t.checked(req, resp, err)
 }
@@ -72,11 +67,14 @@ var (
 )
 
 func (u *upstreamUpgrade) RoundTrip(req *http.Request) (*http.Response, error) {
-	return u.base.RoundTrip(withIdentity(req, u.id))
+	out := ownHeaders(req)
+	u.id.replace(out.Header)
+	return u.base.RoundTrip(out)
 }
 
 func (u *upstreamUpgrade) WrapRequest(req *http.Request) (*http.Request, error) {
-	out := withIdentity(req, u.id)
+	out := ownHeaders(req)
+	u.id.replace(out.Header)
 	upgradeConnectionHeader(out.Header)
 	return out, nil
 }
@@ -99,17 +97,16 @@ func (u *upstreamUpgrade) WrappedRoundTripper() http.RoundTripper {
 	return t
 }
 
-// withIdentity returns a shallow copy of req whose headers hold none of the
-// client's credentials or identities, and the gateway's identity instead
-// (identity.replace on a copy of the header map).
-func withIdentity(req *http.Request, id identity) *http.Request {
+// ownHeaders returns a shallow copy of req with a header map of its own,
+// for identity.replace to change: the caller's request (which
+// UpgradeAwareHandler logs) keeps its own.
+func ownHeaders(req *http.Request) *http.Request {
 	out := new(http.Request)
 	*out = *req
 	out.Header = make(http.Header, len(req.Header)+3)
 	for k, v := range req.Header {
 		out.Header[k] = v
 	}
-	id.replace(out.Header)
 	return out
 }
 
