@@ -27,11 +27,12 @@ import (
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
+	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
 
 // Prefix is where ClusterGateways are served; a gateway's proxy is at
 // Prefix + name + "/proxy".
-const Prefix = "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/"
+const Prefix = "/apis/" + v1alpha1.GroupName + "/v1alpha1/clustergateways/"
 
 // Connecter is what serves a gateway's proxy subresource (pkg/proxy's
 // Proxy; an interface, so that pkg/proxy's own tests may use this package).
@@ -49,7 +50,7 @@ var requestInfo = &apirequest.RequestInfoFactory{
 func Handler(px Connecter, u user.Info) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ri, err := requestInfo.NewRequestInfo(r)
-		sub, ok := "", err == nil && ri.IsResourceRequest && ri.APIGroup == "gateway.clustergateway.io" && ri.Resource == "clustergateways" &&
+		sub, ok := "", err == nil && ri.IsResourceRequest && ri.APIGroup == v1alpha1.GroupName && ri.Resource == "clustergateways" &&
 			ri.Subresource == "proxy" && ri.Name != ""
 		if ok {
 			sub, ok = subpath(r.URL.Path, ri.Name)

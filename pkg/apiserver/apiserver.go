@@ -160,21 +160,19 @@ func (c *Config) New() (*Server, error) {
 		}
 		popts.Tunnel = s.Tunnel
 	}
-	// The prober probes through the proxy's own path; the proxy asks the
-	// prober what it knows. Neither runs before the post-start hook.
-	var px *proxy.Proxy
-	if s.Prober, err = health.New(c.Extra.Health, s.Store, func(ctx context.Context, name string) health.Outcome {
-		return px.ProbeCluster(ctx, name)
-	}); err != nil {
+	// The proxy builds the prober, which probes through the proxy's own
+	// path and which the proxy asks what it knows; it runs from the
+	// post-start hook.
+	hopts := c.Extra.Health
+	popts.Health = &hopts
+	px, err := proxy.New(popts)
+	if err != nil {
 		s.stop()
 		return nil, err
 	}
-	popts.Health = s.Prober
-	if px, err = proxy.New(popts); err != nil {
-		s.stop()
-		return nil, err
-	}
-	route.Serve(px)
+	s.Prober = px.Prober()
+	proxyREST := clustergateway.NewProxyREST(px)
+	route.Serve(px, proxyREST.ConnectMethods()) // the route serves what the REST would
 	if err := s.registerMetrics(c.Extra.Metrics, px); err != nil {
 		s.stop()
 		return nil, err
@@ -183,7 +181,7 @@ func (c *Config) New() (*Server, error) {
 	group := genericapiserver.NewDefaultAPIGroupInfo(v1alpha1.GroupName, Scheme, ParameterCodec, Codecs)
 	group.VersionedResourcesStorageMap[v1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		"clustergateways":        clustergateway.NewREST(s.Store, c.Extra.Pool.Endpoints, s.Prober),
-		"clustergateways/proxy":  clustergateway.NewProxyREST(px),
+		"clustergateways/proxy":  proxyREST,
 		"clustergateways/health": clustergateway.NewHealthREST(px),
 	}
 	if err := generic.InstallAPIGroup(&group); err != nil {

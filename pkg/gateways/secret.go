@@ -19,7 +19,7 @@ import (
 // GitOps tools that write the Secret directly). The Secret is named after the
 // gateway, lives in the gateway's secret namespace and carries LabelGateway.
 const (
-	LabelGateway = "gateway.clustergateway.io/cluster-gateway"
+	LabelGateway = v1alpha1.GroupName + "/cluster-gateway"
 
 	KeyEndpointType   = "endpoint-type"            // Direct | Konnectivity (default Direct)
 	KeyEndpoint       = "endpoint"                 // https URL of the API server
@@ -45,7 +45,7 @@ const (
 )
 
 // Annotations that earlier versions kept on the Secret; a write removes them.
-var legacyAnnotations = []string{"gateway.clustergateway.io/managed-fields", "gateway.clustergateway.io/last-applied-configuration"}
+var legacyAnnotations = []string{v1alpha1.GroupName + "/managed-fields", v1alpha1.GroupName + "/last-applied-configuration"}
 
 var materialKeys = []string{KeyCertificate, KeyPrivateKey, KeyToken}
 

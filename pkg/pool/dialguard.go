@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"sync/atomic"
 )
@@ -36,20 +37,42 @@ func (r *refusedDial) Unwrap() error { return ErrConnectionsUnusable }
 // connection it closes because an older one has room again).
 const maxDialsPerRequest = 4
 
-// RequestDials counts the dials one request causes. A request's context
-// carries it under RequestDialsKey (WithRequestDials, or a context of the
-// caller's own whose Value answers the key); dials for a request without
-// one are not counted.
-type RequestDials struct{ n atomic.Int32 }
+// requestDials counts the dials one request causes. A lease's transport
+// gives each request it sends its own (countedDials); dials for a request
+// without one are not counted.
+type requestDials struct{ n atomic.Int32 }
 
 type requestDialsKey struct{}
 
-// RequestDialsKey is the context key of a request's *RequestDials.
-var RequestDialsKey any = requestDialsKey{}
+// dialsContext is a request's context carrying its count of dials: one
+// allocation for both.
+type dialsContext struct {
+	context.Context
+	dials requestDials
+}
 
-// WithRequestDials is ctx carrying a new count of dials.
-func WithRequestDials(ctx context.Context) context.Context {
-	return context.WithValue(ctx, RequestDialsKey, new(RequestDials))
+func (c *dialsContext) Value(key any) any {
+	if key == (requestDialsKey{}) {
+		return &c.dials
+	}
+	return c.Context.Value(key)
+}
+
+// withRequestDials is ctx carrying a new count of dials.
+func withRequestDials(ctx context.Context) context.Context {
+	return &dialsContext{Context: ctx}
+}
+
+// countedDials is an entry's ordinary transport as leases and probes get
+// it: each request it sends counts the dials it causes, against
+// maxDialsPerRequest, unless its context counts them already.
+type countedDials struct{ rt http.RoundTripper }
+
+func (c countedDials) RoundTrip(req *http.Request) (*http.Response, error) {
+	if _, ok := req.Context().Value(requestDialsKey{}).(*requestDials); !ok {
+		req = req.WithContext(withRequestDials(req.Context()))
+	}
+	return c.rt.RoundTrip(req)
 }
 
 // dialGuard bounds the connections an entry's ordinary transport dials.
@@ -84,7 +107,7 @@ func newDialGuard(max int) *dialGuard { return &dialGuard{max: max} }
 // admit counts a dial against the request of ctx, and refuses it when that
 // request had too many, or when no new connection could be kept.
 func (g *dialGuard) admit(ctx context.Context) error {
-	if d, ok := ctx.Value(RequestDialsKey).(*RequestDials); ok && d.n.Add(1) > maxDialsPerRequest {
+	if d, ok := ctx.Value(requestDialsKey{}).(*requestDials); ok && d.n.Add(1) > maxDialsPerRequest {
 		return &refusedDial{RefusedRedials, fmt.Sprintf("it ended or refused the last %d connections this request had the gateway open (GOAWAY, a close, or no streams allowed)", maxDialsPerRequest)}
 	}
 	return g.full() // dialing would only make a connection to close

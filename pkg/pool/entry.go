@@ -311,7 +311,6 @@ func (e *entry) lease(l *Lease, now int64) {
 	e.pool.noteStreamStarted()
 	l.e, l.created = e, false
 	l.released.Store(false)
-	l.dials.n.Store(0)
 }
 
 func (e *entry) release(now int64) {

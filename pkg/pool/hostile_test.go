@@ -117,8 +117,8 @@ type hostileRequest struct {
 }
 
 // hostileLoad sends requests through one lease for d, from workers
-// goroutines, each with its own count of dials (as the proxy's requests
-// carry their lease's), while a healthy cluster in the same pool is asked
+// goroutines, each with its own count of dials (the lease's transport
+// gives each request one; here the test keeps it to read), while a healthy cluster in the same pool is asked
 // too; it returns the hostile cluster's requests. Each request has a
 // deadline only against a hang (hostileRequestDeadline): the guards must
 // end them, not the deadline. A request whose deadline passed while its
@@ -137,8 +137,9 @@ func hostileLoad(t *testing.T, p *Pool, h *hostileH2, workers int, d time.Durati
 	for range workers {
 		wg.Go(func() {
 			for time.Now().Before(end) {
-				dials := new(RequestDials)
-				ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), RequestDialsKey, dials), hostileRequestDeadline)
+				counted := withRequestDials(context.Background())
+				dials := counted.Value(requestDialsKey{}).(*requestDials)
+				ctx, cancel := context.WithTimeout(counted, hostileRequestDeadline)
 				_, _, err := get(ctx, l.Transport(), h.url, "/x")
 				cancel()
 				mu.Lock()
@@ -295,7 +296,7 @@ func TestBurstBeyondTheStreamsIsNotRefused(t *testing.T) {
 				return
 			}
 			defer l.Release()
-			_, _, errs[i] = get(WithRequestDials(context.Background()), l.Transport(), u, "/block")
+			_, _, errs[i] = get(context.Background(), l.Transport(), u, "/block")
 		})
 	}
 	testpoll.Eventually(t, time.Minute, "every request reached the cluster", func() error {

@@ -12,13 +12,7 @@ type Lease struct {
 	e        *entry
 	released atomic.Bool
 	created  bool
-	dials    RequestDials // the request's, when its context carries Dials
 }
-
-// Dials is the count of dials the lease's request causes, for a context of
-// the caller's own to carry under RequestDialsKey (no allocation); see
-// WithRequestDials otherwise.
-func (l *Lease) Dials() *RequestDials { return &l.dials }
 
 // Created reports whether this Acquire built the entry (rather than finding
 // it pooled): only then can a Remove for its cluster have come before it.
@@ -26,7 +20,10 @@ func (l *Lease) Created() bool { return l.created }
 
 // Transport is the HTTP/2-capable transport for ordinary requests, shared by
 // all leases of the entry. The caller adds the bearer token per request.
-func (l *Lease) Transport() http.RoundTripper { return l.e.cold }
+// Each request it sends may have the cluster dialed at most
+// maxDialsPerRequest times (see dialGuard): the transport counts them
+// itself, so the caller's context carries nothing of the pool's.
+func (l *Lease) Transport() http.RoundTripper { return countedDials{l.e.cold} }
 
 // UpgradeTransport is an HTTP/1.1-only transport over the same tracked
 // dialer, for exec/attach/port-forward through UpgradeAwareHandler (whose

@@ -66,14 +66,3 @@ func (e *entry) releaseQuiet() {
 	}
 	e.mu.Unlock()
 }
-
-// countedDials counts each probe request's dials (RequestDials), as the
-// proxy's requests are counted: a probe is a request too.
-type countedDials struct{ rt http.RoundTripper }
-
-func (c countedDials) RoundTrip(req *http.Request) (*http.Response, error) {
-	if _, ok := req.Context().Value(RequestDialsKey).(*RequestDials); !ok {
-		req = req.WithContext(WithRequestDials(req.Context()))
-	}
-	return c.rt.RoundTrip(req)
-}

@@ -18,7 +18,7 @@ import (
 // these say what it was on the managed cluster and as whom it was sent.
 // Values are names, never credentials.
 const (
-	AuditPrefix = "proxy.gateway.clustergateway.io/"
+	AuditPrefix = "proxy." + v1alpha1.GroupName + "/"
 
 	AuditCluster        = AuditPrefix + "cluster"
 	AuditInnerVerb      = AuditPrefix + "inner-verb"

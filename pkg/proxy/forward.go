@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-
-	"github.com/clustergateway/cluster-gateway/pkg/pool"
 )
 
 // flushInterval 0: httputil.ReverseProxy flushes responses of unknown
@@ -28,7 +26,6 @@ type forwarded struct {
 	watch     bool
 	streams   *streams
 	responder responder
-	dials     *pool.RequestDials // the lease's: the pool counts the dials this request causes
 }
 
 type forwardedKey struct{}
@@ -37,8 +34,6 @@ func (f *forwarded) Value(key any) any {
 	switch key {
 	case forwardedKey{}:
 		return f
-	case pool.RequestDialsKey:
-		return f.dials
 	}
 	return f.Context.Value(key)
 }
@@ -60,10 +55,9 @@ func newReverseProxy() *httputil.ReverseProxy {
 			f := forwardedFrom(out.Context())
 			out.URL = &f.location
 			out.Host = f.location.Host
-			// out.Header is the reverse proxy's copy: the client's
-			// credentials and claimed identities go now, before
-			// anything below sees or logs them.
-			scrubClientHeaders(out.Header)
+			// The client's credentials and claimed identities go, and
+			// the gateway's identity comes, in the transport
+			// (upstreamTransport), after hop-by-hop removal.
 			if _, ok := out.Header["User-Agent"]; !ok {
 				// As httputil.NewSingleHostReverseProxy: no Go default.
 				out.Header["User-Agent"] = []string{""}
@@ -79,16 +73,14 @@ func newReverseProxy() *httputil.ReverseProxy {
 	}
 }
 
-// forwardTransport is the last step before the wire for ordinary requests.
-// The reverse proxy has removed the hop-by-hop headers, including those
-// the client named in Connection, so the identity set here is exactly what
-// the cluster gets.
+// forwardTransport is the shared reverse proxy's transport: it hands each
+// request to its own upstreamTransport, found in its context.
 type forwardTransport struct{}
 
 func (forwardTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	f := forwardedFrom(req.Context())
 	// req is the reverse proxy's own copy of the client's request, made for
-	// this round trip alone: the identity goes on it in place.
+	// this round trip alone: the identity replaces the client's in place.
 	if f.watch {
 		return cleanEnd{RoundTripper: ownedRequest{&f.up}, streams: f.streams}.RoundTrip(req)
 	}

@@ -51,10 +51,12 @@ type Options struct {
 	Pool  *pool.Pool
 	// Tunnel dials Konnectivity endpoints; nil when no proxy-server is configured.
 	Tunnel Tunnel
-	// Health, when set, is what the prober knows of each cluster: a cluster
-	// known to be unreachable fails at once with 503, and a request that
-	// cannot reach its cluster asks for a probe now.
-	Health Health
+	// Health, when set, has the proxy probe every gateway's cluster
+	// through its own path (ProbeCluster) with a prober of these options,
+	// which it builds and holds (Prober): a cluster known to be unreachable
+	// fails at once with 503, and a request that cannot reach its cluster
+	// asks for a probe now.
+	Health *health.Options
 	// Authorizer is the hub's (delegated) authorizer. It is required: exec,
 	// attach and port-forward also need create on clustergateways/proxy.
 	Authorizer authorizer.Authorizer
@@ -82,7 +84,7 @@ func (p *Proxy) upgradeSetupTimeout() time.Duration {
 	return 40 * time.Second
 }
 
-// Health is the prober's view of the clusters (pkg/health).
+// Health is the prober's view of the clusters (pkg/health's Prober).
 type Health interface {
 	Get(name string) (health.Result, bool)
 	ProbeNow(name string)
@@ -93,14 +95,17 @@ type Health interface {
 // gateways: it reads them from the store and leases transports from the pool.
 type Proxy struct {
 	opts    Options
+	prober  *health.Prober // nil without Options.Health
+	health  Health         // the prober, when there is one
 	metrics *Metrics
 	streams *streams
 	reverse *httputil.ReverseProxy // every ordinary request's, see forward.go
 }
 
-// New returns the proxy. Store, Pool and Authorizer are required. The proxy
-// follows the store from here on: deleting a gateway, or changing how its
-// cluster is reached, retires its pooled transport at once.
+// New returns the proxy, and its prober when Options.Health is set. Store,
+// Pool and Authorizer are required. The proxy follows the store from here
+// on: deleting a gateway, or changing how its cluster is reached, retires
+// its pooled transport at once.
 func New(opts Options) (*Proxy, error) {
 	switch {
 	case opts.Store == nil, opts.Pool == nil:
@@ -109,6 +114,13 @@ func New(opts Options) (*Proxy, error) {
 		return nil, fmt.Errorf("proxy: Options.Authorizer is required (exec, attach and port-forward are authorized as create)")
 	}
 	p := &Proxy{opts: opts, metrics: NewMetrics(), streams: newStreams(), reverse: newReverseProxy()}
+	if opts.Health != nil {
+		pr, err := health.New(*opts.Health, opts.Store, p.ProbeCluster)
+		if err != nil {
+			return nil, err
+		}
+		p.prober, p.health = pr, pr
+	}
 	if err := opts.Store.OnChange(p.gatewayChanged); err != nil {
 		return nil, err
 	}
@@ -129,6 +141,11 @@ func (p *Proxy) gatewayChanged(old, new *gateways.Gateway) {
 
 // Metrics are the proxy's request metrics, to register with the server's registry.
 func (p *Proxy) Metrics() *Metrics { return p.metrics }
+
+// Prober is the proxy's prober (nil without Options.Health), which probes
+// through ProbeCluster: the server runs it, and the API shows what it
+// knows (the Reachable condition).
+func (p *Proxy) Prober() *health.Prober { return p.prober }
 
 // Handler is Serve as the handler of one request, for the REST handler's
 // connect (which the route leaves only what it cannot place).
@@ -243,7 +260,7 @@ func (p *Proxy) Serve(w http.ResponseWriter, req *http.Request, name, subpath st
 	defer lease.Release()
 
 	f := &x.fwd
-	*f = forwarded{Context: req.Context(), location: *gw.Address, watch: isWatch(in), streams: p.streams, responder: responder{cluster: name, health: p.opts.Health}, dials: lease.Dials()}
+	*f = forwarded{Context: req.Context(), location: *gw.Address, watch: isWatch(in), streams: p.streams, responder: responder{cluster: name, health: p.health}}
 	location := &f.location
 	location.Path = joinPath(gw.Address.Path, subpath)
 	location.RawPath = ""
@@ -256,10 +273,12 @@ func (p *Proxy) Serve(w http.ResponseWriter, req *http.Request, name, subpath st
 		return
 	}
 
-	// Upgrades (exec, attach, port-forward) go through UpgradeAwareHandler.
-	// The client's credentials and claimed identities go now, so nothing
-	// below (nor its logs) sees them; the gateway's identity is added by the
-	// upgrade round tripper, on the request written to the cluster.
+	// Upgrades (exec, attach, port-forward) go through UpgradeAwareHandler,
+	// which logs the headers of the request it gets (from -v=6): the
+	// client's credentials and claimed identities go now, so that it never
+	// sees them. The upgrade round tripper (upstreamUpgrade) replaces them
+	// with the gateway's identity, as upstreamTransport does, on the request
+	// written to the cluster.
 	out := req.WithContext(req.Context())
 	out.Header = utilnet.CloneHeader(req.Header)
 	out.URL = location
@@ -355,17 +374,17 @@ func joinPath(base, sub string) string {
 // dial or response timeout; probing goes on, and the first good probe lets
 // requests through again.
 func (p *Proxy) knownUnreachable(w http.ResponseWriter, name string) error {
-	if p.opts.Health == nil {
+	if p.health == nil {
 		return nil
 	}
-	r, ok := p.opts.Health.Get(name)
+	r, ok := p.health.Get(name)
 	// Only what would make a request wait: no connection, or no answer. A
 	// cluster with an untrusted certificate or an unhealthy /readyz answers
 	// at once, and may still serve the request.
 	if !ok || r.Status != metav1.ConditionFalse || (r.Reason != v1alpha1.ReasonDialFailed && r.Reason != v1alpha1.ReasonNoAnswer) {
 		return nil
 	}
-	retry := max(1, int(p.opts.Health.Interval().Seconds()))
+	retry := max(1, int(p.health.Interval().Seconds()))
 	w.Header().Set("Retry-After", strconv.Itoa(retry))
 	return statusError(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, fmt.Sprintf(
 		"cluster %q is unreachable (Reachable=False since %s: %s: %s); the gateway probes it and lets requests through again once it answers",

@@ -202,7 +202,7 @@ func TestSilent101EndsWithTheClient(t *testing.T) {
 // A cluster that answers every new HTTP/2 connection with GOAWAY (raw
 // frames: no real kube-apiserver does this): each proxied request is one
 // request to the pool, so it has the cluster dialed at most 4 times
-// (pool.RequestDials, carried by the request's context) and is answered
+// (counted by its lease's transport) and is answered
 // 503 saying why, where net/http would dial in a loop until the request's
 // deadline. pkg/pool's hostile tests cover the guard itself.
 func TestGoAwayClusterIsDialedAFewTimesPerRequest(t *testing.T) {

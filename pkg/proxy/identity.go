@@ -71,9 +71,9 @@ func headerHasPrefix(name, lower string) bool {
 
 // scrubClientHeaders removes every credential and identity the client (or
 // the hub, for its own hop) sent: hub credentials, claimed identities, the
-// WebSocket bearer subprotocol. It runs on the client's request before the
-// reverse proxy sees it (so nothing of the client's is logged or forwarded),
-// and again in the upstream round tripper after hop-by-hop removal.
+// WebSocket bearer subprotocol. identity.replace runs it last before the
+// wire; an upgrade also has it run on the request UpgradeAwareHandler gets,
+// which logs its headers (from -v=6).
 func scrubClientHeaders(h http.Header) {
 	ws := false
 	for k := range h {
@@ -149,8 +149,13 @@ type identity struct {
 	caller user.Info // nil: act as the stored credential
 }
 
-// apply sets the identity on headers that were already scrubbed.
-func (id identity) apply(h http.Header) {
+// replace removes the client's credentials and identities from h
+// (scrubClientHeaders) and sets the gateway's identity: the one step of
+// both round trippers, the ordinary (upstreamTransport) and the upgrade
+// (upstreamUpgrade), that decides whom the cluster sees, last before the
+// wire. h must be the round trip's own.
+func (id identity) replace(h http.Header) {
+	scrubClientHeaders(h)
 	if id.token != "" {
 		h.Set("Authorization", "Bearer "+id.token)
 	}

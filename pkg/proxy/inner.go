@@ -7,6 +7,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/sets"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
+
+	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
 
 var innerRequestInfo = &apirequest.RequestInfoFactory{
@@ -16,7 +18,7 @@ var innerRequestInfo = &apirequest.RequestInfoFactory{
 
 // isProxy tells whether the hub-side request is for the proxy subresource.
 func isProxy(ri *apirequest.RequestInfo) bool {
-	return ri != nil && ri.IsResourceRequest && ri.APIGroup == "gateway.clustergateway.io" &&
+	return ri != nil && ri.IsResourceRequest && ri.APIGroup == v1alpha1.GroupName &&
 		ri.Resource == "clustergateways" && ri.Subresource == "proxy" && len(ri.Parts) >= 3
 }
 

@@ -140,7 +140,8 @@ func (f *fakeHealth) Interval() time.Duration          { return 20 * time.Second
 func TestFailFastWhenUnreachable(t *testing.T) {
 	up := newCapture(t)
 	h := &fakeHealth{result: health.Result{Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonDialFailed, Message: "connection refused", LastTransitionTime: time.Now()}}
-	px := newFixtureProxyWith(t, func(o *Options) { o.Health = h }, tokenSecret("c", up.srv.URL, upstreamCA(up.srv), "t", "None"))
+	px := newFixtureProxy(t, tokenSecret("c", up.srv.URL, upstreamCA(up.srv), "t", "None"))
+	px.health = h // what a prober would know
 	rec := serveAs(px, "c", "/api", alice, httptest.NewRequest(http.MethodGet, "/x", nil))
 	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") != "20" || !strings.Contains(rec.Body.String(), "DialFailed: connection refused") {
 		t.Fatalf("%d Retry-After=%q %s; want 503 with Retry-After 20 naming the probe's reason", rec.Code, rec.Header().Get("Retry-After"), rec.Body)

@@ -16,24 +16,32 @@ import (
 // the in-flight limit), instead of through the generic server's REST
 // handler: go-restful's routing and the connect handler's decoding of its
 // options cost a proxied request more than the proxy's own work. It does
-// what they did, in the same terms: the same methods, the same name and
+// what they did, in the same terms: the same methods (the REST's, given to
+// Serve), the same name and
 // subpath (the connect handler's rule, trailing slash kept), the same
 // apiserver_request_* and apiserver_longrunning_requests metrics; and, as
 // the connect handler is not in the way, dryRun reaches the cluster as sent.
 // Every other request, and one Route cannot place exactly, goes to next.
 type Route struct {
-	proxy atomic.Pointer[Proxy]
+	serving atomic.Pointer[routeTo]
 }
 
-// Serve makes the route serve with p (until then, everything goes to next:
-// the server does not serve before the proxy is built).
-func (rt *Route) Serve(p *Proxy) { rt.proxy.Store(p) }
+// routeTo is what a Route serves with.
+type routeTo struct {
+	proxy   *Proxy
+	methods map[string]bool
+}
 
-// routeMethods are the methods the proxy subresource is installed for
-// (pkg/registry/clustergateway's ProxyREST.ConnectMethods).
-var routeMethods = map[string]bool{
-	http.MethodGet: true, http.MethodPost: true, http.MethodPut: true, http.MethodPatch: true,
-	http.MethodDelete: true, http.MethodHead: true, http.MethodOptions: true,
+// Serve makes the route serve with p the methods the proxy subresource is
+// installed for (pkg/registry/clustergateway's ProxyREST.ConnectMethods,
+// which the REST handler serves). Until then, everything goes to next: the
+// server does not serve before the proxy is built.
+func (rt *Route) Serve(p *Proxy, methods []string) {
+	to := &routeTo{proxy: p, methods: make(map[string]bool, len(methods))}
+	for _, m := range methods {
+		to.methods[m] = true
+	}
+	rt.serving.Store(to)
 }
 
 // Handler is the route in front of next.
@@ -42,12 +50,13 @@ func (rt *Route) Handler(next http.Handler) http.Handler {
 		"resource", metrics.APIServerComponent, false, "", func(w http.ResponseWriter, req *http.Request) {
 			ri, _ := apirequest.RequestInfoFrom(req.Context())
 			metrics.RecordLongRunning(req, ri, metrics.APIServerComponent, func() {
-				rt.proxy.Load().Serve(w, req, ri.Name, connectSubpath(ri))
+				rt.serving.Load().proxy.Serve(w, req, ri.Name, connectSubpath(ri))
 			})
 		})
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		ri, ok := apirequest.RequestInfoFrom(req.Context())
-		if !ok || rt.proxy.Load() == nil || !routed(req, ri) {
+		to := rt.serving.Load()
+		if !ok || to == nil || !to.routed(req, ri) {
 			next.ServeHTTP(w, req)
 			return
 		}
@@ -57,8 +66,8 @@ func (rt *Route) Handler(next http.Handler) http.Handler {
 
 // routed tells whether the REST handler would have served req as the
 // proxy subresource of a named ClusterGateway of this version.
-func routed(req *http.Request, ri *apirequest.RequestInfo) bool {
-	return isProxy(ri) && routeMethods[req.Method] && ri.APIVersion == v1alpha1.SchemeGroupVersion.Version &&
+func (to *routeTo) routed(req *http.Request, ri *apirequest.RequestInfo) bool {
+	return isProxy(ri) && to.methods[req.Method] && ri.APIVersion == v1alpha1.SchemeGroupVersion.Version &&
 		ri.Namespace == "" && ri.Name != "" && ri.Parts[1] == ri.Name
 }
 

@@ -13,6 +13,7 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 
 	"github.com/clustergateway/cluster-gateway/internal/testmetrics"
+	"github.com/clustergateway/cluster-gateway/pkg/registry/clustergateway"
 )
 
 // The route serves what the REST handler would have served as the proxy
@@ -51,7 +52,7 @@ func TestRouteServesTheProxySubresource(t *testing.T) {
 	if code, body := do("GET", proxyPrefix+"/api"); code != http.StatusTeapot {
 		t.Fatalf("before Serve: %d %s, want the REST handler", code, body)
 	}
-	route.Serve(px)
+	route.Serve(px, clustergateway.NewProxyREST(px).ConnectMethods())
 
 	endpointsmetrics.Register()
 	count := func() float64 {
@@ -95,6 +96,40 @@ func TestRouteServesTheProxySubresource(t *testing.T) {
 		if code, body := do(c.method, c.target); code != http.StatusTeapot {
 			t.Errorf("%s %s: %d %s, want it left to the REST handler", c.method, c.target, code, body)
 		}
+	}
+}
+
+// The route serves exactly the methods the REST handler installs the proxy
+// subresource for (ProxyREST.ConnectMethods, as the server wires them), and
+// leaves every other method to the REST handler.
+func TestRouteMethodsAreTheREST(t *testing.T) {
+	up := newTLSUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	px := newFixtureProxy(t, tokenSecret("c1", up.URL, upstreamCA(up), "t", "None"))
+	rest := clustergateway.NewProxyREST(px).ConnectMethods()
+	var route Route
+	route.Serve(px, rest)
+	h := route.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) }))
+	installed := map[string]bool{}
+	for _, m := range rest {
+		installed[m] = true
+	}
+	all := []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete,
+		http.MethodConnect, http.MethodOptions, http.MethodTrace, "PROPFIND"}
+	for _, m := range all {
+		req := httptest.NewRequest(m, proxyPrefix+"/api", nil)
+		ri, err := hubRequestInfo.NewRequestInfo(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := apirequest.WithRequestInfo(apirequest.WithUser(req.Context(), &user.DefaultInfo{Name: "admin", Groups: []string{"system:masters"}}), ri)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req.WithContext(ctx))
+		if routed := rec.Code != http.StatusTeapot; routed != installed[m] {
+			t.Errorf("%s: routed %v (%d), but the REST installs the subresource for it: %v (ConnectMethods %v)", m, routed, rec.Code, installed[m], rest)
+		}
+	}
+	if len(installed) == 0 {
+		t.Fatal("the REST installs the proxy subresource for no method: the test proves nothing")
 	}
 }
 

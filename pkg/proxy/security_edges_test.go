@@ -24,6 +24,8 @@ import (
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
+
+	"github.com/clustergateway/cluster-gateway/pkg/registry/clustergateway"
 )
 
 // An Upgrade header turns any request, not only exec, into one that needs
@@ -158,7 +160,7 @@ func TestSubpathAuthorizedAsServed(t *testing.T) {
 	px := newFixtureProxyWith(t, func(o *Options) { o.Authorizer, o.AuthorizeSubpath = authorizer.AuthorizerFunc(authz.Authorize), true },
 		tokenSecret("c1", up.srv.URL+"/prefix", upstreamCA(up.srv), "t", "None"))
 	var route Route
-	route.Serve(px)
+	route.Serve(px, clustergateway.NewProxyREST(px).ConnectMethods())
 	routed := route.Handler(http.NotFoundHandler())
 	front := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ri, err := hubRequestInfo.NewRequestInfo(r)

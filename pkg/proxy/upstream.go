@@ -15,11 +15,13 @@ import (
 	utilproxy "k8s.io/apimachinery/pkg/util/proxy"
 )
 
-// upstreamTransport is the last step before the wire for ordinary requests.
-// httputil.ReverseProxy has already removed the headers the client named in
-// Connection, so the identity set here is exactly what the cluster gets: a
-// client cannot strip it (kube-aggregator's auth-proxy round tripper does
-// the same). It also refuses to pass a redirect on.
+// upstreamTransport is the last step before the wire for ordinary requests,
+// and the one place where their headers lose what the client sent of
+// credentials and identities and get the gateway's instead
+// (identity.replace). httputil.ReverseProxy has already removed the headers
+// the client named in Connection, so the identity set here is exactly what
+// the cluster gets: a client cannot strip it (kube-aggregator's auth-proxy
+// round tripper does the same). It also refuses to pass a redirect on.
 type upstreamTransport struct {
 	base    http.RoundTripper
 	id      identity
@@ -27,16 +29,14 @@ type upstreamTransport struct {
 }
 
 func (t *upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := t.base.RoundTrip(withIdentity(req, t.id))
-	return t.checked(req, resp, err)
+	return t.roundTripOwned(ownHeaders(req))
 }
 
 // roundTripOwned is RoundTrip for a request made for this round trip alone
-// (the reverse proxy's copy of the client's): the identity is set on it in
-// place rather than on a copy.
+// (the reverse proxy's copy of the client's): the identity replaces the
+// client's in place rather than on a copy.
 func (t *upstreamTransport) roundTripOwned(req *http.Request) (*http.Response, error) {
-	scrubClientHeaders(req.Header)
-	t.id.apply(req.Header)
+	t.id.replace(req.Header)
 	resp, err := t.base.RoundTrip(req)
 	return t.checked(req, resp, err)
 }
@@ -67,11 +67,14 @@ var (
 )
 
 func (u *upstreamUpgrade) RoundTrip(req *http.Request) (*http.Response, error) {
-	return u.base.RoundTrip(withIdentity(req, u.id))
+	out := ownHeaders(req)
+	u.id.replace(out.Header)
+	return u.base.RoundTrip(out)
 }
 
 func (u *upstreamUpgrade) WrapRequest(req *http.Request) (*http.Request, error) {
-	out := withIdentity(req, u.id)
+	out := ownHeaders(req)
+	u.id.replace(out.Header)
 	upgradeConnectionHeader(out.Header)
 	return out, nil
 }
@@ -94,19 +97,16 @@ func (u *upstreamUpgrade) WrappedRoundTripper() http.RoundTripper {
 	return t
 }
 
-// withIdentity returns a shallow copy of req whose headers hold none of the
-// client's credentials or identities, and the gateway's identity instead.
-func withIdentity(req *http.Request, id identity) *http.Request {
+// ownHeaders returns a shallow copy of req with a header map of its own,
+// for identity.replace to change: the caller's request (which
+// UpgradeAwareHandler logs) keeps its own.
+func ownHeaders(req *http.Request) *http.Request {
 	out := new(http.Request)
 	*out = *req
 	out.Header = make(http.Header, len(req.Header)+3)
 	for k, v := range req.Header {
-		if !identityHeader(k) {
-			out.Header[k] = v
-		}
+		out.Header[k] = v
 	}
-	scrubWebSocketProtocols(out.Header)
-	id.apply(out.Header)
 	return out
 }
 
