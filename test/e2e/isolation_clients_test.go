@@ -108,7 +108,7 @@ func TestHostileClientsGiveSlotsBack(t *testing.T) {
 			}
 			return nil
 		})
-		// At their deadline (plus a second's grace for an answer begun
+		// At their deadline (plus 5 seconds' grace for an answer begun
 		// after it) the stalled requests give back the cluster's slots and
 		// the generic server's in-flight slots: the connection stays open.
 		eventually(t, "the stalled reader's slots given back", func() error {
