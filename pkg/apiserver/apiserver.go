@@ -56,8 +56,9 @@ type ExtraConfig struct {
 	ShutdownStreamDrain time.Duration
 	// CertCacheSize bounds the cache of verified client-certificate chains
 	// (pkg/certauth); 0 verifies every request's chain. ClientCA verifies
-	// users' client certificates (the hub's client CA); nil: only the hub's
-	// front-proxy certificate is cached.
+	// users' client certificates (the hub's client CA): the same provider
+	// the generic server was configured with, which its secure serving
+	// runs; nil: only the hub's front-proxy certificate is cached.
 	CertCacheSize int
 	ClientCA      dynamiccertificates.CAContentProvider
 	// StockHandlerChain is for the A/B rows of make bench (a hidden
@@ -214,10 +215,6 @@ func (c *Config) New() (*Server, error) {
 	if err := generic.AddPostStartHook("start-clustergateway-store", func(ctx genericapiserver.PostStartHookContext) error {
 		go s.Store.Run(ctx)
 		go s.Prober.Run(ctx)
-		if r, ok := c.Extra.ClientCA.(dynamiccertificates.ControllerRunner); ok {
-			_ = r.RunOnce(ctx) // errors are retried by Run
-			go r.Run(ctx, 1)
-		}
 		if s.Tunnel != nil {
 			s.Tunnel.Start(ctx)
 		}

@@ -14,6 +14,7 @@ import (
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
 
@@ -130,7 +131,26 @@ func (o *Options) ServerConfig() (*apiserver.Config, error) {
 	if err := o.ServerRun.ApplyTo(&cfg.Generic.Config); err != nil {
 		return nil, err
 	}
-	if err := o.Recommended.ApplyTo(cfg.Generic); err != nil {
+	// One client-CA provider: the generic server asks for client
+	// certificates and authenticates users with it, and pkg/certauth
+	// verifies with the same one, so a CA removed from the bundle is
+	// refused by both at the same moment.
+	rec := o.Recommended
+	var clientCA dynamiccertificates.CAContentProvider
+	if a := rec.Authentication; a != nil && o.CertCacheSize > 0 {
+		var err error
+		if clientCA, err = clientCAProvider(a); err != nil {
+			return nil, err
+		}
+		if clientCA != nil {
+			withCA := *a
+			withCA.ClientCert.CAContentProvider = clientCA
+			r := *rec
+			r.Authentication = &withCA
+			rec = &r
+		}
+	}
+	if err := rec.ApplyTo(cfg.Generic); err != nil {
 		return nil, err
 	}
 	endpoints, err := o.Endpoints.Policy()
@@ -150,11 +170,7 @@ func (o *Options) ServerConfig() (*apiserver.Config, error) {
 	}
 	cfg.Extra.Pool.Endpoints = endpoints
 	cfg.Extra.CertCacheSize = o.CertCacheSize
-	if o.CertCacheSize > 0 {
-		if cfg.Extra.ClientCA, err = o.clientCA(cfg.Generic.ClientConfig); err != nil {
-			return nil, err
-		}
-	}
+	cfg.Extra.ClientCA = clientCA
 	return cfg, nil
 }
 
@@ -184,23 +200,30 @@ func (o *Options) validateLimits() []error {
 	return errs
 }
 
-// clientCA is the CA of users' client certificates, as the generic server's
-// delegated authentication finds it: --client-ca-file, else the hub's
-// extension-apiserver-authentication ConfigMap (a controller pkg/apiserver runs).
-func (o *Options) clientCA(hub *rest.Config) (dynamiccertificates.CAContentProvider, error) {
-	a := o.Recommended.Authentication
-	if a == nil {
-		return nil, nil
-	}
-	if a.ClientCert.ClientCA != "" {
+// clientCAProvider is the CA of users' client certificates, found as the
+// generic server's delegated authentication finds it (k8s.io/apiserver
+// DelegatingAuthenticationOptions.ApplyTo and getClient): --client-ca-file,
+// else the hub's extension-apiserver-authentication ConfigMap, read with
+// --authentication-kubeconfig or the in-cluster configuration. The generic
+// server's secure serving runs its controller.
+func clientCAProvider(a *genericoptions.DelegatingAuthenticationOptions) (dynamiccertificates.CAContentProvider, error) {
+	if a.ClientCert.ClientCA != "" || a.ClientCert.CAContentProvider != nil || a.SkipInClusterLookup {
 		return a.ClientCert.GetClientCAContentProvider()
 	}
-	if a.SkipInClusterLookup || hub == nil {
-		return nil, nil
+	var hub *rest.Config
+	var err error
+	if a.RemoteKubeConfigFile != "" {
+		hub, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+			&clientcmd.ClientConfigLoadingRules{ExplicitPath: a.RemoteKubeConfigFile}, &clientcmd.ConfigOverrides{}).ClientConfig()
+	} else if hub, err = rest.InClusterConfig(); err != nil && a.RemoteKubeConfigFileOptional {
+		return nil, nil // as the generic server: no client CA then
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the kubeconfig for delegated authentication, to find the client CA: %w", err)
 	}
 	client, err := kubernetes.NewForConfig(hub)
 	if err != nil {
 		return nil, err
 	}
-	return dynamiccertificates.NewDynamicCAFromConfigMapController("client-ca-cached", metav1.NamespaceSystem, "extension-apiserver-authentication", "client-ca-file", client)
+	return dynamiccertificates.NewDynamicCAFromConfigMapController("client-ca", metav1.NamespaceSystem, "extension-apiserver-authentication", "client-ca-file", client)
 }

@@ -2,9 +2,14 @@ package options
 
 import (
 	"math"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
+
+	genericoptions "k8s.io/apiserver/pkg/server/options"
+
+	"github.com/clustergateway/cluster-gateway/internal/testpki"
 )
 
 // Every component's flags are validated in one pass, the same way: each
@@ -79,5 +84,43 @@ func TestHugeMaxQueuedRefused(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "must be less than --max-requests-inflight") {
 			t.Errorf("--max-queued-per-cluster=%d: %v, want it refused against --max-requests-inflight", q, err)
 		}
+	}
+}
+
+// The generic server and the certificate cache verify users' client
+// certificates with one CA provider, so a CA removed from the bundle is
+// refused by both at the same moment (TestClientCARotation, end to end).
+func TestOneClientCAProvider(t *testing.T) {
+	dir := t.TempDir()
+	caFile, _, err := testpki.MustCA(t, "options-client-ca").WriteFiles(dir, "client-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := NewOptions()
+	o.Recommended.SecureServing.ServerCert.CertDirectory = dir
+	o.Recommended.SecureServing.BindPort = 0
+	o.Recommended.SecureServing.Listener, o.Recommended.SecureServing.BindPort, err = genericoptions.CreateListener("tcp", "127.0.0.1:0", net.ListenConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Recommended.SecureServing.Listener.Close()
+	a := o.Recommended.Authentication
+	a.ClientCert.ClientCA = caFile
+	a.SkipInClusterLookup = true // no request-header CA: the serving CA is the client CA alone
+	a.RemoteKubeConfigFileOptional = true
+	o.Recommended.Authorization, o.Recommended.CoreAPI = nil, nil
+	cfg, err := o.ServerConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Extra.ClientCA == nil {
+		t.Fatal("the certificate cache has no client CA")
+	}
+	if cfg.Generic.SecureServing.ClientCA != cfg.Extra.ClientCA {
+		t.Fatalf("the generic server verifies client certificates with %v (%T), the certificate cache with %v (%T): want one provider",
+			cfg.Generic.SecureServing.ClientCA, cfg.Generic.SecureServing.ClientCA, cfg.Extra.ClientCA, cfg.Extra.ClientCA)
+	}
+	if a.ClientCert.CAContentProvider != nil {
+		t.Fatal("ServerConfig changed the options it was given")
 	}
 }
