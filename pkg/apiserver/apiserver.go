@@ -20,6 +20,7 @@ import (
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/kubernetes"
+	restclient "k8s.io/client-go/rest"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
@@ -96,46 +97,64 @@ type Server struct {
 	CertCache *certauth.Cache
 }
 
-// New builds the server; nothing runs until Run.
-func (c *Config) New() (*Server, error) {
+// completedConfig is a Config whose generic part holds the gateway's
+// handler chain, authentication and OpenAPI definitions.
+type completedConfig struct {
+	Generic   genericapiserver.CompletedConfig
+	Extra     *ExtraConfig
+	hub       *restclient.Config // the hub, where the gateways' Secrets are
+	route     *proxy.Route       // in the handler chain; serves once New has built the proxy
+	certCache *certauth.Cache    // in the authenticator; nil when off
+}
+
+// CompletedConfig is a Config after Complete; only it can build a Server.
+type CompletedConfig struct{ *completedConfig }
+
+// Complete sets what the gateway needs in the generic configuration: the
+// handler chain (handlerchain.go: proxied watches, logs -f, exec and
+// port-forward stream past the request timeout, and proxy.Route passes
+// dryRun to the cluster, which the REST connect handler would refuse), the
+// certificate cache in front of the authenticator, and the OpenAPI
+// definitions.
+func (c *Config) Complete() (CompletedConfig, error) {
 	g := c.Generic
 	if g.ClientConfig == nil {
-		return nil, errors.New("no hub client configuration: pass --kubeconfig or run in a cluster")
-	}
-	// The gateway's handler chain (handlerchain.go): proxied watches, logs
-	// -f, exec and port-forward stream past the request timeout (everything
-	// else keeps it and the in-flight limit), and proxy.Route passes dryRun
-	// to the cluster (the REST connect handler would refuse it).
-	if g.ShutdownSendRetryAfter || g.ShutdownWatchTerminationGracePeriod > 0 {
-		return nil, errors.New("--shutdown-send-retry-after and --shutdown-watch-termination-grace-period are not supported by the gateway: it ends proxied watches on shutdown itself (--shutdown-stream-drain)")
+		return CompletedConfig{}, errors.New("no hub client configuration: pass --kubeconfig or run in a cluster")
 	}
 	g.LongRunningFunc = proxy.IsLongRunning
-	route := new(proxy.Route) // serves once the proxy is built, below
+	route := new(proxy.Route)
+	stock, tracing := c.Extra.StockHandlerChain, c.Extra.Tracing
 	g.BuildHandlerChainFunc = func(h http.Handler, gc *genericapiserver.Config) http.Handler {
-		if c.Extra.StockHandlerChain {
+		if stock {
 			return proxy.WithInnerMemo(genericapiserver.DefaultBuildHandlerChain(route.Handler(h), gc))
 		}
-		return buildHandlerChain(h, gc, c.Extra.Tracing, route)
+		return buildHandlerChain(h, gc, tracing, route)
 	}
 	namer := openapinamer.NewDefinitionNamer(Scheme)
 	g.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(v1alpha1.GetOpenAPIDefinitions, namer)
 	g.OpenAPIConfig.Info.Title = "Cluster Gateway"
 	g.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(v1alpha1.GetOpenAPIDefinitions, namer)
 	g.OpenAPIV3Config.Info.Title = "Cluster Gateway"
-
 	certCache, err := c.cacheCertificateAuthentication()
 	if err != nil {
-		return nil, err
+		return CompletedConfig{}, err
 	}
-	generic, err := g.Complete().New("cluster-gateway", genericapiserver.NewEmptyDelegate())
+	return CompletedConfig{&completedConfig{Generic: g.Complete(), Extra: &c.Extra, hub: g.ClientConfig, route: route, certCache: certCache}}, nil
+}
+
+// New builds the server from the completed configuration, which it leaves
+// as it is; nothing runs until Run.
+func (c CompletedConfig) New() (*Server, error) {
+	g := c.Generic
+	generic, err := g.New("cluster-gateway", genericapiserver.NewEmptyDelegate())
 	if err != nil {
 		return nil, err
 	}
-	client, err := kubernetes.NewForConfig(g.ClientConfig)
+	client, err := kubernetes.NewForConfig(c.hub)
 	if err != nil {
 		return nil, fmt.Errorf("building the hub client: %w", err)
 	}
-	s := &Server{Generic: generic, Store: gateways.NewStore(client, c.Extra.SecretNamespace), CertCache: certCache}
+	s := &Server{Generic: generic, Store: gateways.NewStore(client, c.Extra.SecretNamespace), CertCache: c.certCache}
 	if s.Pool, err = pool.New(c.Extra.Pool); err != nil {
 		return nil, err
 	}
@@ -173,7 +192,7 @@ func (c *Config) New() (*Server, error) {
 	}
 	s.Prober = px.Prober()
 	proxyREST := clustergateway.NewProxyREST(px)
-	route.Serve(px, proxyREST.ConnectMethods()) // the route serves what the REST would
+	c.route.Serve(px, proxyREST.ConnectMethods()) // the route serves what the REST would
 	if err := s.registerMetrics(c.Extra.Metrics, px); err != nil {
 		s.stop()
 		return nil, err

@@ -50,7 +50,11 @@ one hub namespace, and their proxy subresource, which forwards any request to th
 			if err != nil {
 				return err
 			}
-			s, err := cfg.New()
+			completed, err := cfg.Complete()
+			if err != nil {
+				return err
+			}
+			s, err := completed.New()
 			if err != nil {
 				return err
 			}
