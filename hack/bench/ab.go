@@ -391,7 +391,26 @@ func (r *report) abSection(b *strings.Builder) {
 			mib(row.RSSStart), mib(row.RSSLoad), mib(row.RSSIdle), h.Errors+p.Errors)
 	}
 	b.WriteString("\n")
+	b.WriteString("A piece is kept when switching it off costs at least 5% more gateway CPU per request through the hub (a ratio of 1.05× or more), " +
+		"or when a test names a safety property it holds. In this run:\n\n")
+	for _, row := range ab.Rows[1:] {
+		h, bh := row.Res["hub"], base.Res["hub"]
+		if h == nil || bh == nil || bh.cpuPerReq(bh.CPU) <= 0 {
+			continue
+		}
+		r := ratio(h.cpuPerReq(h.CPU), bh.cpuPerReq(bh.CPU))
+		verdict := "at or above the bar"
+		if r < abKeepRatio {
+			verdict = "below the bar: keep it only for a safety property a test names, else remove it"
+		}
+		fmt.Fprintf(b, "- %s (%s): %.2f× through the hub, %s.\n", row.Variant.Key, row.Variant.What, r, verdict)
+	}
+	b.WriteString("\nThe pieces removed after earlier A/B runs, with those runs' tables: [performance-ab-history.md](performance-ab-history.md).\n\n")
 }
+
+// abKeepRatio is the bar a piece must clear through the hub: switching it
+// off costs at least 5% more of the gateway's CPU per request.
+const abKeepRatio = 1.05
 
 // abRatio is a / base, or a dash without a baseline.
 func abRatio(a, base time.Duration) string {
