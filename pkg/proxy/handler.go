@@ -183,7 +183,6 @@ func (p *Proxy) Serve(w http.ResponseWriter, req *http.Request, name, subpath st
 	defer rec.done()
 	if kind == kindRequest {
 		rec.bound.start(rec.ResponseWriter, req.Context())
-		defer rec.bound.end()
 		defer answerTimeout(w, req, rec) // before done records the code
 	}
 	if err := checkSubpath(subpath); err != nil {

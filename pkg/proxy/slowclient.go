@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -32,44 +31,24 @@ import (
 const writeGrace = 5 * time.Second
 
 // writeBound ends the writes of an ordinary request's answer at its
-// deadline, whatever the client does. At the deadline an answer already
-// begun is cut at once (the cluster's side of it ends then too), and one
-// begun afterwards (the 504) gets writeGrace. A write the client does not
-// take then fails: net/http resets the HTTP/2 stream (or ends the HTTP/1.1
-// connection), the handler returns, and its slots are given back.
+// deadline, whatever the client does. An answer begun before the deadline
+// gets the deadline itself as its write deadline, so it is cut then (the
+// cluster's side of it ends then too); one begun afterwards (the 504) gets
+// writeGrace. A write the client does not take by then fails: net/http
+// resets the HTTP/2 stream (or ends the HTTP/1.1 connection), the handler
+// returns, and its slots are given back. A write deadline belongs to the
+// stream (HTTP/2), or to the connection until net/http clears it once the
+// request is finished (HTTP/1.1), so nothing needs undoing at the end.
 type writeBound struct {
-	rc    *http.ResponseController
-	ctx   context.Context
-	stop  func() bool
-	fired sync.WaitGroup
-
-	mu      sync.Mutex
-	begun   bool // the answer has begun
-	expired bool // the context is done, and the bound decided
+	rc       *http.ResponseController
+	deadline time.Time
 }
 
-// start bounds w's writes by ctx: the writer below the request recorder,
-// and the request's context.
+// start bounds w's writes by ctx's deadline: w is the writer below the
+// request recorder. Without a deadline nothing is bounded.
 func (b *writeBound) start(w http.ResponseWriter, ctx context.Context) {
-	b.rc, b.ctx = http.NewResponseController(w), ctx
-	b.fired.Add(1)
-	stop := context.AfterFunc(ctx, func() {
-		defer b.fired.Done()
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		if !b.expired {
-			b.expired = true
-			if b.begun { // before the deadline: it cannot end well now
-				b.set(time.Now())
-			}
-		}
-	})
-	b.stop = func() bool {
-		if stop() {
-			b.fired.Done()
-			return true
-		}
-		return false
+	if d, ok := ctx.Deadline(); ok {
+		b.rc, b.deadline = http.NewResponseController(w), d
 	}
 }
 
@@ -78,28 +57,12 @@ func (b *writeBound) begin() {
 	if b == nil || b.rc == nil {
 		return
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.begun = true
-	if !b.expired && b.ctx.Err() != nil {
-		b.expired = true // the AfterFunc, still to run, leaves it alone
+	d := b.deadline
+	if now := time.Now(); !now.Before(d) {
+		d = now.Add(writeGrace)
 	}
-	if b.expired {
-		b.set(time.Now().Add(writeGrace))
-	}
-}
-
-func (b *writeBound) set(deadline time.Time) {
-	if err := b.rc.SetWriteDeadline(deadline); err != nil {
+	if err := b.rc.SetWriteDeadline(d); err != nil {
 		klog.V(2).InfoS("Cannot bound the writes of a proxied request", "err", err)
-	}
-}
-
-// end is called when serving ends: no deadline is set after it, which on
-// HTTP/1.1 would reach the connection's next request.
-func (b *writeBound) end() {
-	if b.rc != nil && !b.stop() {
-		b.fired.Wait()
 	}
 }
 
