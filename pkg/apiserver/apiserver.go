@@ -40,6 +40,9 @@ import (
 type ExtraConfig struct {
 	// SecretNamespace is the hub namespace whose labelled Secrets are the gateways.
 	SecretNamespace string
+	// SourceNamespaces are the hub namespaces whose Secrets gateways may name
+	// as their credential (SecretNamespace by default).
+	SourceNamespaces []string
 	// AuthorizeProxySubpath also authorizes the inner request of every proxied call.
 	AuthorizeProxySubpath bool
 	// Pool bounds and times the pooled transports (its Endpoints policy included).
@@ -154,7 +157,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the hub client: %w", err)
 	}
-	s := &Server{Generic: generic, Store: gateways.NewStore(client, c.Extra.SecretNamespace), CertCache: c.certCache}
+	s := &Server{Generic: generic, Store: gateways.NewStore(client, c.Extra.SecretNamespace, c.Extra.SourceNamespaces...), CertCache: c.certCache}
 	if s.Pool, err = pool.New(c.Extra.Pool); err != nil {
 		return nil, err
 	}
@@ -200,7 +203,7 @@ func (c CompletedConfig) New() (*Server, error) {
 
 	group := genericapiserver.NewDefaultAPIGroupInfo(v1alpha1.GroupName, Scheme, ParameterCodec, Codecs)
 	group.VersionedResourcesStorageMap[v1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
-		"clustergateways":        clustergateway.NewREST(s.Store, c.Extra.Pool.Endpoints, s.Prober),
+		"clustergateways":        clustergateway.NewREST(s.Store, c.Extra.Pool.Endpoints, s.Prober, popts.Authorizer),
 		"clustergateways/proxy":  proxyREST,
 		"clustergateways/health": clustergateway.NewHealthREST(px),
 	}

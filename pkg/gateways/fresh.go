@@ -40,7 +40,8 @@ func (s *Store) GetCurrent(ctx context.Context, name string) (*Current, error) {
 	if sec.Labels[LabelGateway] != "true" {
 		return nil, apierrors.NewNotFound(Resource, name)
 	}
-	g := s.reuse(sec.Name, sec.UID, sec.ResourceVersion, func() *Gateway { return parseAt(sec, s.clock.Now()) })
+	now := s.clock.Now()
+	g := s.reuse(sec.Name, sec.UID, sec.ResourceVersion, func() *Gateway { return s.resolve(parseAt(sec, now), now) })
 	return &Current{Gateway: g, secret: sec}, nil
 }
 
@@ -55,7 +56,7 @@ func (s *Store) ListFresh(ctx context.Context, selector labels.Selector) ([]*Gat
 	out := make([]*Gateway, 0, len(secs.Items))
 	for i := range secs.Items {
 		sec := &secs.Items[i]
-		g := s.reuse(sec.Name, sec.UID, sec.ResourceVersion, func() *Gateway { return parseAt(sec, now) })
+		g := s.reuse(sec.Name, sec.UID, sec.ResourceVersion, func() *Gateway { return s.resolve(parseAt(sec, now), now) })
 		if selector != nil && !selector.Matches(labels.Set(g.Object.Labels)) {
 			continue
 		}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,6 +30,9 @@ type Gateway struct {
 	// Address and ProxyURL are parsed when Ready.
 	Address  *url.URL
 	ProxyURL *url.URL
+	// Conn is the endpoint and credential as the gateway sends them: the
+	// spec's, completed from the credential's source.
+	Conn Conn
 
 	// Not the Secret it was read from: with 10,000 gateways its metadata and
 	// data map were a quarter of the cache's memory. Writes start from the
@@ -40,6 +44,11 @@ type Gateway struct {
 	// itself shows and when it was last written.
 	problems []string
 	written  metav1.Time
+	res      resolution
+
+	// Of a gateway whose credential has a source, as the informer caches it:
+	// its latest resolution against that source (see Store.resolve).
+	resolved atomic.Pointer[resolvedGateway]
 
 	// The certificate's validity: Ready can change when the clock crosses
 	// one of these, without a write (see at).
@@ -66,14 +75,21 @@ func Parse(s *corev1.Secret) *Gateway {
 
 func parseAt(s *corev1.Secret, now time.Time) *Gateway {
 	obj, problems := fromSecret(s)
-	return withStatus(s.Namespace, obj, problems, lastWrite(s), now)
+	return withStatus(s.Namespace, obj, problems, lastWrite(s), inline(obj), now)
+}
+
+// Conn is where a gateway's requests go and the credential they carry.
+type Conn struct {
+	Endpoint  v1alpha1.Endpoint
+	Token     string
+	Cert, Key []byte
 }
 
 // withStatus completes obj, which it owns, with its status as of now.
-func withStatus(namespace string, obj *v1alpha1.ClusterGateway, problems []string, written metav1.Time, now time.Time) *Gateway {
+func withStatus(namespace string, obj *v1alpha1.ClusterGateway, problems []string, written metav1.Time, res resolution, now time.Time) *Gateway {
 	var v validity
-	obj.Status, v = computeStatus(obj, problems, written, now)
-	g := &Gateway{Object: obj, namespace: namespace, problems: problems, written: written, validity: v, phase: v.phase(now)}
+	obj.Status, v = computeStatus(obj, problems, written, res, now)
+	g := &Gateway{Object: obj, Conn: res.conn, namespace: namespace, problems: problems, written: written, res: res, validity: v, phase: v.phase(now)}
 	for _, cond := range obj.Status.Conditions {
 		if cond.Type == v1alpha1.ConditionReady {
 			g.Ready = cond.Status == metav1.ConditionTrue
@@ -84,7 +100,7 @@ func withStatus(namespace string, obj *v1alpha1.ClusterGateway, problems []strin
 	}
 	if g.Ready {
 		var err error
-		if g.Address, err = v1alpha1.ParseAddress(obj.Spec.Endpoint.Address); err != nil {
+		if g.Address, err = v1alpha1.ParseAddress(g.Conn.Endpoint.Address); err != nil {
 			g.Ready, g.Problem = false, fmt.Sprintf("spec.endpoint.address %v", err)
 		}
 		if obj.Spec.Endpoint.ProxyURL != "" {
@@ -124,7 +140,7 @@ func (g *Gateway) at(now time.Time) *Gateway {
 		return v.(*Gateway)
 	}
 	obj := *g.Object // the same gateway but for its status: shares what it does not change
-	v, _ := g.later.LoadOrStore(p, withStatus(g.namespace, &obj, g.problems, g.written, now))
+	v, _ := g.later.LoadOrStore(p, withStatus(g.namespace, &obj, g.problems, g.written, g.res, now))
 	return v.(*Gateway)
 }
 
@@ -138,19 +154,11 @@ func (g *Gateway) GetObjectMeta() metav1.Object {
 }
 
 // SameTransport tells whether two versions of a gateway reach their cluster
-// the same way: endpoint, TLS and client certificate (a bearer token is not
-// part of it: it is sent per request).
+// the same way: endpoint, TLS and client certificate, as sent (a bearer
+// token is not part of it: it is sent per request).
 func SameTransport(a, b *Gateway) bool {
-	ea, eb := a.Object.Spec.Endpoint, b.Object.Spec.Endpoint
-	ca, cb := a.Object.Spec.Credential, b.Object.Spec.Credential
-	var certA, keyA, certB, keyB []byte
-	if ca.X509 != nil {
-		certA, keyA = ca.X509.Certificate, ca.X509.PrivateKey
-	}
-	if cb.X509 != nil {
-		certB, keyB = cb.X509.Certificate, cb.X509.PrivateKey
-	}
+	ea, eb := a.Conn.Endpoint, b.Conn.Endpoint
 	return ea.Type == eb.Type && ea.Address == eb.Address && bytes.Equal(ea.CABundle, eb.CABundle) &&
 		ea.ServerName == eb.ServerName && ea.InsecureSkipTLSVerify == eb.InsecureSkipTLSVerify &&
-		ea.ProxyURL == eb.ProxyURL && ca.Type == cb.Type && bytes.Equal(certA, certB) && bytes.Equal(keyA, keyB)
+		ea.ProxyURL == eb.ProxyURL && bytes.Equal(a.Conn.Cert, b.Conn.Cert) && bytes.Equal(a.Conn.Key, b.Conn.Key)
 }

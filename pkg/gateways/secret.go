@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
@@ -27,11 +28,18 @@ const (
 	KeyServerName     = "server-name"              // TLS name override
 	KeyInsecure       = "insecure-skip-tls-verify" // "true" to skip verification
 	KeyProxyURL       = "proxy-url"                // http, https or socks5
-	KeyCredentialType = "credential-type"          // X509Certificate | BearerToken
+	KeyCredentialType = "credential-type"          // X509Certificate | BearerToken | SecretRef | Provider
 	KeyCertificate    = "tls.crt"                  // PEM client certificate
 	KeyPrivateKey     = "tls.key"                  // PEM private key
 	KeyToken          = "token"                    // bearer token
 	KeyImpersonation  = "impersonation"            // None | Caller (default None)
+
+	// A credential read from where it is kept (type SecretRef or Provider).
+	KeySourceNamespace = "credential-secret-namespace"
+	KeySourceName      = "credential-secret-name"
+	KeySourceFormat    = "credential-secret-format"   // Kubeconfig | Token | TLS (default: detected)
+	KeyProvider        = "credential-provider"        // a provider of --credential-providers-file
+	KeyProviderConfig  = "credential-provider-config" // JSON: the ExecCredential's spec.cluster.config
 
 	// The gateway's own metadata lives in the Secret's data, never in the
 	// Secret's labels and annotations: controllers act on Secret metadata
@@ -98,6 +106,16 @@ func fromSecret(s *corev1.Secret) (gw *v1alpha1.ClusterGateway, problems []strin
 			gw.ManagedFields = mf
 		}
 	}
+	switch gw.Spec.Credential.Type {
+	case v1alpha1.CredentialSecretRef:
+		gw.Spec.Credential.SecretRef = &v1alpha1.SecretReference{
+			Namespace: string(d[KeySourceNamespace]), Name: string(d[KeySourceName]), Format: v1alpha1.SecretFormat(d[KeySourceFormat])}
+	case v1alpha1.CredentialProvider:
+		gw.Spec.Credential.Provider = &v1alpha1.ProviderReference{Name: string(d[KeyProvider])}
+		if raw := d[KeyProviderConfig]; len(raw) > 0 {
+			gw.Spec.Credential.Provider.Config = &runtime.RawExtension{Raw: raw}
+		}
+	}
 	if len(d[KeyCertificate]) > 0 || len(d[KeyPrivateKey]) > 0 {
 		gw.Spec.Credential.X509 = &v1alpha1.X509Credential{Certificate: d[KeyCertificate], PrivateKey: d[KeyPrivateKey]}
 	}
@@ -144,38 +162,59 @@ func lastWrite(s *corev1.Secret) metav1.Time {
 	return t
 }
 
-// computeStatus says whether the stored data can be used to reach the cluster.
-func computeStatus(gw *v1alpha1.ClusterGateway, problems []string, changed metav1.Time, now time.Time) (v1alpha1.ClusterGatewayStatus, validity) {
+// computeStatus says whether the gateway can be used to reach the cluster:
+// the stored data, and the credential as resolved from its source.
+func computeStatus(gw *v1alpha1.ClusterGateway, problems []string, changed metav1.Time, res resolution, now time.Time) (v1alpha1.ClusterGatewayStatus, validity) {
 	var st v1alpha1.ClusterGatewayStatus
 	var v validity
 	for _, e := range v1alpha1.ValidateClusterGateway(gw) {
 		problems = append(problems, e.Error())
 	}
-	reason, message := v1alpha1.ReasonValid, "the stored endpoint and credential are usable"
-	if c := gw.Spec.Credential; c.Type == v1alpha1.CredentialX509Certificate && c.X509 != nil {
-		if pair, err := v1alpha1.ParseKeyPair(c.X509.Certificate, c.X509.PrivateKey); err == nil {
-			notAfter := metav1.NewTime(pair.Leaf.NotAfter)
-			st.Credential = &v1alpha1.CredentialStatus{Subject: pair.Leaf.Subject.String(), NotAfter: &notAfter}
-			v = validity{notBefore: pair.Leaf.NotBefore, notAfter: pair.Leaf.NotAfter}
-			switch {
-			case len(problems) > 0:
-			case now.After(pair.Leaf.NotAfter):
-				changed = notAfter // it became unusable then, not when it was written
-				reason = v1alpha1.ReasonCertExpired
-				message = fmt.Sprintf("the client certificate expired at %s: store a renewed one", pair.Leaf.NotAfter.UTC().Format(time.RFC3339))
-			case now.Before(pair.Leaf.NotBefore):
-				reason = v1alpha1.ReasonCertNotYetValid
-				message = fmt.Sprintf("the client certificate is not valid before %s: check the clock of its issuer, or store one valid now", pair.Leaf.NotBefore.UTC().Format(time.RFC3339))
-			}
-		}
+	cred := &v1alpha1.CredentialStatus{Source: res.source}
+	if !res.rotated.IsZero() {
+		cred.LastRotationTime = res.rotated.DeepCopy()
 	}
-	status := metav1.ConditionTrue
-	if len(problems) > 0 {
+	what := "client certificate"
+	if len(res.conn.Cert) > 0 {
+		if pair, err := v1alpha1.ParseKeyPair(res.conn.Cert, res.conn.Key); err == nil {
+			notAfter := metav1.NewTime(pair.Leaf.NotAfter)
+			cred.Subject, cred.NotAfter, cred.ExpirationTime = pair.Leaf.Subject.String(), &notAfter, notAfter.DeepCopy()
+			v = validity{notBefore: pair.Leaf.NotBefore, notAfter: pair.Leaf.NotAfter}
+		}
+	} else if !res.tokenExpiry.IsZero() {
+		exp := metav1.NewTime(res.tokenExpiry)
+		cred.ExpirationTime = &exp
+		v, what = validity{notAfter: res.tokenExpiry}, "token"
+	}
+	if *cred != (v1alpha1.CredentialStatus{}) {
+		st.Credential = cred
+	}
+	reason, message := v1alpha1.ReasonValid, "the stored endpoint and credential are usable"
+	renew := "store a renewed one"
+	if res.source != "" {
+		message = "the endpoint and the credential from " + res.source + " are usable"
+		renew = "its source has not renewed it"
+	}
+	switch {
+	case len(problems) > 0:
 		reason = v1alpha1.ReasonInvalidSecret
 		message = "the stored gateway is unusable: " + strings.Join(problems, "; ")
+	case res.reason != "":
+		reason, message = res.reason, res.message
+	case v.phase(now) == 2:
+		changed = metav1.NewTime(v.notAfter) // it became unusable then, not when it was written
+		reason = v1alpha1.ReasonCertExpired
+		message = fmt.Sprintf("the %s expired at %s: %s", what, v.notAfter.UTC().Format(time.RFC3339), renew)
+	case v.phase(now) == 0:
+		reason = v1alpha1.ReasonCertNotYetValid
+		message = fmt.Sprintf("the %s is not valid before %s: check the clock of its issuer, or store one valid now", what, v.notBefore.UTC().Format(time.RFC3339))
 	}
+	status := metav1.ConditionTrue
 	if reason != v1alpha1.ReasonValid {
 		status = metav1.ConditionFalse
+	}
+	if res.source != "" && res.rotated.After(changed.Time) {
+		changed = res.rotated // the credential changed since the gateway was written
 	}
 	st.Conditions = []metav1.Condition{{
 		Type:               v1alpha1.ConditionReady,
@@ -285,6 +324,20 @@ func toSecret(gw *v1alpha1.ClusterGateway, existing *corev1.Secret, namespace st
 		set(KeyPrivateKey, cred.X509.PrivateKey)
 	}
 	set(KeyToken, []byte(cred.BearerToken))
+	for _, k := range []string{KeySourceNamespace, KeySourceName, KeySourceFormat, KeyProvider, KeyProviderConfig} {
+		delete(s.Data, k)
+	}
+	if ref := cred.SecretRef; ref != nil {
+		set(KeySourceNamespace, []byte(ref.Namespace))
+		set(KeySourceName, []byte(ref.Name))
+		set(KeySourceFormat, []byte(ref.Format))
+	}
+	if ref := cred.Provider; ref != nil {
+		set(KeyProvider, []byte(ref.Name))
+		if ref.Config != nil {
+			set(KeyProviderConfig, ref.Config.Raw)
+		}
+	}
 	set(KeyImpersonation, []byte(gw.Spec.Impersonation.Mode))
 	delete(s.StringData, KeyToken)
 	return s, nil

@@ -30,11 +30,13 @@ type Store struct {
 	namespace string
 	client    kubernetes.Interface
 	informer  cache.SharedIndexInformer
+	sources   *sources           // the credential Secrets gateways name
 	clock     clock.PassiveClock // certificate validity is judged by it
 }
 
-// NewStore builds the informer; Run starts it.
-func NewStore(client kubernetes.Interface, namespace string) *Store {
+// NewStore builds the informers; Run starts them. Gateways may name
+// credential Secrets in sourceNamespaces (by default, only namespace).
+func NewStore(client kubernetes.Interface, namespace string, sourceNamespaces ...string) *Store {
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithNamespace(namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = LabelGateway + "=true" }))
@@ -47,32 +49,48 @@ func NewStore(client kubernetes.Interface, namespace string) *Store {
 		}
 		return obj, nil // already a *Gateway, or a tombstone
 	})
+	_ = s.informer.AddIndexers(cache.Indexers{indexBySource: indexSources})
+	if len(sourceNamespaces) == 0 {
+		sourceNamespaces = []string{namespace}
+	}
+	s.sources = s.newSources(sourceNamespaces)
 	return s
 }
 
-// Run runs the informer until ctx is done.
-func (s *Store) Run(ctx context.Context) { s.informer.RunWithContext(ctx) }
+// Run runs the informers until ctx is done.
+func (s *Store) Run(ctx context.Context) {
+	s.sources.run(ctx)
+	s.informer.RunWithContext(ctx)
+}
 
-// HasSynced reports whether the first list has been read.
-func (s *Store) HasSynced() bool { return s.informer.HasSynced() }
+// HasSynced reports whether the first lists have been read.
+func (s *Store) HasSynced() bool { return s.informer.HasSynced() && s.sources.hasSynced() }
+
+// ReadsSourcesIn tells whether gateways may name credential Secrets in ns.
+func (s *Store) ReadsSourcesIn(ns string) bool {
+	_, ok := s.sources.byNamespace[ns]
+	return ok
+}
 
 // Namespace is where the Secrets live.
 func (s *Store) Namespace() string { return s.namespace }
 
 // OnChange calls fn for every gateway added (old nil), changed, or deleted
-// (new nil), in the order the hub reported them. fn must not block.
+// (new nil), in the order the hub reported them, and for every gateway whose
+// credential Secret changed (rotated, created or deleted). fn must not block.
 func (s *Store) OnChange(fn func(old, new *Gateway)) error {
 	_, err := s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj interface{}) {
 			if g, ok := obj.(*Gateway); ok {
-				fn(nil, g)
+				fn(nil, s.resolve(g, s.clock.Now()))
 			}
 		},
 		UpdateFunc: func(oldObj, newObj interface{}) {
 			o, ok1 := oldObj.(*Gateway)
 			n, ok2 := newObj.(*Gateway)
 			if ok1 && ok2 && o != n {
-				fn(o, n)
+				now := s.clock.Now()
+				fn(s.resolve(o, now), s.resolve(n, now))
 			}
 		},
 		DeleteFunc: func(obj interface{}) {
@@ -80,11 +98,14 @@ func (s *Store) OnChange(fn func(old, new *Gateway)) error {
 				obj = t.Obj
 			}
 			if g, ok := obj.(*Gateway); ok {
-				fn(g, nil)
+				fn(s.resolve(g, s.clock.Now()), nil)
 			}
 		},
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	return s.onSourceChange(fn)
 }
 
 // Get returns the named gateway as it is now, or a NotFound error.
@@ -96,7 +117,7 @@ func (s *Store) Get(name string) (*Gateway, error) {
 	if !ok {
 		return nil, apierrors.NewNotFound(Resource, name)
 	}
-	return obj.(*Gateway).at(s.clock.Now()), nil
+	return s.resolve(obj.(*Gateway), s.clock.Now()), nil
 }
 
 // List returns the gateways whose labels (the gateway's own, from its
@@ -112,7 +133,7 @@ func (s *Store) List(selector labels.Selector) ([]*Gateway, string, error) {
 		if selector != nil && !selector.Matches(labels.Set(g.Object.Labels)) {
 			continue
 		}
-		out = append(out, g.at(now))
+		out = append(out, s.resolve(g, now))
 	}
 	return out, rv, nil
 }
@@ -130,7 +151,7 @@ func (s *Store) Create(ctx context.Context, gw *v1alpha1.ClusterGateway, dryRun 
 	if len(dryRun) == 0 {
 		s.waitForCache(ctx, created.Name, func(g *Gateway) bool { return g != nil && g.Object.UID == created.UID })
 	}
-	return Parse(created), nil
+	return s.resolve(Parse(created), s.clock.Now()), nil
 }
 
 // Update rewrites existing's Secret with gw. Keys and metadata of the Secret
@@ -149,7 +170,7 @@ func (s *Store) Update(ctx context.Context, gw *v1alpha1.ClusterGateway, existin
 			return g == nil || g.Object.UID != updated.UID || g.Object.ResourceVersion == updated.ResourceVersion || newer(g.Object.ResourceVersion, updated.ResourceVersion)
 		})
 	}
-	return Parse(updated), nil
+	return s.resolve(Parse(updated), s.clock.Now()), nil
 }
 
 // Delete removes existing's Secret.

@@ -87,9 +87,9 @@ func New(opts Options, store *gateways.Store, probe ProbeFunc) (*Prober, error) 
 		switch {
 		case new == nil:
 			p.remove(old.Name())
-		case old == nil, old.Ready != new.Ready, !gateways.SameTransport(old, new), old.Object.Spec.Endpoint.Type != new.Object.Spec.Endpoint.Type:
+		case old == nil, old.Ready != new.Ready, !gateways.SameTransport(old, new):
 			p.reset(new.Name()) // reached differently: what was known no longer holds
-		case old.Object.Spec.Credential.BearerToken != new.Object.Spec.Credential.BearerToken:
+		case old.Conn.Token != new.Conn.Token:
 			p.ProbeNow(new.Name()) // a new token may fix what the old one could not
 		}
 	}); err != nil {

@@ -21,6 +21,7 @@ const (
 	ReasonIdle     = "idle"
 	ReasonRotated  = "rotated"
 	ReasonDeleted  = "deleted"
+	ReasonUnusable = "unusable"
 	ReasonShutdown = "shutdown"
 )
 

@@ -127,13 +127,16 @@ func New(opts Options) (*Proxy, error) {
 	return p, nil
 }
 
-// gatewayChanged retires the pooled transport of a gateway that is gone or
-// reaches its cluster differently now; a new token alone reuses it.
+// gatewayChanged retires the pooled transport of a gateway that is gone,
+// cannot be used now (its credential's source is gone, say), or reaches its
+// cluster differently now; a new token alone reuses it.
 func (p *Proxy) gatewayChanged(old, new *gateways.Gateway) {
 	switch {
 	case old == nil:
 	case new == nil:
 		p.opts.Pool.Remove(old.Name(), pool.ReasonDeleted)
+	case !new.Ready && old.Ready:
+		p.opts.Pool.Remove(new.Name(), pool.ReasonUnusable)
 	case !gateways.SameTransport(old, new):
 		p.opts.Pool.Remove(new.Name(), pool.ReasonRotated)
 	}
@@ -314,7 +317,7 @@ func (p *Proxy) target(gw *gateways.Gateway) (*pool.Target, error) {
 
 // fillTarget is target written to t.
 func (p *Proxy) fillTarget(t *pool.Target, gw *gateways.Gateway) error {
-	ep := gw.Object.Spec.Endpoint
+	ep := gw.Conn.Endpoint
 	*t = pool.Target{
 		Cluster:    gw.Name(),
 		Address:    gw.Address,
@@ -322,9 +325,8 @@ func (p *Proxy) fillTarget(t *pool.Target, gw *gateways.Gateway) error {
 		ServerName: ep.ServerName,
 		Insecure:   ep.InsecureSkipTLSVerify,
 		ProxyURL:   gw.ProxyURL,
-	}
-	if c := gw.Object.Spec.Credential; c.Type == v1alpha1.CredentialX509Certificate && c.X509 != nil {
-		t.CertData, t.KeyData = c.X509.Certificate, c.X509.PrivateKey
+		CertData:   gw.Conn.Cert,
+		KeyData:    gw.Conn.Key,
 	}
 	if ep.Type == v1alpha1.EndpointKonnectivity {
 		if p.opts.Tunnel == nil {
@@ -338,14 +340,12 @@ func (p *Proxy) fillTarget(t *pool.Target, gw *gateways.Gateway) error {
 }
 
 // identityFor is who the managed cluster is told the request comes from:
-// the stored token (X.509 credentials are in the pooled TLS config), and in
-// Caller mode the hub caller, unless headers cannot carry the caller exactly.
+// the token, stored or from its source (X.509 credentials are in the pooled
+// TLS config), and in Caller mode the hub caller, unless headers cannot carry
+// the caller exactly.
 func (p *Proxy) identityFor(gw *gateways.Gateway, caller user.Info) (identity, error) {
 	spec := gw.Object.Spec
-	var id identity
-	if spec.Credential.Type == v1alpha1.CredentialBearerToken {
-		id.token = spec.Credential.BearerToken
-	}
+	id := identity{token: gw.Conn.Token}
 	if spec.Impersonation.Mode == v1alpha1.ImpersonationCaller && caller != nil {
 		if what := impersonationProblem(caller); what != "" {
 			return identity{}, statusError(http.StatusForbidden, metav1.StatusReasonForbidden, fmt.Sprintf(

@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
@@ -32,14 +34,17 @@ type REST struct {
 	store  *gateways.Store
 	policy *endpointpolicy.Policy
 	health Reachability // nil: no Reachable condition
+	authz  authorizer.Authorizer
 	rest.TableConvertor
 }
 
 // NewREST returns the storage of the clustergateways resource; writes that
-// point at an IP literal the endpoint policy denies are refused, and reads
-// show what health (if not nil) knows of each cluster.
-func NewREST(store *gateways.Store, policy *endpointpolicy.Policy, health Reachability) *REST {
-	return &REST{store: store, policy: policy, health: health, TableConvertor: tableConvertor{}}
+// point at an IP literal the endpoint policy denies are refused, writes that
+// name a credential Secret need the writer to be allowed to get it (authz
+// asks the hub), and reads show what health (if not nil) knows of each
+// cluster.
+func NewREST(store *gateways.Store, policy *endpointpolicy.Policy, health Reachability, authz authorizer.Authorizer) *REST {
+	return &REST{store: store, policy: policy, health: health, authz: authz, TableConvertor: tableConvertor{}}
 }
 
 var (
@@ -200,6 +205,9 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 	if errs := r.validateWrite(gw, gw.Spec.Credential); len(errs) > 0 {
 		return nil, apierrors.NewInvalid(kind, gw.Name, errs)
 	}
+	if err := r.mayNameSource(ctx, gw); err != nil {
+		return nil, err
+	}
 	if createValidation != nil {
 		if err := createValidation(ctx, gw); err != nil {
 			return nil, err
@@ -281,6 +289,11 @@ func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObje
 	if len(errs) > 0 {
 		return nil, false, apierrors.NewInvalid(kind, name, errs)
 	}
+	if movesSource(gw, full) {
+		if err := r.mayNameSource(ctx, gw); err != nil {
+			return nil, false, err
+		}
+	}
 	if updateValidation != nil {
 		if err := updateValidation(ctx, gw, oldObj); err != nil {
 			return nil, false, err
@@ -314,6 +327,53 @@ func (r *REST) validateWrite(gw *v1alpha1.ClusterGateway, sent v1alpha1.Credenti
 		}
 	}
 	return errs
+}
+
+// movesSource tells whether an update names a credential Secret and changes
+// which one, where its credential is sent, or whom it acts for: what needs
+// the writer to be allowed to read that Secret. A label edit does not.
+func movesSource(gw, old *v1alpha1.ClusterGateway) bool {
+	ref := gw.Spec.Credential.SecretRef
+	if gw.Spec.Credential.Type != v1alpha1.CredentialSecretRef || ref == nil {
+		return false
+	}
+	o := old.Spec.Credential.SecretRef
+	return old.Spec.Credential.Type != v1alpha1.CredentialSecretRef || o == nil || *o != *ref || len(routeChanges(gw, old)) > 0
+}
+
+// mayNameSource refuses a write that names a credential Secret unless the
+// gateway reads that Secret's namespace and the writer may get the Secret
+// (asked of the hub as the writer): a writer who cannot read a credential
+// cannot make the gateway send it anywhere.
+func (r *REST) mayNameSource(ctx context.Context, gw *v1alpha1.ClusterGateway) error {
+	ref := gw.Spec.Credential.SecretRef
+	if gw.Spec.Credential.Type != v1alpha1.CredentialSecretRef || ref == nil {
+		return nil
+	}
+	p := field.NewPath("spec", "credential", "secretRef", "namespace")
+	if !r.store.ReadsSourcesIn(ref.Namespace) {
+		return apierrors.NewInvalid(kind, gw.Name, field.ErrorList{field.Invalid(p, ref.Namespace,
+			"is not a namespace this gateway reads credential Secrets from: its operator lists those in --credential-source-namespaces")})
+	}
+	u, ok := genericapirequest.UserFrom(ctx)
+	if !ok || r.authz == nil {
+		return apierrors.NewInternalError(fmt.Errorf("cannot check who may name Secret %s/%s: no user or authorizer", ref.Namespace, ref.Name))
+	}
+	decision, reason, err := r.authz.Authorize(ctx, authorizer.AttributesRecord{
+		User: u, Verb: "get", Namespace: ref.Namespace, Resource: "secrets", Name: ref.Name, ResourceRequest: true})
+	if decision == authorizer.DecisionAllow {
+		return nil
+	}
+	why := ""
+	if reason != "" {
+		why = " (" + reason + ")"
+	}
+	if err != nil {
+		why += ": " + err.Error()
+	}
+	return apierrors.NewForbidden(resource, gw.Name, fmt.Errorf(
+		"naming Secret %s/%s as the credential needs permission to get it, which user %q does not have%s: a ClusterGateway may only send credentials its writer could read",
+		ref.Namespace, ref.Name, u.GetName(), why))
 }
 
 // trimToken drops the whitespace around a token (a file's final newline);

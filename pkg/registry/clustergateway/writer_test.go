@@ -140,5 +140,5 @@ func restOver(t *testing.T, client *fake.Clientset) *REST {
 	t.Cleanup(func() { cancel(); <-done })
 	testpoll.EventuallyTrue(t, 30*time.Second, "the store to sync", store.HasSynced)
 	policy, _ := endpointpolicy.NewOptions().Policy()
-	return NewREST(store, policy, nil)
+	return NewREST(store, policy, nil, nil)
 }

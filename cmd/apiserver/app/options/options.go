@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
@@ -34,6 +36,7 @@ type Options struct {
 	Logs        *logsapi.LoggingConfiguration
 
 	SecretNamespace       string
+	SourceNamespaces      []string
 	AuthorizeProxySubpath bool
 	ShutdownStreamDrain   time.Duration
 	CertCacheSize         int
@@ -80,6 +83,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 
 	fs := fss.FlagSet("gateway")
 	fs.StringVar(&o.SecretNamespace, "secret-namespace", o.SecretNamespace, "Hub namespace whose Secrets labelled gateway.clustergateway.io/cluster-gateway=true are the ClusterGateways.")
+	fs.StringSliceVar(&o.SourceNamespaces, "credential-source-namespaces", o.SourceNamespaces, "Hub namespaces whose Secrets ClusterGateways may name as their credential (spec.credential.secretRef), besides --secret-namespace, which is always one. The gateway watches the Secrets of each (it needs get, list and watch on Secrets there); a writer who names one needs get on that Secret.")
 	fs.BoolVar(&o.AuthorizeProxySubpath, "authorize-proxy-subpath", o.AuthorizeProxySubpath, "Also authorize each proxied request's inner verb, resource, namespace and name (or non-resource path) against the hub for the caller.")
 	fs.DurationVar(&o.ShutdownStreamDrain, "shutdown-stream-drain", o.ShutdownStreamDrain, "On shutdown, after --shutdown-delay-duration, proxied watches end cleanly (clients re-watch elsewhere) and exec, attach and port-forward streams get this long to end before they are cut. terminationGracePeriodSeconds must cover the delay, this drain and --request-timeout.")
 	fs.IntVar(&o.CertCacheSize, "authentication-certificate-cache-size", o.CertCacheSize, "Verified client-certificate chains (the hub's front-proxy certificate, users' own) kept so a connection's certificate is verified once, not per request; 0 verifies every request. An entry ends at its chain's expiry, and a changed CA bundle is used at once.")
@@ -100,6 +104,11 @@ func (o *Options) Validate() error {
 	errs = append(errs, o.ServerRun.Validate()...)
 	if o.SecretNamespace == "" {
 		errs = append(errs, errors.New("--secret-namespace must not be empty"))
+	}
+	for _, ns := range o.SourceNamespaces {
+		if msgs := apivalidation.ValidateNamespaceName(ns, false); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--credential-source-namespaces: %q is not a namespace name: %s", ns, strings.Join(msgs, "; ")))
+		}
 	}
 	if o.CertCacheSize < 0 {
 		errs = append(errs, fmt.Errorf("--authentication-certificate-cache-size must not be negative, not %d", o.CertCacheSize))
@@ -159,6 +168,7 @@ func (o *Options) ServerConfig() (*apiserver.Config, error) {
 	}
 	cfg.Extra = apiserver.ExtraConfig{
 		SecretNamespace:       o.SecretNamespace,
+		SourceNamespaces:      append([]string{o.SecretNamespace}, o.SourceNamespaces...),
 		AuthorizeProxySubpath: o.AuthorizeProxySubpath,
 		Pool:                  *o.Pool,
 		Konnectivity:          *o.Konnectivity,

@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // EndpointType says how the gateway reaches a managed cluster's API server.
@@ -25,6 +26,29 @@ const (
 	CredentialX509Certificate CredentialType = "X509Certificate"
 	// CredentialBearerToken authenticates with a bearer token.
 	CredentialBearerToken CredentialType = "BearerToken"
+	// CredentialSecretRef takes the credential from a hub Secret that
+	// something else keeps and rotates (Cluster API, OCM, cert-manager).
+	CredentialSecretRef CredentialType = "SecretRef"
+	// CredentialProvider takes the credential from a credential provider
+	// (an exec plugin) that the gateway's operator configured.
+	CredentialProvider CredentialType = "Provider"
+)
+
+// SecretFormat is how a credential Secret holds its credential.
+// +enum
+type SecretFormat string
+
+const (
+	// SecretFormatKubeconfig is a kubeconfig under data key "value" (Cluster
+	// API) or "kubeconfig"; its current context gives the server, CA, TLS
+	// server name and a token or client certificate.
+	SecretFormatKubeconfig SecretFormat = "Kubeconfig"
+	// SecretFormatToken is a bearer token under "token", with an optional
+	// "ca.crt" (OCM managed-serviceaccount, ServiceAccount token Secrets).
+	SecretFormatToken SecretFormat = "Token"
+	// SecretFormatTLS is a client certificate and key under "tls.crt" and
+	// "tls.key", with an optional "ca.crt" (cert-manager, kubernetes.io/tls).
+	SecretFormatTLS SecretFormat = "TLS"
 )
 
 // ImpersonationMode says whose identity the managed cluster sees.
@@ -107,9 +131,11 @@ type Endpoint struct {
 // The material of a Credential (certificate, key, token) is write-only:
 // accepted on create and update, never returned by the API. An update that
 // omits it keeps the stored material, as long as the endpoint and the
-// impersonation mode stay the same.
+// impersonation mode stay the same. A credential from a source (SecretRef,
+// Provider) holds no material: the gateway reads it where it is kept and
+// follows its rotation.
 type Credential struct {
-	// Type is X509Certificate or BearerToken.
+	// Type is X509Certificate, BearerToken, SecretRef or Provider.
 	Type CredentialType `json:"type"`
 	// X509 is the client certificate and key, for type X509Certificate.
 	// +optional
@@ -117,6 +143,38 @@ type Credential struct {
 	// BearerToken is the token, for type BearerToken.
 	// +optional
 	BearerToken string `json:"bearerToken,omitempty"`
+	// SecretRef names the hub Secret that holds the credential, for type
+	// SecretRef. Writing it needs permission to get that Secret.
+	// +optional
+	SecretRef *SecretReference `json:"secretRef,omitempty"`
+	// Provider names the credential provider, for type Provider.
+	// +optional
+	Provider *ProviderReference `json:"provider,omitempty"`
+}
+
+// SecretReference names a hub Secret in a namespace the gateway may read
+// (its --credential-source-namespaces).
+type SecretReference struct {
+	// Namespace of the Secret.
+	Namespace string `json:"namespace"`
+	// Name of the Secret.
+	Name string `json:"name"`
+	// Format is Kubeconfig, Token or TLS; empty means detected from the
+	// Secret's data (a kubeconfig under "value" or "kubeconfig", else
+	// "tls.crt" and "tls.key", else "token").
+	// +optional
+	Format SecretFormat `json:"format,omitempty"`
+}
+
+// ProviderReference names a credential provider of the gateway's
+// --credential-providers-file. A ClusterGateway never names a command.
+type ProviderReference struct {
+	// Name of the provider in the gateway's configuration.
+	Name string `json:"name"`
+	// Config is passed to the provider as the ExecCredential's
+	// spec.cluster.config (for example the EKS cluster name and region).
+	// +optional
+	Config *runtime.RawExtension `json:"config,omitempty"`
 }
 
 // X509Credential's certificate and private key are PEM, must belong
@@ -161,15 +219,28 @@ type ClusterGatewayStatus struct {
 	Reachability *ReachabilityStatus `json:"reachability,omitempty"`
 }
 
-// CredentialStatus shows only a client certificate's subject and expiry; of a
-// bearer token it shows nothing.
+// CredentialStatus shows where the credential comes from, a client
+// certificate's subject and when the credential expires; never material.
 type CredentialStatus struct {
-	// Subject is the client certificate's subject, for X509Certificate.
+	// Subject is the client certificate's subject, when the credential is one.
 	// +optional
 	Subject string `json:"subject,omitempty"`
-	// NotAfter is when the client certificate expires, for X509Certificate.
+	// NotAfter is when the client certificate expires, when the credential is one.
 	// +optional
 	NotAfter *metav1.Time `json:"notAfter,omitempty"`
+	// Source is where the credential is read from: "Secret <namespace>/<name>
+	// (<format>)" or "Provider <name>"; empty when it is stored in the gateway.
+	// +optional
+	Source string `json:"source,omitempty"`
+	// LastRotationTime is when the source last changed the credential, as
+	// far as this gateway replica saw.
+	// +optional
+	LastRotationTime *metav1.Time `json:"lastRotationTime,omitempty"`
+	// ExpirationTime is when the credential expires, where that is known: a
+	// certificate's notAfter, an ExecCredential's expirationTimestamp, a
+	// JWT's exp.
+	// +optional
+	ExpirationTime *metav1.Time `json:"expirationTime,omitempty"`
 }
 
 // ReachabilityStatus: probes ask /readyz and /version every --probe-interval,
@@ -195,6 +266,10 @@ const (
 	ReasonInvalidSecret   = "InvalidSecret"
 	ReasonCertExpired     = "CredentialExpired"
 	ReasonCertNotYetValid = "CredentialNotYetValid"
+	ReasonSourceNotFound  = "SourceNotFound"   // the credential Secret does not exist (yet)
+	ReasonSourceNotRead   = "SourceNotAllowed" // the credential Secret is in a namespace the gateway may not read
+	ReasonSourceMalformed = "SourceMalformed"  // the credential Secret holds no usable credential
+	ReasonProviderFailed  = "ProviderFailed"   // the credential provider failed, timed out or is not configured
 
 	ConditionReachable = "Reachable"
 

@@ -3,9 +3,11 @@ package v1alpha1
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,7 +23,7 @@ import (
 func ValidateClusterGateway(gw *ClusterGateway) field.ErrorList {
 	allErrs := apivalidation.ValidateObjectMeta(&gw.ObjectMeta, false, apivalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
 	spec := field.NewPath("spec")
-	allErrs = append(allErrs, validateEndpoint(&gw.Spec.Endpoint, spec.Child("endpoint"))...)
+	allErrs = append(allErrs, validateEndpoint(&gw.Spec.Endpoint, gw.Spec.Credential.Type == CredentialSecretRef, spec.Child("endpoint"))...)
 	allErrs = append(allErrs, validateCredential(&gw.Spec.Credential, spec.Child("credential"))...)
 	switch gw.Spec.Impersonation.Mode {
 	case ImpersonationNone, ImpersonationCaller:
@@ -38,14 +40,18 @@ func ValidateClusterGatewayUpdate(gw, old *ClusterGateway) field.ErrorList {
 	return append(allErrs, ValidateClusterGateway(gw)...)
 }
 
-func validateEndpoint(ep *Endpoint, p *field.Path) field.ErrorList {
+// validateEndpoint checks the endpoint as written. The address may be left
+// out when the credential comes from a Secret (a kubeconfig names its server).
+func validateEndpoint(ep *Endpoint, fromSecret bool, p *field.Path) field.ErrorList {
 	var allErrs field.ErrorList
 	switch ep.Type {
 	case EndpointDirect, EndpointKonnectivity:
 	default:
 		allErrs = append(allErrs, field.NotSupported(p.Child("type"), ep.Type, []EndpointType{EndpointDirect, EndpointKonnectivity}))
 	}
-	if _, err := ParseAddress(ep.Address); err != nil {
+	if ep.Address == "" && fromSecret {
+		// the kubeconfig in the Secret names the server (checked when it is read)
+	} else if _, err := ParseAddress(ep.Address); err != nil {
 		allErrs = append(allErrs, field.Invalid(p.Child("address"), WithoutUserInfo(ep.Address), err.Error()))
 	}
 	if len(ep.CABundle) > 0 {
@@ -81,7 +87,7 @@ func validateCredential(c *Credential, p *field.Path) field.ErrorList {
 		default:
 			if pair, err := ParseKeyPair(c.X509.Certificate, c.X509.PrivateKey); err != nil {
 				allErrs = append(allErrs, field.Invalid(p.Child("x509"), "<PEM>", err.Error()))
-			} else if !clientAuthUsable(pair.Leaf) {
+			} else if !ClientAuthUsable(pair.Leaf) {
 				allErrs = append(allErrs, field.Invalid(p.Child("x509", "certificate"), "<PEM>",
 					"is not valid for client authentication: its extended key usage lacks clientAuth, so every API server would refuse it"))
 			}
@@ -92,11 +98,75 @@ func validateCredential(c *Credential, p *field.Path) field.ErrorList {
 		}
 		if c.BearerToken == "" {
 			allErrs = append(allErrs, field.Required(p.Child("bearerToken"), "a token is required for type BearerToken"))
-		} else if err := checkToken(c.BearerToken); err != nil {
+		} else if err := CheckToken(c.BearerToken); err != nil {
 			allErrs = append(allErrs, field.Invalid(p.Child("bearerToken"), "<token>", err.Error()))
 		}
+	case CredentialSecretRef:
+		allErrs = append(allErrs, noMaterial(c, p)...)
+		allErrs = append(allErrs, validateSecretRef(c.SecretRef, p.Child("secretRef"))...)
+	case CredentialProvider:
+		allErrs = append(allErrs, noMaterial(c, p)...)
+		allErrs = append(allErrs, validateProviderRef(c.Provider, p.Child("provider"))...)
 	default:
-		allErrs = append(allErrs, field.NotSupported(p.Child("type"), c.Type, []CredentialType{CredentialX509Certificate, CredentialBearerToken}))
+		allErrs = append(allErrs, field.NotSupported(p.Child("type"), c.Type, CredentialTypes))
+	}
+	if c.Type != CredentialSecretRef && c.SecretRef != nil {
+		allErrs = append(allErrs, field.Forbidden(p.Child("secretRef"), "must be empty unless type is SecretRef"))
+	}
+	if c.Type != CredentialProvider && c.Provider != nil {
+		allErrs = append(allErrs, field.Forbidden(p.Child("provider"), "must be empty unless type is Provider"))
+	}
+	return allErrs
+}
+
+// CredentialTypes are the supported credential types.
+var CredentialTypes = []CredentialType{CredentialX509Certificate, CredentialBearerToken, CredentialSecretRef, CredentialProvider}
+
+// SecretFormats are the supported credential Secret formats.
+var SecretFormats = []SecretFormat{SecretFormatKubeconfig, SecretFormatToken, SecretFormatTLS}
+
+// noMaterial refuses material beside a credential that comes from a source.
+func noMaterial(c *Credential, p *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	if c.X509 != nil && (len(c.X509.Certificate) > 0 || len(c.X509.PrivateKey) > 0) {
+		allErrs = append(allErrs, field.Forbidden(p.Child("x509"), fmt.Sprintf("must be empty for type %s: the credential is read from its source", c.Type)))
+	}
+	if c.BearerToken != "" {
+		allErrs = append(allErrs, field.Forbidden(p.Child("bearerToken"), fmt.Sprintf("must be empty for type %s: the credential is read from its source", c.Type)))
+	}
+	return allErrs
+}
+
+func validateSecretRef(ref *SecretReference, p *field.Path) field.ErrorList {
+	if ref == nil {
+		return field.ErrorList{field.Required(p, "the namespace and name of the Secret that holds the credential are required for type SecretRef")}
+	}
+	var allErrs field.ErrorList
+	for _, msg := range apivalidation.ValidateNamespaceName(ref.Namespace, false) {
+		allErrs = append(allErrs, field.Invalid(p.Child("namespace"), ref.Namespace, msg))
+	}
+	for _, msg := range apivalidation.NameIsDNSSubdomain(ref.Name, false) {
+		allErrs = append(allErrs, field.Invalid(p.Child("name"), ref.Name, msg))
+	}
+	if ref.Format != "" && !slices.Contains(SecretFormats, ref.Format) {
+		allErrs = append(allErrs, field.NotSupported(p.Child("format"), ref.Format, SecretFormats))
+	}
+	return allErrs
+}
+
+func validateProviderRef(ref *ProviderReference, p *field.Path) field.ErrorList {
+	if ref == nil {
+		return field.ErrorList{field.Required(p, "the name of a credential provider configured on the gateway is required for type Provider")}
+	}
+	var allErrs field.ErrorList
+	for _, msg := range apivalidation.NameIsDNSSubdomain(ref.Name, false) {
+		allErrs = append(allErrs, field.Invalid(p.Child("name"), ref.Name, msg))
+	}
+	if ref.Config != nil && len(ref.Config.Raw) > 0 {
+		var obj map[string]interface{}
+		if err := json.Unmarshal(ref.Config.Raw, &obj); err != nil {
+			allErrs = append(allErrs, field.Invalid(p.Child("config"), "<config>", "must be a JSON object: "+err.Error()))
+		}
 	}
 	return allErrs
 }
@@ -127,10 +197,10 @@ func ValidateNewMaterial(c *Credential, now time.Time) field.ErrorList {
 // (issuers and the hub rarely agree on the time to the second).
 const MaxClockSkew = 5 * time.Minute
 
-// checkToken refuses what cannot be a bearer token: control characters,
+// CheckToken refuses what cannot be a bearer token: control characters,
 // spaces, non-ASCII. Such a token would be refused by every API server (or
 // could not even be sent as a header).
-func checkToken(t string) error {
+func CheckToken(t string) error {
 	for i := 0; i < len(t); i++ {
 		if c := t[i]; c <= ' ' || c >= 0x7f {
 			return fmt.Errorf("must be printable ASCII without spaces or control characters (found byte 0x%02x at offset %d); trim the newline a file may end with", c, i)
@@ -139,9 +209,9 @@ func checkToken(t string) error {
 	return nil
 }
 
-// clientAuthUsable tells whether an API server can accept cert for client
+// ClientAuthUsable tells whether an API server can accept cert for client
 // authentication: no extended key usage, or one that includes clientAuth.
-func clientAuthUsable(cert *x509.Certificate) bool {
+func ClientAuthUsable(cert *x509.Certificate) bool {
 	if len(cert.ExtKeyUsage) == 0 && len(cert.UnknownExtKeyUsage) == 0 {
 		return true
 	}

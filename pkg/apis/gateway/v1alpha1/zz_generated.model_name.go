@@ -72,8 +72,18 @@ func (in Impersonation) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ProviderReference) OpenAPIModelName() string {
+	return "com.github.clustergateway.cluster-gateway.pkg.apis.gateway.v1alpha1.ProviderReference"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ReachabilityStatus) OpenAPIModelName() string {
 	return "com.github.clustergateway.cluster-gateway.pkg.apis.gateway.v1alpha1.ReachabilityStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SecretReference) OpenAPIModelName() string {
+	return "com.github.clustergateway.cluster-gateway.pkg.apis.gateway.v1alpha1.SecretReference"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.

@@ -41,7 +41,9 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		CredentialStatus{}.OpenAPIModelName():             schema_pkg_apis_gateway_v1alpha1_CredentialStatus(ref),
 		Endpoint{}.OpenAPIModelName():                     schema_pkg_apis_gateway_v1alpha1_Endpoint(ref),
 		Impersonation{}.OpenAPIModelName():                schema_pkg_apis_gateway_v1alpha1_Impersonation(ref),
+		ProviderReference{}.OpenAPIModelName():            schema_pkg_apis_gateway_v1alpha1_ProviderReference(ref),
 		ReachabilityStatus{}.OpenAPIModelName():           schema_pkg_apis_gateway_v1alpha1_ReachabilityStatus(ref),
+		SecretReference{}.OpenAPIModelName():              schema_pkg_apis_gateway_v1alpha1_SecretReference(ref),
 		X509Credential{}.OpenAPIModelName():               schema_pkg_apis_gateway_v1alpha1_X509Credential(ref),
 		v1.APIGroup{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_APIGroup(ref),
 		v1.APIGroupList{}.OpenAPIModelName():              schema_pkg_apis_meta_v1_APIGroupList(ref),
@@ -389,16 +391,16 @@ func schema_pkg_apis_gateway_v1alpha1_Credential(ref common.ReferenceCallback) c
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "The material of a Credential (certificate, key, token) is write-only: accepted on create and update, never returned by the API. An update that omits it keeps the stored material, as long as the endpoint and the impersonation mode stay the same.",
+				Description: "The material of a Credential (certificate, key, token) is write-only: accepted on create and update, never returned by the API. An update that omits it keeps the stored material, as long as the endpoint and the impersonation mode stay the same. A credential from a source (SecretRef, Provider) holds no material: the gateway reads it where it is kept and follows its rotation.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"type": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Type is X509Certificate or BearerToken.\n\nPossible enum values:\n - `\"BearerToken\"` authenticates with a bearer token.\n - `\"X509Certificate\"` authenticates with a client certificate and key.",
+							Description: "Type is X509Certificate, BearerToken, SecretRef or Provider.\n\nPossible enum values:\n - `\"BearerToken\"` authenticates with a bearer token.\n - `\"Provider\"` takes the credential from a credential provider (an exec plugin) that the gateway's operator configured.\n - `\"SecretRef\"` takes the credential from a hub Secret that something else keeps and rotates (Cluster API, OCM, cert-manager).\n - `\"X509Certificate\"` authenticates with a client certificate and key.",
 							Default:     "",
 							Type:        []string{"string"},
 							Format:      "",
-							Enum:        []interface{}{"BearerToken", "X509Certificate"},
+							Enum:        []interface{}{"BearerToken", "Provider", "SecretRef", "X509Certificate"},
 						},
 					},
 					"x509": {
@@ -414,12 +416,24 @@ func schema_pkg_apis_gateway_v1alpha1_Credential(ref common.ReferenceCallback) c
 							Format:      "",
 						},
 					},
+					"secretRef": {
+						SchemaProps: spec.SchemaProps{
+							Description: "SecretRef names the hub Secret that holds the credential, for type SecretRef. Writing it needs permission to get that Secret.",
+							Ref:         ref(SecretReference{}.OpenAPIModelName()),
+						},
+					},
+					"provider": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Provider names the credential provider, for type Provider.",
+							Ref:         ref(ProviderReference{}.OpenAPIModelName()),
+						},
+					},
 				},
 				Required: []string{"type"},
 			},
 		},
 		Dependencies: []string{
-			X509Credential{}.OpenAPIModelName()},
+			ProviderReference{}.OpenAPIModelName(), SecretReference{}.OpenAPIModelName(), X509Credential{}.OpenAPIModelName()},
 	}
 }
 
@@ -427,19 +441,38 @@ func schema_pkg_apis_gateway_v1alpha1_CredentialStatus(ref common.ReferenceCallb
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "CredentialStatus shows only a client certificate's subject and expiry; of a bearer token it shows nothing.",
+				Description: "CredentialStatus shows where the credential comes from, a client certificate's subject and when the credential expires; never material.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"subject": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Subject is the client certificate's subject, for X509Certificate.",
+							Description: "Subject is the client certificate's subject, when the credential is one.",
 							Type:        []string{"string"},
 							Format:      "",
 						},
 					},
 					"notAfter": {
 						SchemaProps: spec.SchemaProps{
-							Description: "NotAfter is when the client certificate expires, for X509Certificate.",
+							Description: "NotAfter is when the client certificate expires, when the credential is one.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"source": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Source is where the credential is read from: \"Secret <namespace>/<name> (<format>)\" or \"Provider <name>\"; empty when it is stored in the gateway.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"lastRotationTime": {
+						SchemaProps: spec.SchemaProps{
+							Description: "LastRotationTime is when the source last changed the credential, as far as this gateway replica saw.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"expirationTime": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ExpirationTime is when the credential expires, where that is known: a certificate's notAfter, an ExecCredential's expirationTimestamp, a JWT's exp.",
 							Ref:         ref(v1.Time{}.OpenAPIModelName()),
 						},
 					},
@@ -530,6 +563,36 @@ func schema_pkg_apis_gateway_v1alpha1_Impersonation(ref common.ReferenceCallback
 	}
 }
 
+func schema_pkg_apis_gateway_v1alpha1_ProviderReference(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ProviderReference names a credential provider of the gateway's --credential-providers-file. A ClusterGateway never names a command.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Name of the provider in the gateway's configuration.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"config": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Config is passed to the provider as the ExecCredential's spec.cluster.config (for example the EKS cluster name and region).",
+							Ref:         ref(runtime.RawExtension{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"name"},
+			},
+		},
+		Dependencies: []string{
+			runtime.RawExtension{}.OpenAPIModelName()},
+	}
+}
+
 func schema_pkg_apis_gateway_v1alpha1_ReachabilityStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -561,6 +624,44 @@ func schema_pkg_apis_gateway_v1alpha1_ReachabilityStatus(ref common.ReferenceCal
 		},
 		Dependencies: []string{
 			v1.Duration{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_gateway_v1alpha1_SecretReference(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SecretReference names a hub Secret in a namespace the gateway may read (its --credential-source-namespaces).",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"namespace": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Namespace of the Secret.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Name of the Secret.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"format": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Format is Kubeconfig, Token or TLS; empty means detected from the Secret's data (a kubeconfig under \"value\" or \"kubeconfig\", else \"tls.crt\" and \"tls.key\", else \"token\").\n\nPossible enum values:\n - `\"Kubeconfig\"` is a kubeconfig under data key \"value\" (Cluster API) or \"kubeconfig\"; its current context gives the server, CA, TLS server name and a token or client certificate.\n - `\"TLS\"` is a client certificate and key under \"tls.crt\" and \"tls.key\", with an optional \"ca.crt\" (cert-manager, kubernetes.io/tls).\n - `\"Token\"` is a bearer token under \"token\", with an optional \"ca.crt\" (OCM managed-serviceaccount, ServiceAccount token Secrets).",
+							Type:        []string{"string"},
+							Format:      "",
+							Enum:        []interface{}{"Kubeconfig", "TLS", "Token"},
+						},
+					},
+				},
+				Required: []string{"namespace", "name"},
+			},
+		},
 	}
 }
 

@@ -1,0 +1,215 @@
+package gateways
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+)
+
+// The data keys of the credential Secrets the gateway reads (Cluster API,
+// OCM managed-serviceaccount, cert-manager and ServiceAccount token Secrets).
+const (
+	SourceKeyKubeconfigCAPI = "value"
+	SourceKeyKubeconfig     = "kubeconfig"
+	SourceKeyToken          = "token"
+	SourceKeyCA             = "ca.crt"
+	SourceKeyCert           = "tls.crt"
+	SourceKeyKey            = "tls.key"
+)
+
+var sourceKeys = []string{SourceKeyKubeconfigCAPI, SourceKeyKubeconfig, SourceKeyToken, SourceKeyCA, SourceKeyCert, SourceKeyKey}
+
+// Source is a credential Secret as the gateway keeps it: only the keys it
+// reads, parsed once per format and resourceVersion. It is immutable.
+type Source struct {
+	Namespace, Name string
+	data            map[string][]byte
+	// rotated is when its material last changed (the hub's time of the
+	// write that changed it); digest tells a change of material from a write
+	// that changed only metadata.
+	rotated metav1.Time
+	digest  [sha256.Size]byte
+	parsed  sync.Map // v1alpha1.SecretFormat -> *Material
+}
+
+// newSource keeps what the gateway reads of s. prev is the same Secret as
+// read before (nil: first seen), whose rotation time stays if the material
+// did not change.
+func newSource(s *corev1.Secret, prev *Source) *Source {
+	src := &Source{Namespace: s.Namespace, Name: s.Name, data: map[string][]byte{}}
+	h := sha256.New()
+	for _, k := range sourceKeys {
+		if v, ok := s.Data[k]; ok {
+			src.data[k] = v
+			fmt.Fprintf(h, "%s=%d:", k, len(v))
+			h.Write(v)
+		}
+	}
+	h.Sum(src.digest[:0])
+	src.rotated = lastWrite(s)
+	if prev != nil && prev.digest == src.digest {
+		src.rotated = prev.rotated
+	}
+	return src
+}
+
+// Material is a credential read from a Source in one format: what to send
+// and, for a kubeconfig, where. Problem is set when it cannot be used.
+type Material struct {
+	Format v1alpha1.SecretFormat
+	// From a kubeconfig: its current context's cluster.
+	Server     string
+	ServerName string
+	Insecure   bool
+	CABundle   []byte // a kubeconfig's certificate-authority-data, or ca.crt
+	Token      string
+	Cert, Key  []byte
+	// When the token expires, if it is a JWT with exp (a certificate's
+	// validity is read from the certificate).
+	TokenExpiry time.Time
+	Problem     string
+}
+
+// material is the source read as format (empty: detected).
+func (s *Source) material(format v1alpha1.SecretFormat) *Material {
+	if format == "" {
+		format = s.detect()
+	}
+	if m, ok := s.parsed.Load(format); ok {
+		return m.(*Material)
+	}
+	m, _ := s.parsed.LoadOrStore(format, s.parse(format))
+	return m.(*Material)
+}
+
+// detect names the format the data looks like; empty when none.
+func (s *Source) detect() v1alpha1.SecretFormat {
+	d := s.data
+	switch {
+	case len(d[SourceKeyKubeconfigCAPI]) > 0 || len(d[SourceKeyKubeconfig]) > 0:
+		return v1alpha1.SecretFormatKubeconfig
+	case len(d[SourceKeyCert]) > 0 || len(d[SourceKeyKey]) > 0:
+		return v1alpha1.SecretFormatTLS
+	case len(d[SourceKeyToken]) > 0:
+		return v1alpha1.SecretFormatToken
+	}
+	return ""
+}
+
+func (s *Source) parse(format v1alpha1.SecretFormat) *Material {
+	d := s.data
+	m := &Material{Format: format, CABundle: d[SourceKeyCA]}
+	switch format {
+	case v1alpha1.SecretFormatKubeconfig:
+		raw := d[SourceKeyKubeconfigCAPI]
+		if len(raw) == 0 {
+			raw = d[SourceKeyKubeconfig]
+		}
+		if len(raw) == 0 {
+			m.Problem = fmt.Sprintf("has no kubeconfig under data[%s] or data[%s]", SourceKeyKubeconfigCAPI, SourceKeyKubeconfig)
+		} else {
+			m.Problem = fromKubeconfig(m, raw)
+		}
+	case v1alpha1.SecretFormatToken:
+		m.Token = strings.TrimSpace(string(d[SourceKeyToken]))
+		if m.Token == "" {
+			m.Problem = fmt.Sprintf("has no data[%s]", SourceKeyToken)
+		}
+	case v1alpha1.SecretFormatTLS:
+		m.Cert, m.Key = d[SourceKeyCert], d[SourceKeyKey]
+		if len(m.Cert) == 0 || len(m.Key) == 0 {
+			m.Problem = fmt.Sprintf("needs both data[%s] and data[%s]", SourceKeyCert, SourceKeyKey)
+		}
+	default:
+		m.Problem = fmt.Sprintf("holds none of a kubeconfig (data[%s] or data[%s]), a client certificate (data[%s] and data[%s]) or a token (data[%s])",
+			SourceKeyKubeconfigCAPI, SourceKeyKubeconfig, SourceKeyCert, SourceKeyKey, SourceKeyToken)
+	}
+	if m.Problem == "" && m.Token != "" {
+		m.TokenExpiry = jwtExpiry(m.Token)
+	}
+	return m
+}
+
+// fromKubeconfig fills m from the current context of a kubeconfig; it
+// returns what makes the kubeconfig unusable. The gateway reads only inline
+// data: a kubeconfig that names files or runs a plugin is refused, never
+// followed.
+func fromKubeconfig(m *Material, raw []byte) string {
+	cfg, err := clientcmd.Load(raw)
+	if err != nil {
+		return "is not a kubeconfig: " + err.Error()
+	}
+	ctx, ok := cfg.Contexts[cfg.CurrentContext]
+	if !ok {
+		return fmt.Sprintf("has no current context (current-context %q)", cfg.CurrentContext)
+	}
+	cluster, ok := cfg.Clusters[ctx.Cluster]
+	if !ok {
+		return fmt.Sprintf("names cluster %q in its current context, but has no such cluster", ctx.Cluster)
+	}
+	auth, ok := cfg.AuthInfos[ctx.AuthInfo]
+	if !ok {
+		return fmt.Sprintf("names user %q in its current context, but has no such user", ctx.AuthInfo)
+	}
+	switch {
+	case cluster.CertificateAuthority != "", auth.ClientCertificate != "", auth.ClientKey != "", auth.TokenFile != "":
+		return "names files (certificate-authority, client-certificate, client-key or tokenFile): the gateway reads only inline data (the *-data fields and token)"
+	case auth.Exec != nil, auth.AuthProvider != nil:
+		return "authenticates with an exec or auth-provider plugin: configure it as a credential provider on the gateway and use credential type Provider"
+	case auth.Username != "" || auth.Password != "":
+		return "authenticates with a user name and password, which the gateway does not send: use a token or a client certificate"
+	case cluster.ProxyURL != "":
+		return "sets a proxy-url: set spec.endpoint.proxyURL instead"
+	}
+	m.Server, m.ServerName, m.Insecure = cluster.Server, cluster.TLSServerName, cluster.InsecureSkipTLSVerify
+	if len(cluster.CertificateAuthorityData) > 0 {
+		m.CABundle = cluster.CertificateAuthorityData
+	}
+	m.Token, m.Cert, m.Key = strings.TrimSpace(auth.Token), auth.ClientCertificateData, auth.ClientKeyData
+	switch {
+	case m.Server == "":
+		return "has no server in its current context's cluster"
+	case m.Token == "" && len(m.Cert) == 0:
+		return "has neither a token nor client-certificate-data in its current context's user"
+	case m.Token != "" && len(m.Cert) > 0:
+		return "has both a token and a client certificate in its current context's user: keep one"
+	case len(m.Cert) > 0 && len(m.Key) == 0:
+		return "has client-certificate-data without client-key-data"
+	}
+	return ""
+}
+
+// jwtExpiry is a JWT's exp claim, or zero when the token is not a JWT with
+// one. The signature is not checked: the managed cluster does that; this is
+// only to show when the token expires.
+func jwtExpiry(token string) time.Time {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return time.Time{}
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
+	if err != nil {
+		return time.Time{}
+	}
+	var claims struct {
+		Exp json.Number `json:"exp"`
+	}
+	if json.Unmarshal(payload, &claims) != nil || claims.Exp == "" {
+		return time.Time{}
+	}
+	exp, err := claims.Exp.Float64()
+	if err != nil || exp <= 0 {
+		return time.Time{}
+	}
+	return time.Unix(int64(exp), 0)
+}

@@ -1,0 +1,187 @@
+package gateways
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+)
+
+// sources reads the credential Secrets of the namespaces the gateway may
+// read: one informer per namespace, each keeping only the keys the gateway
+// reads of each Secret (Source), so a rotation is an event, never a GET on
+// a request. In the gateway's own namespace the gateways' own Secrets are
+// left out; everywhere, Helm's release Secrets (large, never a credential).
+type sources struct {
+	byNamespace map[string]cache.SharedIndexInformer
+}
+
+// Secret types that never hold a credential the gateway reads.
+const helmReleaseType = "helm.sh/release.v1"
+
+func (s *Store) newSources(namespaces []string) *sources {
+	src := &sources{byNamespace: map[string]cache.SharedIndexInformer{}}
+	for _, ns := range namespaces {
+		if _, ok := src.byNamespace[ns]; ok {
+			continue
+		}
+		own := ns == s.namespace
+		factory := informers.NewSharedInformerFactoryWithOptions(s.client, 0, informers.WithNamespace(ns),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+				o.FieldSelector = "type!=" + helmReleaseType
+				if own {
+					o.LabelSelector = "!" + LabelGateway
+				}
+			}))
+		inf := factory.Core().V1().Secrets().Informer()
+		_ = inf.SetTransform(func(obj interface{}) (interface{}, error) {
+			sec, ok := obj.(*corev1.Secret)
+			if !ok {
+				return obj, nil // already a *Source, or a tombstone
+			}
+			var prev *Source
+			if old, ok, _ := inf.GetIndexer().GetByKey(sec.Namespace + "/" + sec.Name); ok {
+				prev, _ = old.(*Source)
+			}
+			return newSource(sec, prev), nil
+		})
+		src.byNamespace[ns] = inf
+	}
+	return src
+}
+
+// GetObjectMeta is the Source's cache key, for the informer.
+func (s *Source) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name}
+}
+
+func (src *sources) run(ctx context.Context) {
+	for _, inf := range src.byNamespace {
+		go inf.RunWithContext(ctx)
+	}
+}
+
+func (src *sources) hasSynced() bool {
+	for _, inf := range src.byNamespace {
+		if !inf.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+// get returns the Secret if the gateway reads its namespace (allowed) and
+// it exists (non-nil).
+func (src *sources) get(ref *v1alpha1.SecretReference) (s *Source, allowed bool) {
+	inf, ok := src.byNamespace[ref.Namespace]
+	if !ok {
+		return nil, false
+	}
+	obj, ok, _ := inf.GetIndexer().GetByKey(ref.Namespace + "/" + ref.Name)
+	if !ok {
+		return nil, true
+	}
+	s, _ = obj.(*Source)
+	return s, true
+}
+
+// resolvedGateway is a gateway resolved against one version of its source.
+type resolvedGateway struct {
+	src *Source
+	gw  *Gateway
+}
+
+// resolve is g as it can be used now: a gateway whose credential is read
+// from a Secret is completed from the Secret as the informer has it. The
+// latest resolution is kept on g, so a request resolves only after a
+// rotation.
+func (s *Store) resolve(g *Gateway, now time.Time) *Gateway {
+	ref := g.Object.Spec.Credential.SecretRef
+	if g.Object.Spec.Credential.Type != v1alpha1.CredentialSecretRef || ref == nil || s.sources == nil {
+		return g.at(now)
+	}
+	src, allowed := s.sources.get(ref)
+	if r := g.resolved.Load(); r != nil && r.src == src {
+		return r.gw.at(now)
+	}
+	r := &resolvedGateway{src: src, gw: resolveWith(g, src, allowed, now)}
+	g.resolved.Store(r)
+	return r.gw.at(now)
+}
+
+// resolveWith is g completed from one version of its source.
+func resolveWith(g *Gateway, src *Source, allowed bool, now time.Time) *Gateway {
+	obj := *g.Object // the same gateway but for its status
+	return withStatus(g.namespace, &obj, g.problems, g.written, fromSource(&obj, src, allowed), now)
+}
+
+// sourceKey is the informer key of a gateway's credential Secret ("" when
+// it has none): the index that finds the gateways a rotation changes.
+func sourceKey(g *Gateway) string {
+	if ref := g.Object.Spec.Credential.SecretRef; g.Object.Spec.Credential.Type == v1alpha1.CredentialSecretRef && ref != nil {
+		return ref.Namespace + "/" + ref.Name
+	}
+	return ""
+}
+
+const indexBySource = "bySource"
+
+func indexSources(obj interface{}) ([]string, error) {
+	if g, ok := obj.(*Gateway); ok {
+		if k := sourceKey(g); k != "" {
+			return []string{k}, nil
+		}
+	}
+	return nil, nil
+}
+
+// onSourceChange calls fn for each gateway whose credential Secret was
+// added, changed or deleted, with the gateway resolved against the Secret
+// before and after.
+func (s *Store) onSourceChange(fn func(old, new *Gateway)) error {
+	changed := func(ns, name string, before, after *Source) {
+		if before == after {
+			return
+		}
+		objs, _ := s.informer.GetIndexer().ByIndex(indexBySource, ns+"/"+name)
+		now := s.clock.Now()
+		for _, obj := range slices.Clip(objs) {
+			g := obj.(*Gateway)
+			fn(resolveWith(g, before, true, now), s.resolve(g, now))
+		}
+	}
+	for _, inf := range s.sources.byNamespace {
+		_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: func(obj interface{}) {
+				if n, ok := obj.(*Source); ok {
+					changed(n.Namespace, n.Name, nil, n)
+				}
+			},
+			UpdateFunc: func(oldObj, newObj interface{}) {
+				o, ok1 := oldObj.(*Source)
+				n, ok2 := newObj.(*Source)
+				if ok1 && ok2 {
+					changed(n.Namespace, n.Name, o, n)
+				}
+			},
+			DeleteFunc: func(obj interface{}) {
+				if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+					obj = t.Obj
+				}
+				if o, ok := obj.(*Source); ok {
+					changed(o.Namespace, o.Name, o, nil)
+				}
+			},
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
