@@ -3,6 +3,7 @@ package gateways
 import (
 	"context"
 	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -61,10 +62,13 @@ func (s *Source) GetObjectMeta() metav1.Object {
 	return &metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name}
 }
 
+// run runs the informers until ctx is done, and returns when they have stopped.
 func (src *sources) run(ctx context.Context) {
+	var wg sync.WaitGroup
 	for _, inf := range src.byNamespace {
-		go inf.RunWithContext(ctx)
+		wg.Go(func() { inf.RunWithContext(ctx) })
 	}
+	wg.Wait()
 }
 
 func (src *sources) hasSynced() bool {

@@ -3,6 +3,7 @@ package gateways
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -59,8 +60,10 @@ func NewStore(client kubernetes.Interface, namespace string, sourceNamespaces ..
 
 // Run runs the informers until ctx is done.
 func (s *Store) Run(ctx context.Context) {
-	s.sources.run(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { s.sources.run(ctx) })
 	s.informer.RunWithContext(ctx)
+	wg.Wait()
 }
 
 // HasSynced reports whether the first lists have been read.
