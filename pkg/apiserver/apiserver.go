@@ -257,6 +257,7 @@ func (s *Server) registerMetrics(r metrics.KubeRegistry, px *proxy.Proxy) error 
 		}
 	}
 	r.CustomMustRegister(s.Pool.Collector())
+	s.Store.Metrics().Register(r)
 	if s.CertCache != nil {
 		r.CustomMustRegister(s.CertCache.Collector())
 	}

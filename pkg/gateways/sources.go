@@ -50,7 +50,11 @@ func (s *Store) newSources(namespaces []string) *sources {
 			if old, ok, _ := inf.GetIndexer().GetByKey(sec.Namespace + "/" + sec.Name); ok {
 				prev, _ = old.(*Source)
 			}
-			return newSource(sec, prev), nil
+			n := newSource(sec, prev)
+			if prev != nil && prev.digest != n.digest {
+				s.metrics.Rotated(SourceKindSecret)
+			}
+			return n, nil
 		})
 		src.byNamespace[ns] = inf
 	}
@@ -115,6 +119,9 @@ func (s *Store) resolve(g *Gateway, now time.Time) *Gateway {
 		return r.gw.at(now)
 	}
 	r := &resolvedGateway{src: src, gw: resolveWith(g, src, allowed, now)}
+	if reason := r.gw.res.reason; reason != "" {
+		s.metrics.SourceFailed(SourceKindSecret, reason)
+	}
 	g.resolved.Store(r)
 	return r.gw.at(now)
 }

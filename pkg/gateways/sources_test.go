@@ -12,7 +12,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/component-base/metrics"
 
+	"github.com/clustergateway/cluster-gateway/internal/testmetrics"
 	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
@@ -69,13 +71,16 @@ func jwt(exp time.Time) string {
 // deleted Secret makes the gateway not Ready with a reason.
 func TestSecretRefFollowsRotation(t *testing.T) {
 	ctx := t.Context()
-	c := validCredential(t)
+	notAfter := time.Now().Add(2 * time.Hour).Truncate(time.Second)
+	c := newTestCredential(t, time.Now().Add(-time.Hour), notAfter)
 	exp := time.Now().Add(time.Hour).Truncate(time.Second)
 	src := capiSecret("prod-kubeconfig", "1", kubeconfigBytes(t, "https://10.0.0.7:6443", c.caPEM, jwt(exp), nil, nil))
 	gwSecret := mustToSecret(t, refGateway("prod", v1alpha1.SecretReference{Namespace: sourceNamespace, Name: "prod-kubeconfig"}, ""), nil)
 	gwSecret.ResourceVersion = "1"
 	client := fake.NewClientset(src, gwSecret)
 	store := NewStore(client, testNamespace, testNamespace, sourceNamespace)
+	reg := metrics.NewKubeRegistry()
+	store.Metrics().Register(reg)
 	type change struct{ old, new *Gateway }
 	changes := make(chan change, 100)
 	if err := store.OnChange(func(old, new *Gateway) { changes <- change{old, new} }); err != nil {
@@ -133,6 +138,17 @@ func TestSecretRefFollowsRotation(t *testing.T) {
 			SameTransport(ch.old, ch.new), ch.new.Ready, ch.new.Public().Status.Credential)
 	}
 
+	samples, err := testmetrics.Gather(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := samples.Sum("cluster_gateway_credential_rotations_total"); got != 2 {
+		t.Errorf("cluster_gateway_credential_rotations_total = %v after two rotations, want 2", got)
+	}
+	if got := samples.Sum("cluster_gateway_credential_next_expiry_timestamp_seconds"); got != float64(notAfter.Unix()) {
+		t.Errorf("next expiry = %v, want the certificate's notAfter %d", got, notAfter.Unix())
+	}
+
 	if err := client.CoreV1().Secrets(sourceNamespace).Delete(ctx, "prod-kubeconfig", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -140,6 +156,9 @@ func TestSecretRefFollowsRotation(t *testing.T) {
 		g, err := store.Get("prod")
 		return err == nil && readyReason(g) == v1alpha1.ReasonSourceNotFound
 	})
+	if samples, _ = testmetrics.Gather(reg); samples.Sum("cluster_gateway_credential_source_errors_total") == 0 {
+		t.Errorf("no source error counted for the deleted Secret")
+	}
 }
 
 func readyReason(g *Gateway) string {

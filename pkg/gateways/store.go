@@ -33,6 +33,7 @@ type Store struct {
 	informer  cache.SharedIndexInformer
 	sources   *sources           // the credential Secrets gateways name
 	clock     clock.PassiveClock // certificate validity is judged by it
+	metrics   *Metrics
 }
 
 // NewStore builds the informers; Run starts them. Gateways may name
@@ -50,6 +51,7 @@ func NewStore(client kubernetes.Interface, namespace string, sourceNamespaces ..
 		}
 		return obj, nil // already a *Gateway, or a tombstone
 	})
+	s.metrics = newMetrics(s)
 	_ = s.informer.AddIndexers(cache.Indexers{indexBySource: indexSources})
 	if len(sourceNamespaces) == 0 {
 		sourceNamespaces = []string{namespace}
