@@ -19,7 +19,9 @@ import (
 // only, as the hub's RBAC would; it records what it was asked.
 type secretReaders struct{ asked []authorizer.Attributes }
 
-func (a *secretReaders) authorizer() authorizer.Authorizer { return authorizer.AuthorizerFunc(a.authorize) }
+func (a *secretReaders) authorizer() authorizer.Authorizer {
+	return authorizer.AuthorizerFunc(a.authorize)
+}
 
 func (a *secretReaders) authorize(_ context.Context, attr authorizer.Attributes) (authorizer.Decision, string, error) {
 	a.asked = append(a.asked, attr)
