@@ -56,7 +56,7 @@ func (c *collector) CollectWithStability(ch chan<- metrics.Metric) {
 	gauge(d.live, int64(s.Live))
 	gauge(d.retiring, int64(s.Retiring))
 	counter(d.created, s.Created)
-	for _, r := range []string{ReasonEvicted, ReasonIdle, ReasonRotated, ReasonDeleted, ReasonShutdown} {
+	for _, r := range []string{ReasonEvicted, ReasonIdle, ReasonRotated, ReasonDeleted, ReasonUnusable, ReasonShutdown} {
 		counter(d.retired, s.Retired[r], r)
 	}
 	gauge(d.streams, s.ActiveStreams)

@@ -159,7 +159,8 @@ func (p *Pool) AcquireInto(l *Lease, t *Target) error {
 }
 
 // Remove retires cluster's entry, for reason (ReasonDeleted: the gateway is
-// gone; ReasonRotated: it reaches its cluster differently now). Live streams
+// gone; ReasonRotated: it reaches its cluster differently now;
+// ReasonUnusable: it cannot be used now, e.g. its credential Secret is gone). Live streams
 // get the grace period like any retirement.
 func (p *Pool) Remove(cluster, reason string) {
 	p.mu.Lock()
