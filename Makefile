@@ -191,11 +191,17 @@ bench: tools build ## Benchmark the proxy path (about 20 minutes: in-process, lo
 # not back at the baseline at the end. SOAK_TIMEOUT bounds the whole run
 # (raise it with SOAK_DURATION); SOAK_FLAGS passes more test flags, e.g.
 # -churn.profiles=/tmp/soak for heap profiles at the baseline and the end.
+# Then TestSecretSourceRotation for SOAK_ROTATION: a kubeconfig Secret rotated
+# every second (token, client certificate, CA) under a watch, logs -f,
+# port-forward and ordinary requests, then the same baseline checks.
 SOAK_DURATION     ?= 10m
+SOAK_ROTATION     ?= 30m
 SOAK_REPORT_EVERY ?= 10
 SOAK_TIMEOUT      ?= 3h
 
 .PHONY: soak
-soak: tools build ## Churn the proxy path for SOAK_DURATION (default 10m) and check that nothing leaked.
+soak: tools build ## Churn the proxy path for SOAK_DURATION (default 10m), rotate a credential Secret for SOAK_ROTATION (30m), and check that nothing leaked.
 	cd test && KUBE_BIN=$(BIN) $(GO) test -race -count=1 -timeout $(SOAK_TIMEOUT) -run '^TestChurn$$' -v ./e2e/ \
 		-churn.duration=$(SOAK_DURATION) -churn.report-every=$(SOAK_REPORT_EVERY) $(SOAK_FLAGS)
+	cd test && KUBE_BIN=$(BIN) $(GO) test -race -count=1 -timeout $(SOAK_TIMEOUT) -run '^TestSecretSourceRotation$$' -v ./e2e/ \
+		-source-rotation.duration=$(SOAK_ROTATION) $(SOAK_FLAGS)
