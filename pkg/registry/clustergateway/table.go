@@ -22,7 +22,7 @@ var columns = []metav1.TableColumnDefinition{
 	{Name: "Name", Type: "string", Format: "name", Description: "Name of the gateway: the managed cluster's name on the hub"},
 	{Name: "Endpoint", Type: "string", Description: "How the cluster is reached: Direct or Konnectivity"},
 	{Name: "Address", Type: "string", Description: "The cluster's API server address"},
-	{Name: "Credential", Type: "string", Description: "How the gateway authenticates: X509Certificate or BearerToken"},
+	{Name: "Credential", Type: "string", Description: "How the gateway authenticates: X509Certificate, BearerToken, SecretRef or Provider"},
 	{Name: "Ready", Type: "string", Description: "Whether the stored endpoint and credential are usable"},
 	{Name: "Reachable", Type: "string", Description: "Whether the cluster answers the gateway's probes (True, False, Unknown)"},
 	{Name: "Age", Type: "string", Description: "Time since the gateway was created"},
@@ -31,7 +31,7 @@ var columns = []metav1.TableColumnDefinition{
 	{Name: "Latency", Type: "string", Priority: 1, Description: "How long the last good probe took"},
 	{Name: "Server Name", Type: "string", Priority: 1, Description: "The name the cluster's certificate is verified against, if not the address's host"},
 	{Name: "Proxy", Type: "string", Priority: 1, Description: "The forward proxy the cluster is dialed through (without its credentials)"},
-	{Name: "Cert Expiry", Type: "string", Priority: 1, Description: "When the stored client certificate expires"},
+	{Name: "Cert Expiry", Type: "string", Priority: 1, Description: "When the credential expires, where known: a client certificate's notAfter, a JWT's exp, an ExecCredential's expirationTimestamp"},
 }
 
 func (tableConvertor) ConvertToTable(_ context.Context, obj runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
@@ -74,8 +74,8 @@ func (tableConvertor) ConvertToTable(_ context.Context, obj runtime.Object, tabl
 				latency = r.Latency.Duration.String()
 			}
 		}
-		if c := gw.Status.Credential; c != nil && c.NotAfter != nil {
-			expiry = c.NotAfter.UTC().Format(time.RFC3339)
+		if c := gw.Status.Credential; c != nil && c.ExpirationTime != nil {
+			expiry = c.ExpirationTime.UTC().Format(time.RFC3339)
 		}
 		table.Rows = append(table.Rows, metav1.TableRow{
 			Cells: []interface{}{gw.Name, string(gw.Spec.Endpoint.Type), gw.Spec.Endpoint.Address, string(gw.Spec.Credential.Type), ready, reachable, age,
