@@ -43,19 +43,21 @@ func inline(obj *v1alpha1.ClusterGateway) resolution {
 }
 
 // fromSource resolves a SecretRef gateway against its Secret: src is nil
-// when the Secret does not exist, allowed false when the gateway may not
-// read its namespace. The spec's endpoint fields win; what it leaves out
+// when the Secret does not exist or its namespace cannot be read (acc). The spec's endpoint fields win; what it leaves out
 // comes from the Secret (a kubeconfig's server, CA and TLS server name, or
 // ca.crt).
-func fromSource(obj *v1alpha1.ClusterGateway, src *Source, allowed bool) resolution {
+func fromSource(obj *v1alpha1.ClusterGateway, src *Source, acc access) resolution {
 	ref := obj.Spec.Credential.SecretRef
 	r := resolution{conn: Conn{Endpoint: obj.Spec.Endpoint}, source: fmt.Sprintf("Secret %s/%s", ref.Namespace, ref.Name)}
 	fail := func(reason, format string, args ...interface{}) resolution {
 		r.reason, r.message = reason, fmt.Sprintf("%s %s", r.source, fmt.Sprintf(format, args...))
 		return r
 	}
-	if !allowed {
+	switch acc {
+	case notListed:
 		return fail(v1alpha1.ReasonSourceNotRead, "is in a namespace this gateway does not read: add %q to its --credential-source-namespaces (and let it get, list and watch Secrets there)", ref.Namespace)
+	case notSynced:
+		return fail(v1alpha1.ReasonSourceNotRead, "cannot be read yet: the gateway has not listed the Secrets of namespace %q; check that it may get, list and watch Secrets there (its log says why)", ref.Namespace)
 	}
 	if src == nil {
 		return fail(v1alpha1.ReasonSourceNotFound, "does not exist: create it, or point spec.credential.secretRef at the Secret that holds the credential")

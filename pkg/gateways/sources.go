@@ -75,34 +75,38 @@ func (src *sources) run(ctx context.Context) {
 	wg.Wait()
 }
 
-func (src *sources) hasSynced() bool {
-	for _, inf := range src.byNamespace {
-		if !inf.HasSynced() {
-			return false
-		}
-	}
-	return true
-}
+// access is whether the gateway can read a source's namespace.
+type access int
 
-// get returns the Secret if the gateway reads its namespace (allowed) and
-// it exists (non-nil).
-func (src *sources) get(ref *v1alpha1.SecretReference) (s *Source, allowed bool) {
+const (
+	notListed access = iota // not one of the namespaces it reads
+	notSynced               // listed, but its Secrets could not be listed yet (RBAC, the hub)
+	readable
+)
+
+// get returns the Secret (nil when it does not exist) and whether the
+// gateway can read its namespace.
+func (src *sources) get(ref *v1alpha1.SecretReference) (*Source, access) {
 	inf, ok := src.byNamespace[ref.Namespace]
-	if !ok {
-		return nil, false
+	switch {
+	case !ok:
+		return nil, notListed
+	case !inf.HasSynced():
+		return nil, notSynced
 	}
 	obj, ok, _ := inf.GetIndexer().GetByKey(ref.Namespace + "/" + ref.Name)
 	if !ok {
-		return nil, true
+		return nil, readable
 	}
-	s, _ = obj.(*Source)
-	return s, true
+	s, _ := obj.(*Source)
+	return s, readable
 }
 
 // resolvedGateway is a gateway resolved against one version of its source.
 type resolvedGateway struct {
-	src *Source
-	gw  *Gateway
+	src    *Source
+	access access
+	gw     *Gateway
 }
 
 // resolve is g as it can be used now: a gateway whose credential is read
@@ -114,11 +118,11 @@ func (s *Store) resolve(g *Gateway, now time.Time) *Gateway {
 	if g.Object.Spec.Credential.Type != v1alpha1.CredentialSecretRef || ref == nil || s.sources == nil {
 		return g.at(now)
 	}
-	src, allowed := s.sources.get(ref)
-	if r := g.resolved.Load(); r != nil && r.src == src {
+	src, acc := s.sources.get(ref)
+	if r := g.resolved.Load(); r != nil && r.src == src && r.access == acc {
 		return r.gw.at(now)
 	}
-	r := &resolvedGateway{src: src, gw: resolveWith(g, src, allowed, now)}
+	r := &resolvedGateway{src: src, access: acc, gw: resolveWith(g, src, acc, now)}
 	if reason := r.gw.res.reason; reason != "" {
 		s.metrics.SourceFailed(SourceKindSecret, reason)
 	}
@@ -127,9 +131,9 @@ func (s *Store) resolve(g *Gateway, now time.Time) *Gateway {
 }
 
 // resolveWith is g completed from one version of its source.
-func resolveWith(g *Gateway, src *Source, allowed bool, now time.Time) *Gateway {
+func resolveWith(g *Gateway, src *Source, acc access, now time.Time) *Gateway {
 	obj := *g.Object // the same gateway but for its status
-	return withStatus(g.namespace, &obj, g.problems, g.written, fromSource(&obj, src, allowed), now)
+	return withStatus(g.namespace, &obj, g.problems, g.written, fromSource(&obj, src, acc), now)
 }
 
 // sourceKey is the informer key of a gateway's credential Secret ("" when
@@ -164,7 +168,7 @@ func (s *Store) onSourceChange(fn func(old, new *Gateway)) error {
 		now := s.clock.Now()
 		for _, obj := range slices.Clip(objs) {
 			g := obj.(*Gateway)
-			fn(resolveWith(g, before, true, now), s.resolve(g, now))
+			fn(resolveWith(g, before, readable, now), s.resolve(g, now))
 		}
 	}
 	for _, inf := range s.sources.byNamespace {

@@ -9,7 +9,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/component-base/metrics"
@@ -19,7 +22,10 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
 
-const sourceNamespace = "capi-clusters"
+const (
+	sourceNamespace    = "capi-clusters"
+	forbiddenNamespace = "no-access"
+)
 
 func refGateway(name string, ref v1alpha1.SecretReference, address string) *v1alpha1.ClusterGateway {
 	gw := &v1alpha1.ClusterGateway{
@@ -208,8 +214,17 @@ current-context: x
 		{v1alpha1.SecretReference{Name: "exec"}, "", v1alpha1.ReasonSourceMalformed, "credential type Provider"},
 		{v1alpha1.SecretReference{Name: "badkey"}, "https://10.0.0.1", v1alpha1.ReasonSourceMalformed, "not a usable pair"},
 		{v1alpha1.SecretReference{Name: "elsewhere", Namespace: "kube-system"}, "https://10.0.0.1", v1alpha1.ReasonSourceNotRead, "--credential-source-namespaces"},
+		{v1alpha1.SecretReference{Name: "any", Namespace: forbiddenNamespace}, "https://10.0.0.1", v1alpha1.ReasonSourceNotRead, "has not listed the Secrets of namespace"},
 	}
 	client := fake.NewClientset()
+	// The gateway may not list Secrets in forbiddenNamespace: its informer
+	// never syncs, which makes only the gateways that name it not Ready.
+	client.PrependReactor("list", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetNamespace() == forbiddenNamespace {
+			return true, nil, apierrors.NewForbidden(corev1.Resource("secrets"), "", fmt.Errorf("no RBAC rule"))
+		}
+		return false, nil, nil
+	})
 	for _, s := range secrets {
 		if _, err := client.CoreV1().Secrets(s.Namespace).Create(t.Context(), s, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -224,8 +239,8 @@ current-context: x
 			t.Fatal(err)
 		}
 	}
-	store := NewStore(client, testNamespace, testNamespace, sourceNamespace)
-	startStore(t, store)
+	store := NewStore(client, testNamespace, testNamespace, sourceNamespace, forbiddenNamespace)
+	startStoreExcept(t, store, forbiddenNamespace)
 	for i, tc := range cases {
 		g, err := store.Get(fmt.Sprintf("gw-%d", i))
 		if err != nil {

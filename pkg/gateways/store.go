@@ -68,8 +68,10 @@ func (s *Store) Run(ctx context.Context) {
 	wg.Wait()
 }
 
-// HasSynced reports whether the first lists have been read.
-func (s *Store) HasSynced() bool { return s.informer.HasSynced() && s.sources.hasSynced() }
+// HasSynced reports whether the first list of gateways has been read. The
+// credential Secrets are not waited for: a namespace the gateway cannot list
+// makes only the gateways that name it not Ready.
+func (s *Store) HasSynced() bool { return s.informer.HasSynced() }
 
 // ReadsSourcesIn tells whether gateways may name credential Secrets in ns.
 func (s *Store) ReadsSourcesIn(ns string) bool {

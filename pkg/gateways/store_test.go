@@ -163,12 +163,29 @@ func TestUpdateStartsFromTheHubsSecret(t *testing.T) {
 	}
 }
 
-// startStore runs store until the test ends and waits for its first list.
+// startStore runs store until the test ends and waits for its first lists.
 func startStore(t *testing.T, store *Store) {
+	t.Helper()
+	startStoreExcept(t, store, "")
+}
+
+// startStoreExcept is startStore, but does not wait for the credential
+// Secrets of namespace unlisted.
+func startStoreExcept(t *testing.T, store *Store, unlisted string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { store.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	testpoll.EventuallyTrue(t, 30*time.Second, "the store to sync", store.HasSynced)
+	testpoll.EventuallyTrue(t, 30*time.Second, "the store to sync", func() bool {
+		if !store.HasSynced() {
+			return false
+		}
+		for ns, inf := range store.sources.byNamespace {
+			if ns != unlisted && !inf.HasSynced() {
+				return false
+			}
+		}
+		return true
+	})
 }
