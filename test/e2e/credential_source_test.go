@@ -236,3 +236,53 @@ func TestSecretSourceFormats(t *testing.T) {
 		})
 	}
 }
+
+// --credential-source-namespaces: a Cluster API namespace where the gateway
+// may read Secrets works like its own; one where it may not (no RBAC) makes
+// only the gateways that name it not Ready, and the gateway still starts;
+// a namespace not listed is refused when written.
+func TestSecretSourceOtherNamespaces(t *testing.T) {
+	requireGateway(t)
+	hub := hubAdmin(t)
+	m := env.Managed[0]
+	open, closed := uniqueName(t, "capi"), uniqueName(t, "closed")
+	for _, ns := range []string{open, closed} {
+		if _, err := hub.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = hub.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	}
+	// What docs/install.md tells an operator to grant in each source namespace.
+	mustKubectl(t, env.Hub.Kubeconfig, "create", "role", "cluster-gateway-sources", "-n", open, "--verb=get,list,watch", "--resource=secrets")
+	mustKubectl(t, env.Hub.Kubeconfig, "create", "rolebinding", "cluster-gateway-sources", "-n", open, "--role=cluster-gateway-sources",
+		"--serviceaccount="+localenv.GatewayNamespace+":cluster-gateway")
+	restartGateway(t, []string{"--credential-source-namespaces=" + open + "," + closed})
+	t.Cleanup(func() { restartGateway(t, nil) })
+
+	s := capiSecret(uniqueName(t, "prod")+"-kubeconfig", capiKubeconfig(t, m, m.CA.CertPEM, "", &gatewayv1alpha1.X509Credential{Certificate: m.GatewayUser.CertPEM, PrivateKey: m.GatewayUser.KeyPEM}))
+	if _, err := hub.CoreV1().Secrets(open).Create(context.Background(), s, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	inOpen := secretRefGateway(uniqueName(t, "open"), s.Name, "", nil)
+	inOpen.Spec.Credential.SecretRef.Namespace = open
+	createGateway(t, inOpen)
+	inClosed := secretRefGateway(uniqueName(t, "closed"), "any", m.URL, nil)
+	inClosed.Spec.Credential.SecretRef.Namespace = closed
+	createGateway(t, inClosed)
+
+	awaitReady(t, inOpen.Name, gatewayv1alpha1.ReasonValid)
+	if code, body := hubGet(t, proxyPath(inOpen.Name, "/api/v1/namespaces/default")); code != http.StatusOK {
+		t.Fatalf("through a Secret in %s: %d %s", open, code, body)
+	}
+	gw := awaitReady(t, inClosed.Name, gatewayv1alpha1.ReasonSourceNotRead)
+	if c := readyCondition(gw); !strings.Contains(c.Message, "get, list and watch Secrets there") {
+		t.Errorf("the reason for a namespace the gateway cannot list: %q", c.Message)
+	}
+
+	unlisted := secretRefGateway(uniqueName(t, "unlisted"), "any", m.URL, nil)
+	unlisted.Spec.Credential.SecretRef.Namespace = "kube-system"
+	_, err := gatewayClient(t, env.Hub.Kubeconfig).GatewayV1alpha1().ClusterGateways().Create(context.Background(), unlisted, metav1.CreateOptions{})
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "--credential-source-namespaces") {
+		t.Errorf("a gateway naming a Secret in kube-system: %v; want 422 naming --credential-source-namespaces", err)
+	}
+}
