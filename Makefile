@@ -138,6 +138,7 @@ verify-chart: $(BIN)/helm ## helm lint and helm template of charts/cluster-gatew
 	$(BIN)/helm lint --strict $(CHART)
 	$(BIN)/helm lint --strict $(CHART) --set tls.mode=certManager
 	$(BIN)/helm lint --strict $(CHART) --set tls.mode=existingSecret --set tls.caBundle=Q0E=
+	$(BIN)/helm lint --strict $(CHART) --set 'credentialSourceNamespaces={capi-clusters,ocm}'
 	$(BIN)/helm template cluster-gateway $(CHART) --namespace cluster-gateway-system >/dev/null
 	$(BIN)/helm template cluster-gateway $(CHART) --namespace cluster-gateway-system --set tls.mode=certManager >/dev/null
 	$(BIN)/helm template cluster-gateway $(CHART) --namespace cluster-gateway-system --set tls.mode=existingSecret --set tls.caBundle=Q0E= >/dev/null

@@ -136,7 +136,17 @@ func TestChartRendersConfig(t *testing.T) {
 	}
 	config := parse(t, kustomized)
 	chart := helmTemplate(t, "tls.mode=existingSecret", "tls.caBundle="+base64.StdEncoding.EncodeToString([]byte("CA")))
+	sameObjects(t, config, chart)
+	if ca := chart["APIService//v1alpha1.gateway.clustergateway.io"]["spec"].(object)["caBundle"]; ca != base64.StdEncoding.EncodeToString([]byte("CA")) {
+		t.Errorf("existingSecret: APIService caBundle %v, want tls.caBundle", ca)
+	}
+}
 
+// sameObjects fails unless the chart rendered config/'s objects, field by
+// field (helm's own labels and the APIService's caBundle aside), but for
+// config/'s Namespace.
+func sameObjects(t *testing.T, config, chart map[string]object) {
+	t.Helper()
 	var onlyConfig, onlyChart []string
 	for k := range config {
 		if _, ok := chart[k]; !ok && k != "Namespace//"+namespace {
@@ -167,9 +177,6 @@ func TestChartRendersConfig(t *testing.T) {
 			w, _ := yaml.Marshal(wantN)
 			t.Errorf("%s differs.\nchart:\n%s\nconfig/:\n%s", k, g, w)
 		}
-	}
-	if ca := chart["APIService//v1alpha1.gateway.clustergateway.io"]["spec"].(object)["caBundle"]; ca != base64.StdEncoding.EncodeToString([]byte("CA")) {
-		t.Errorf("existingSecret: APIService caBundle %v, want tls.caBundle", ca)
 	}
 }
 
@@ -400,4 +407,75 @@ func TestChartValues(t *testing.T) {
 			t.Errorf("--set %v: err %v, want it to say %q", c.set, err, c.want)
 		}
 	}
+}
+
+// credentialSourceNamespaces passes --credential-source-namespaces and gives
+// the gateway read-only access to Secrets in each namespace (a Role and a
+// RoleBinding there), and nothing in its own namespace, where it already
+// manages Secrets; config/components/credential-sources renders the same.
+func TestChartCredentialSourceNamespaces(t *testing.T) {
+	objs := helmTemplate(t, "credentialSourceNamespaces={capi-clusters,ocm,"+namespace+",ocm}")
+	var flags []string
+	for _, a := range args(t, objs) {
+		if strings.HasPrefix(a, "--credential-source-namespaces") {
+			flags = append(flags, a)
+		}
+	}
+	if want := []string{"--credential-source-namespaces=capi-clusters,ocm"}; !reflect.DeepEqual(flags, want) {
+		t.Errorf("flags %v, want %v (the gateway's own namespace and repeats left out)", flags, want)
+	}
+	wantRules := []any{object{"apiGroups": []any{""}, "resources": []any{"secrets"}, "verbs": []any{"get", "list", "watch"}}}
+	for _, ns := range []string{"capi-clusters", "ocm"} {
+		role, ok := objs["Role/"+ns+"/"+release+":credential-source"]
+		if !ok {
+			t.Errorf("no Role in %s: %v", ns, keys(objs))
+			continue
+		}
+		if !reflect.DeepEqual(role["rules"], wantRules) {
+			t.Errorf("Role in %s: rules %v, want get, list and watch on secrets only", ns, role["rules"])
+		}
+		rb, ok := objs["RoleBinding/"+ns+"/"+release+":credential-source"]
+		if !ok {
+			t.Errorf("no RoleBinding in %s: %v", ns, keys(objs))
+			continue
+		}
+		wantRef := object{"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": release + ":credential-source"}
+		wantSubjects := []any{object{"kind": "ServiceAccount", "name": release, "namespace": namespace}}
+		if !reflect.DeepEqual(rb["roleRef"], wantRef) || !reflect.DeepEqual(rb["subjects"], wantSubjects) {
+			t.Errorf("RoleBinding in %s: roleRef %v subjects %v, want the Role bound to the gateway's ServiceAccount", ns, rb["roleRef"], rb["subjects"])
+		}
+	}
+	if _, ok := objs["Role/"+namespace+"/"+release+":credential-source"]; ok {
+		t.Errorf("a credential-source Role in the gateway's own namespace, which its own Role covers")
+	}
+	if n := len(objs) - len(helmTemplate(t)); n != 4 {
+		t.Errorf("%d objects more than the defaults, want 4 (a Role and a RoleBinding in each of 2 namespaces)", n)
+	}
+
+	for _, bad := range []string{"Bad_NS", ""} {
+		if _, err := helmTemplateErr(t, "credentialSourceNamespaces={"+bad+"}"); err == nil || !strings.Contains(err.Error(), "is not a namespace name") {
+			t.Errorf("credentialSourceNamespaces={%s}: err %v, want the namespace refused", bad, err)
+		}
+	}
+
+	// config/ with its credential-sources component (for capi-clusters) is
+	// what the chart renders for that namespace.
+	overlay := t.TempDir()
+	abs, err := filepath.Abs(configDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(overlay, abs) // kustomize takes no absolute paths
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := fmt.Sprintf("resources: [%s]\ncomponents: [%s/components/credential-sources]\n", rel, rel)
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kustomized, err := run(t, "kubectl", "kustomize", overlay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameObjects(t, parse(t, kustomized), helmTemplate(t, "tls.mode=existingSecret", "tls.caBundle=Q0E=", "credentialSourceNamespaces={capi-clusters}"))
 }

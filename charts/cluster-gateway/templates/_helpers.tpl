@@ -61,12 +61,22 @@ app.kubernetes.io/name: {{ include "cluster-gateway.name" . }}
 {{- printf "%s:%s" .Values.image.repository $tag }}
 {{- end }}
 
+{{- /* credentialSourceNamespaces without secretNamespace (always read) and repeats, comma-separated. */}}
+{{- define "cluster-gateway.credentialSourceNamespaces" -}}
+{{- without (uniq .Values.credentialSourceNamespaces) (include "cluster-gateway.secretNamespace" .) | join "," }}
+{{- end }}
+
 {{- define "cluster-gateway.validate" -}}
 {{- if not (has .Values.tls.mode (list "generate" "certManager" "existingSecret")) }}
 {{- fail (printf "tls.mode must be generate, certManager or existingSecret, not %q" .Values.tls.mode) }}
 {{- end }}
 {{- if not (has .Values.podAntiAffinity (list "soft" "hard" "none")) }}
 {{- fail (printf "podAntiAffinity must be soft, hard or none, not %q" .Values.podAntiAffinity) }}
+{{- end }}
+{{- range .Values.credentialSourceNamespaces }}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$" .) }}
+{{- fail (printf "credentialSourceNamespaces: %q is not a namespace name" .) }}
+{{- end }}
 {{- end }}
 {{- if and .Values.gateway.konnectivity.enabled (or (not .Values.gateway.konnectivity.serverAddress) (not .Values.gateway.konnectivity.secretName)) }}
 {{- fail "gateway.konnectivity.enabled needs gateway.konnectivity.serverAddress and gateway.konnectivity.secretName" }}

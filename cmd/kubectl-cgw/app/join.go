@@ -31,12 +31,14 @@ type joinOptions struct {
 
 	serviceAccount bool
 	sa             serviceAccountOptions
+
+	source sourceFlags
 }
 
 func newJoinCommand(h *hub) *cobra.Command {
 	o := &joinOptions{sa: serviceAccountOptions{name: "cluster-gateway", namespace: "kube-system", duration: 365 * 24 * time.Hour}}
 	cmd := &cobra.Command{
-		Use:   "join NAME --cluster-kubeconfig FILE",
+		Use:   "join NAME (--cluster-kubeconfig FILE | --credential-secret NAMESPACE/NAME | --credential-provider NAME)",
 		Short: "Register a cluster with the hub from its kubeconfig, or update it",
 		Long: `Create or update the ClusterGateway NAME on the hub from a managed cluster's kubeconfig: its
 server address, its CA, and its credential. Re-running join updates the gateway in place; that
@@ -51,6 +53,18 @@ default: choose cluster-admin explicitly if the gateway's users need it). It the
 token for it (TokenRequest) that lives for --token-duration (default one year; the cluster may
 shorten it, join prints the expiry) and stores that token. Re-running join requests a new token;
 earlier tokens stay valid until they expire, or until the ServiceAccount is deleted.
+
+Instead of copying a credential, join can name where the gateway reads it, so it follows
+every rotation there: --credential-secret NAMESPACE/NAME is a hub Secret that something else
+keeps (a Cluster API <cluster>-kubeconfig, an OCM managed-serviceaccount token, a cert-manager
+certificate; --credential-secret-format Kubeconfig, Token or TLS, detected when left out), in a
+namespace the gateway reads (its --credential-source-namespaces); you need get on that Secret.
+A kubeconfig Secret names the server, so no --cluster-kubeconfig is needed; for the others give
+--address (the CA comes from the Secret's ca.crt), or --cluster-kubeconfig for the address and CA.
+--credential-provider NAME names a credential provider of the gateway's
+--credential-providers-file (e.g. one that runs aws eks get-token), with --provider-config or
+--provider-config-file as its configuration; the address and CA come from --cluster-kubeconfig
+or --address.
 
 --konnectivity registers a cluster that the gateway reaches through its konnectivity
 proxy-server (a cluster behind NAT running the konnectivity agent); --address is then the
@@ -70,6 +84,17 @@ Needs get, create and update on clustergateways on the hub.`,
   # An EKS/GKE/OIDC kubeconfig (exec plugin): a ServiceAccount with the view role, its token stored
   kubectl cgw join prod-us --cluster-kubeconfig eks.kubeconfig --service-account --cluster-role view
 
+  # A Cluster API cluster: its kubeconfig Secret on the hub, read and followed by the gateway
+  kubectl cgw join prod-eu --credential-secret capi-clusters/prod-eu-kubeconfig
+
+  # An OCM managed-serviceaccount token Secret (token, ca.crt) and the cluster's address
+  kubectl cgw join prod-us --credential-secret prod-us/cluster-gateway \
+    --credential-secret-format Token --address https://prod-us.example.com:6443
+
+  # An EKS cluster through the gateway's credential provider "eks"; address and CA from the kubeconfig
+  kubectl cgw join prod-ap --cluster-kubeconfig eks.kubeconfig \
+    --credential-provider eks --provider-config '{"clusterName":"prod-ap","region":"ap-south-1"}'
+
   # A cluster behind NAT, reached through the konnectivity tunnel: the agent there answers
   # for the name edge-7.clusters.internal (docs/install.md#konnectivity)
   kubectl cgw join edge-7 --cluster-kubeconfig edge-7.kubeconfig \
@@ -81,7 +106,7 @@ Needs get, create and update on clustergateways on the hub.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.clusterKubeconfig, "cluster-kubeconfig", "", "The managed cluster's kubeconfig file (required).")
+	f.StringVar(&o.clusterKubeconfig, "cluster-kubeconfig", "", "The managed cluster's kubeconfig file (required unless --credential-secret or --credential-provider says where the credential is).")
 	f.StringVar(&o.clusterContext, "cluster-context", "", "The context of --cluster-kubeconfig to use (default: its current context).")
 	f.StringVar(&o.address, "address", "", "The API server URL the gateway dials (default: the kubeconfig's server). With --konnectivity, as the agent dials it.")
 	f.StringVar(&o.serverName, "server-name", "", "The name the cluster's serving certificate is verified against (default: the kubeconfig's tls-server-name, else the host of the address), e.g. kubernetes.default.svc when --address is a name only the tunnel knows.")
@@ -92,7 +117,11 @@ Needs get, create and update on clustergateways on the hub.`,
 	f.StringVar(&o.sa.name, "service-account-name", o.sa.name, "With --service-account: the ServiceAccount's name.")
 	f.StringVar(&o.sa.namespace, "service-account-namespace", o.sa.namespace, "With --service-account: its namespace, which must exist.")
 	f.DurationVar(&o.sa.duration, "token-duration", o.sa.duration, "With --service-account: how long the token lives (at least 10m; the cluster may shorten it).")
-	_ = cmd.MarkFlagRequired("cluster-kubeconfig")
+	f.StringVar(&o.source.secret, "credential-secret", "", "NAMESPACE/NAME of a hub Secret the gateway reads the credential from and follows (instead of storing one); you need get on it.")
+	f.StringVar(&o.source.secretFormat, "credential-secret-format", "", "With --credential-secret: Kubeconfig, Token or TLS (default: detected from the Secret's data).")
+	f.StringVar(&o.source.provider, "credential-provider", "", "The name of a credential provider in the gateway's --credential-providers-file, which gives the credential (instead of storing one).")
+	f.StringVar(&o.source.providerConfig, "provider-config", "", "With --credential-provider: its configuration for this cluster, a JSON object (spec.credential.provider.config).")
+	f.StringVar(&o.source.providerConfigFile, "provider-config-file", "", "With --credential-provider: a JSON or YAML file holding its configuration for this cluster.")
 	return cmd
 }
 
@@ -107,6 +136,17 @@ func exactlyOneName(cmd *cobra.Command, args []string) error {
 }
 
 func (o *joinOptions) validate() error {
+	if err := o.source.validate(); err != nil {
+		return err
+	}
+	switch {
+	case o.source.any() && o.serviceAccount:
+		return fmt.Errorf("--%s names where the gateway reads the credential, and --service-account creates one for it to store: choose one", o.sourceFlag())
+	case o.clusterKubeconfig == "" && o.clusterContext != "":
+		return errors.New("--cluster-context only applies with --cluster-kubeconfig")
+	case o.source.provider != "" && o.clusterKubeconfig == "" && o.address == "":
+		return errors.New("--credential-provider gives the credential, not where the cluster is: pass --address URL, or --cluster-kubeconfig FILE for the address and CA")
+	}
 	switch {
 	case o.serviceAccount && o.sa.clusterRole == "":
 		return errors.New("--service-account needs --cluster-role: the ClusterRole the ServiceAccount is bound to on the cluster " +
@@ -124,35 +164,63 @@ func (o *joinOptions) validate() error {
 	return nil
 }
 
+// sourceFlag is the flag that names the credential's source.
+func (o *joinOptions) sourceFlag() string {
+	if o.source.secret != "" {
+		return "credential-secret"
+	}
+	return "credential-provider"
+}
+
 func (o *joinOptions) run(ctx context.Context, h *hub) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
-	src, err := loadSource(o.clusterKubeconfig, o.clusterContext)
-	if err != nil {
-		return err
-	}
-	var cred gatewayv1alpha1.Credential
-	if !o.serviceAccount {
-		if cred, err = src.credential(); err != nil {
+	var (
+		src  *source
+		cred gatewayv1alpha1.Credential
+		err  error
+	)
+	if o.source.any() {
+		if cred, err = o.source.credential(); err != nil {
 			return err
 		}
 	}
-	if src.config.Insecure {
-		fmt.Fprintf(h.streams.ErrOut, "Warning: %s skips TLS verification of the cluster; so will the gateway. Put the cluster's CA in the kubeconfig instead.\n", src.file)
+	// The cluster's kubeconfig gives the endpoint and, unless a source or
+	// --service-account does, the credential.
+	ep := gatewayv1alpha1.Endpoint{Type: gatewayv1alpha1.EndpointDirect, Address: o.address, ServerName: o.serverName}
+	if o.konnectivity {
+		ep.Type = gatewayv1alpha1.EndpointKonnectivity
+	}
+	from := "--address"
+	if o.clusterKubeconfig != "" || !o.source.any() {
+		if src, err = loadSource(o.clusterKubeconfig, o.clusterContext); err != nil {
+			return err
+		}
+		if !o.serviceAccount && !o.source.any() {
+			if cred, err = src.credential(); err != nil {
+				return err
+			}
+		}
+		if src.config.Insecure {
+			fmt.Fprintf(h.streams.ErrOut, "Warning: %s skips TLS verification of the cluster; so will the gateway. Put the cluster's CA in the kubeconfig instead.\n", src.file)
+		}
+		ep, from = src.endpoint(o.address, o.serverName, o.konnectivity), src.file+", or --address"
 	}
 
 	// Addresses the gateway (and join, minting a token) would use are checked
 	// before anything is sent to the hub or the cluster: a token must not
-	// travel over http.
-	ep := src.endpoint(o.address, o.serverName, o.konnectivity)
-	addresses := []string{ep.Address}
+	// travel over http. Only a kubeconfig Secret may leave the address out.
+	var addresses []string
+	if ep.Address != "" || cred.Type != gatewayv1alpha1.CredentialSecretRef {
+		addresses = append(addresses, ep.Address)
+	}
 	if o.serviceAccount {
 		addresses = append(addresses, src.config.Host)
 	}
 	for _, a := range addresses {
 		if _, err := gatewayv1alpha1.ParseAddress(a); err != nil {
-			return fmt.Errorf("the cluster's address %s %v (from %s, or --address)", gatewayv1alpha1.WithoutUserInfo(a), err, src.file)
+			return fmt.Errorf("the cluster's address %s %v (from %s)", gatewayv1alpha1.WithoutUserInfo(a), err, from)
 		}
 	}
 	if ep.ProxyURL != "" {
@@ -169,6 +237,15 @@ func (o *joinOptions) run(ctx context.Context, h *hub) error {
 	existing, err := o.checkHub(ctx, gc, hubCfg)
 	if err != nil {
 		return err
+	}
+	if cred.Type == gatewayv1alpha1.CredentialSecretRef {
+		kc, err := kubernetes.NewForConfig(hubCfg)
+		if err != nil {
+			return err
+		}
+		if err := checkSecret(ctx, kc, cred.SecretRef, ep.Address == ""); err != nil {
+			return err
+		}
 	}
 
 	var setup *serviceAccountSetup
@@ -190,6 +267,12 @@ func (o *joinOptions) run(ctx context.Context, h *hub) error {
 		return err
 	}
 	fmt.Fprintf(h.streams.Out, "clustergateway.gateway.clustergateway.io/%s %s\n", gw.Name, verb)
+	if o.source.any() {
+		gw = waitReady(ctx, gc, gw)
+		if c := gw.Status.Credential; c != nil && c.Source != "" {
+			fmt.Fprintf(h.streams.Out, "The gateway reads its credential from %s and follows its rotation.\n", c.Source)
+		}
+	}
 	fmt.Fprintf(h.streams.Out, "Reach it through the hub: kubectl cgw kubeconfig %s -o %s.kubeconfig\n", gw.Name, gw.Name)
 	if c := condition(gw, gatewayv1alpha1.ConditionReady); c != nil && c.Status != metav1.ConditionTrue {
 		return fmt.Errorf("the hub stored ClusterGateway %q, but it is not Ready: %s: %s", gw.Name, c.Reason, c.Message)

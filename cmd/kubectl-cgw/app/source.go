@@ -32,7 +32,8 @@ type source struct {
 // loadSource reads file and picks context (the current context if empty).
 func loadSource(file, context string) (*source, error) {
 	if file == "" {
-		return nil, errors.New("--cluster-kubeconfig is required: the kubeconfig of the cluster to join")
+		return nil, errors.New("--cluster-kubeconfig is required: the kubeconfig of the cluster to join " +
+			"(or name where the gateway reads the credential: --credential-secret NAMESPACE/NAME or --credential-provider NAME)")
 	}
 	if _, err := os.Stat(file); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
