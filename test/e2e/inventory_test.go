@@ -21,6 +21,7 @@ import (
 
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
 	gatewayv1alpha1 "github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+	gatewayclient "github.com/clustergateway/cluster-gateway/pkg/generated/clientset/versioned/typed/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/inventory"
 )
 
@@ -128,14 +129,7 @@ func TestInventorySync(t *testing.T) {
 			t.Fatal(err)
 		}
 		name := inventory.GatewayName(ns, "c1")
-		eventually(t, "gateway "+name+" Ready", func() error {
-			gw, err := rc.Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			return readyIs(gw, metav1.ConditionTrue, gatewayv1alpha1.ReasonValid)
-		})
-		gw, _ := rc.Get(ctx, name, metav1.GetOptions{})
+		gw := awaitReady(t, rc, name, metav1.ConditionTrue, gatewayv1alpha1.ReasonValid)
 		ref := gw.Spec.Credential.SecretRef
 		if gw.Spec.Credential.Type != gatewayv1alpha1.CredentialSecretRef || ref == nil || ref.Namespace != ns || ref.Name != "c1-kubeconfig" ||
 			ref.Format != gatewayv1alpha1.SecretFormatKubeconfig || gw.Spec.Endpoint.Address != "" {
@@ -165,12 +159,7 @@ func TestInventorySync(t *testing.T) {
 		if err := secrets.Delete(ctx, "c1-kubeconfig", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "gateway "+name+" deleted with its Secret", func() error {
-			if _, err := rc.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-				return fmt.Errorf("get: %v, want NotFound", err)
-			}
-			return nil
-		})
+		awaitGone(t, rc, name, "gateway "+name+" deleted with its Secret")
 	})
 
 	t.Run("a ClusterProfile naming a provider becomes a Provider gateway", func(t *testing.T) {
@@ -198,15 +187,8 @@ func TestInventorySync(t *testing.T) {
 			t.Fatal(err)
 		}
 		name := inventory.GatewayName(ns, "p1")
-		eventually(t, "gateway "+name+" synced from the profile", func() error {
-			gw, err := rc.Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			// No provider is configured in this gateway: its Ready says so.
-			return readyIs(gw, metav1.ConditionFalse, gatewayv1alpha1.ReasonProviderFailed)
-		})
-		gw, _ := rc.Get(ctx, name, metav1.GetOptions{})
+		// No provider is configured in this gateway: its Ready says so.
+		gw := awaitReady(t, rc, name, metav1.ConditionFalse, gatewayv1alpha1.ReasonProviderFailed)
 		pr := gw.Spec.Credential.Provider
 		if gw.Spec.Credential.Type != gatewayv1alpha1.CredentialProvider || pr == nil || pr.Name != e2eProvider ||
 			pr.Config == nil || !strings.Contains(string(pr.Config.Raw), `"cluster":"p1"`) {
@@ -221,12 +203,7 @@ func TestInventorySync(t *testing.T) {
 		if err := profiles.Delete(ctx, "p1", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "gateway "+name+" deleted with its profile", func() error {
-			if _, err := rc.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-				return fmt.Errorf("get: %v, want NotFound", err)
-			}
-			return nil
-		})
+		awaitGone(t, rc, name, "gateway "+name+" deleted with its profile")
 	})
 
 	t.Run("only the leader writes, and a hand-made gateway is left alone", func(t *testing.T) {
@@ -267,12 +244,7 @@ func TestInventorySync(t *testing.T) {
 		if err := secrets.Delete(ctx, "c2-kubeconfig", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "the new leader deletes "+name+" with its Secret", func() error {
-			if _, err := rc.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-				return fmt.Errorf("get: %v, want NotFound", err)
-			}
-			return nil
-		})
+		awaitGone(t, rc, name, "the new leader deletes "+name+" with its Secret")
 	})
 }
 
@@ -340,6 +312,31 @@ func namespacesInclude(t *testing.T, kubeconfig, ns string) error {
 		return fmt.Errorf("kubectl get ns lists no %s: %s", ns, r.Stdout)
 	}
 	return nil
+}
+
+// awaitReady waits until gateway name exists with Ready status and reason, and returns it.
+func awaitReady(t *testing.T, rc gatewayclient.ClusterGatewayInterface, name string, status metav1.ConditionStatus, reason string) *gatewayv1alpha1.ClusterGateway {
+	t.Helper()
+	var gw *gatewayv1alpha1.ClusterGateway
+	eventually(t, fmt.Sprintf("gateway %s Ready=%s %s", name, status, reason), func() error {
+		var err error
+		if gw, err = rc.Get(context.Background(), name, metav1.GetOptions{}); err != nil {
+			return err
+		}
+		return readyIs(gw, status, reason)
+	})
+	return gw
+}
+
+// awaitGone waits until gateway name does not exist.
+func awaitGone(t *testing.T, rc gatewayclient.ClusterGatewayInterface, name, what string) {
+	t.Helper()
+	eventually(t, what, func() error {
+		if _, err := rc.Get(context.Background(), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("get %s: %v, want NotFound", name, err)
+		}
+		return nil
+	})
 }
 
 // readyIs says how gw's Ready condition differs from status and reason.
