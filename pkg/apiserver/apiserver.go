@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/group"
 	unionauth "k8s.io/apiserver/pkg/authentication/request/union"
@@ -19,6 +21,7 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/apiserver/pkg/server/healthz"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	restclient "k8s.io/client-go/rest"
 	"k8s.io/component-base/metrics"
@@ -30,6 +33,7 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/fairness"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/health"
+	"github.com/clustergateway/cluster-gateway/pkg/inventory"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 	"github.com/clustergateway/cluster-gateway/pkg/pool/konnectivity"
 	"github.com/clustergateway/cluster-gateway/pkg/proxy"
@@ -53,6 +57,9 @@ type ExtraConfig struct {
 	// Fairness bounds each cluster's proxied requests in flight and queues
 	// the rest fairly among callers; the zero value bounds nothing.
 	Fairness fairness.Options
+	// Inventory syncs ClusterGateways from Cluster API and ClusterProfile
+	// inventories in SourceNamespaces, when any is switched on.
+	Inventory inventory.Options
 	// Health probes every cluster (the Reachable condition, fail-fast 503s).
 	Health health.Options
 	// ShutdownStreamDrain is how long, on shutdown, upgraded streams (exec,
@@ -96,6 +103,8 @@ type Server struct {
 	Tunnel  *konnectivity.Manager // nil without a proxy-server
 	Limiter *fairness.Limiter
 	Prober  *health.Prober
+	// Inventory syncs gateways from inventories; nil when off.
+	Inventory *inventory.Controller
 	// CertCache verifies client-certificate chains once; nil when off.
 	CertCache *certauth.Cache
 }
@@ -194,6 +203,12 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 	s.Prober = px.Prober()
+	if c.Extra.Inventory.Enabled() {
+		if s.Inventory, err = newInventory(c.hub, client, s.Store, c.Extra); err != nil {
+			s.stop()
+			return nil, err
+		}
+	}
 	proxyREST := clustergateway.NewProxyREST(px)
 	c.route.Serve(px, proxyREST.ConnectMethods()) // the route serves what the REST would
 	if err := s.registerMetrics(c.Extra.Metrics, px); err != nil {
@@ -237,6 +252,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err := generic.AddPostStartHook("start-clustergateway-store", func(ctx genericapiserver.PostStartHookContext) error {
 		go s.Store.Run(ctx)
 		go s.Prober.Run(ctx)
+		if s.Inventory != nil {
+			go s.Inventory.Run(ctx)
+		}
 		if s.Tunnel != nil {
 			s.Tunnel.Start(ctx)
 		}
@@ -264,10 +282,34 @@ func (s *Server) registerMetrics(r metrics.KubeRegistry, px *proxy.Proxy) error 
 	px.Metrics().Register(r)
 	s.Limiter.Metrics().Register(r)
 	s.Prober.Metrics().Register(r)
+	if s.Inventory != nil {
+		s.Inventory.Metrics().Register(r)
+	}
 	if s.Tunnel != nil {
 		s.Tunnel.Metrics().Register(r)
 	}
 	return nil
+}
+
+// newInventory builds the inventory sync over the store, reading the
+// namespaces whose Secrets the gateway reads.
+func newInventory(hub *restclient.Config, client kubernetes.Interface, store *gateways.Store, extra *ExtraConfig) (*inventory.Controller, error) {
+	cfg := inventory.Config{Options: extra.Inventory, Store: store, Client: client, Namespaces: extra.SourceNamespaces}
+	if len(cfg.Namespaces) == 0 {
+		cfg.Namespaces = []string{extra.SecretNamespace}
+	}
+	if cfg.Syncs(inventory.SourceClusterProfile) {
+		var err error
+		if cfg.Dynamic, err = dynamic.NewForConfig(hub); err != nil {
+			return nil, fmt.Errorf("building the hub's dynamic client for ClusterProfiles: %w", err)
+		}
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		return nil, fmt.Errorf("naming this replica in the inventory sync's Lease: %w", err)
+	}
+	cfg.Identity = host + "_" + string(uuid.NewUUID())
+	return inventory.New(cfg)
 }
 
 // Run serves until ctx is done, then drains and stops every transport and tunnel.

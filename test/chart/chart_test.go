@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -478,4 +479,57 @@ func TestChartCredentialSourceNamespaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameObjects(t, parse(t, kustomized), helmTemplate(t, "tls.mode=existingSecret", "tls.caBundle=Q0E=", "credentialSourceNamespaces={capi-clusters}"))
+}
+
+// The inventory sync and credential source namespaces: off by default;
+// switched on, the flags, a Role per source namespace (Secrets, and
+// ClusterProfiles for that sync) and the sync's Role, field by field as
+// config/inventory-sync/ has it.
+func TestChartInventorySync(t *testing.T) {
+	def := helmTemplate(t)
+	for k := range def {
+		if strings.Contains(k, "inventory-sync") || strings.Contains(k, "credential-source") {
+			t.Errorf("%s rendered with the defaults", k)
+		}
+	}
+	objs := helmTemplate(t, "credentialSourceNamespaces={capi-a,fleet}", "inventorySync.capi=true",
+		"inventorySync.clusterProfile=true", "inventorySync.providers={eks,gke}")
+	got := args(t, objs)
+	for _, want := range []string{"--credential-source-namespaces=capi-a,fleet", "--inventory-sync=capi,clusterprofile", "--inventory-sync-providers=eks,gke"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("args %v lack %s", got, want)
+		}
+	}
+	for _, ns := range []string{"capi-a", "fleet"} {
+		role := objs["Role/"+ns+"/"+release+":credential-source"]
+		if role == nil || objs["RoleBinding/"+ns+"/"+release+":credential-source"] == nil {
+			t.Fatalf("no Role and RoleBinding for source namespace %s in %v", ns, keys(objs))
+		}
+		if rules := fmt.Sprint(role["rules"]); !strings.Contains(rules, "secrets") || !strings.Contains(rules, "clusterprofiles") || strings.Contains(rules, "create") {
+			t.Errorf("source namespace %s rules %s: want get, list and watch on secrets and list and watch on clusterprofiles only", ns, rules)
+		}
+	}
+	kustomized, err := run(t, "kubectl", "kustomize", configDir+"/inventory-sync")
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := parse(t, kustomized)
+	for _, k := range []string{"Role/" + namespace + "/cluster-gateway:inventory-sync", "RoleBinding/" + namespace + "/cluster-gateway:inventory-sync"} {
+		want, ok := config[k]
+		if !ok {
+			t.Fatalf("config/inventory-sync has no %s: %v", k, keys(config))
+		}
+		if got := normalize(objs[k]); !reflect.DeepEqual(got, normalize(want)) {
+			t.Errorf("%s: the chart renders\n%v\nconfig/inventory-sync has\n%v", k, got, normalize(want))
+		}
+	}
+	capiOnly := helmTemplate(t, "credentialSourceNamespaces={capi-a}", "inventorySync.capi=true")
+	for _, k := range []string{"Role/capi-a/" + release + ":credential-source", "Role/" + namespace + "/" + release + ":inventory-sync"} {
+		if rules := fmt.Sprint(capiOnly[k]["rules"]); capiOnly[k] == nil || strings.Contains(rules, "clusterprofiles") {
+			t.Errorf("capi only: %s rules %s, want it without clusterprofiles", k, rules)
+		}
+	}
+	if _, err := helmTemplateErr(t, "inventorySync.clusterProfile=true"); err == nil || !strings.Contains(err.Error(), "needs inventorySync.providers") {
+		t.Errorf("clusterProfile without providers: err %v, want it to say it needs providers", err)
+	}
 }

@@ -110,7 +110,9 @@ func TestSecretSourceRotation(t *testing.T) {
 		}
 	}()
 
-	retired := func() float64 { return gatewayMetrics(t)[`cluster_gateway_pool_entry_retirements_total{reason="rotated"}`] }
+	retired := func() float64 {
+		return gatewayMetrics(t)[`cluster_gateway_pool_entry_retirements_total{reason="rotated"}`]
+	}
 	third := *sourceRotation / 3
 	start := time.Now()
 	rotations := map[string]int{}

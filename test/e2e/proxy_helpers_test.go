@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/clustergateway/cluster-gateway/hack/localenv"
 	"github.com/clustergateway/cluster-gateway/internal/testmetrics"
 	gatewayv1alpha1 "github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
@@ -114,8 +115,14 @@ func hubDo(path string) (int, string, error) {
 // gateway authenticates with the hub's client CA and authorizes through the hub).
 func gatewayMetrics(t *testing.T) testmetrics.Samples {
 	t.Helper()
+	return replicaMetrics(t, env.Gateway)
+}
+
+// replicaMetrics reads one gateway replica's /metrics as the hub admin.
+func replicaMetrics(t *testing.T, g *localenv.Gateway) testmetrics.Samples {
+	t.Helper()
 	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(env.Gateway.CA.CertPEM)
+	pool.AppendCertsFromPEM(g.CA.CertPEM)
 	admin := env.Hub.Admin
 	pair, err := tls.X509KeyPair(admin.CertPEM, admin.KeyPEM)
 	if err != nil {
@@ -125,9 +132,9 @@ func gatewayMetrics(t *testing.T) testmetrics.Samples {
 		TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}},
 	}}
 	defer client.CloseIdleConnections()
-	m, err := testmetrics.Scrape(client, env.Gateway.URL+"/metrics")
+	m, err := testmetrics.Scrape(client, g.URL+"/metrics")
 	if err != nil {
-		t.Fatalf("gateway /metrics: %v", err)
+		t.Fatalf("gateway %s /metrics: %v", g.URL, err)
 	}
 	return m
 }

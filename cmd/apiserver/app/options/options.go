@@ -25,6 +25,7 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
 	"github.com/clustergateway/cluster-gateway/pkg/fairness"
 	"github.com/clustergateway/cluster-gateway/pkg/health"
+	"github.com/clustergateway/cluster-gateway/pkg/inventory"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 	"github.com/clustergateway/cluster-gateway/pkg/pool/konnectivity"
 )
@@ -48,6 +49,7 @@ type Options struct {
 	Endpoints    *endpointpolicy.Options
 	Fairness     *fairness.Options
 	Health       *health.Options
+	Inventory    *inventory.Options
 }
 
 // NewOptions returns the defaults.
@@ -71,6 +73,7 @@ func NewOptions() *Options {
 		Endpoints:           endpointpolicy.NewOptions(),
 		Health:              health.NewOptions(),
 		Fairness:            fairness.NewOptions(),
+		Inventory:           inventory.NewOptions(),
 	}
 }
 
@@ -94,6 +97,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	o.Konnectivity.AddFlags(fss.FlagSet("konnectivity"))
 	o.Fairness.AddFlags(fss.FlagSet("per-cluster limits"))
 	o.Health.AddFlags(fss.FlagSet("health"))
+	o.Inventory.AddFlags(fss.FlagSet("inventory sync"))
 	return fss
 }
 
@@ -128,6 +132,7 @@ func (o *Options) Validate() error {
 	errs = append(errs, o.Fairness.Validate()...)
 	errs = append(errs, o.validateLimits()...)
 	errs = append(errs, o.Health.Validate()...)
+	errs = append(errs, o.Inventory.Validate()...)
 	return errors.Join(errs...)
 }
 
@@ -174,6 +179,7 @@ func (o *Options) ServerConfig() (*apiserver.Config, error) {
 		Konnectivity:          *o.Konnectivity,
 		Fairness:              *o.Fairness,
 		Health:                *o.Health,
+		Inventory:             *o.Inventory,
 		ShutdownStreamDrain:   o.ShutdownStreamDrain,
 		Tracing:               o.Recommended.Traces != nil && o.Recommended.Traces.ConfigFile != "",
 		StockHandlerChain:     o.StockHandlerChain,

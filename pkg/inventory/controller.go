@@ -1,0 +1,507 @@
+package inventory
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+	"github.com/clustergateway/cluster-gateway/pkg/gateways"
+)
+
+// LeaseName is the Lease, in the gateways' namespace, that the replica
+// which syncs holds.
+const LeaseName = "cluster-gateway-inventory-sync"
+
+// Config is what the sync needs besides its Options.
+type Config struct {
+	Options
+	// Store is where the gateways are. The sync writes through it, that is
+	// the Secrets directly, as the gateway's own identity, not through the
+	// API: the API's rule that a writer naming a credential Secret may get
+	// it guards users, and the gateway reads every Secret of its source
+	// namespaces anyway. Its Lease is in the Store's namespace.
+	Store *gateways.Store
+	// Client is the hub; Dynamic reads ClusterProfiles (needed only for that sync).
+	Client  kubernetes.Interface
+	Dynamic dynamic.Interface
+	// Namespaces are where inventories are read: the gateway's own and its
+	// credential source namespaces, the only ones whose Secrets it reads.
+	Namespaces []string
+	// Identity names this replica in the Lease.
+	Identity string
+}
+
+// Controller keeps the gateways in sync with the inventories while this
+// replica holds the Lease. Its informers run on every replica, so a new
+// leader starts from full caches.
+type Controller struct {
+	cfg       Config
+	informers map[Source][]cache.SharedIndexInformer
+	queue     atomic.Pointer[workqueue.TypedRateLimitingInterface[string]] // nil unless leading
+	metrics   *Metrics
+
+	mu         sync.Mutex
+	collisions map[string]bool // keys whose gateway name another gateway holds
+}
+
+// New builds the informers of the configured inventories; Run runs them.
+func New(cfg Config) (*Controller, error) {
+	if cfg.Syncs(SourceClusterProfile) && cfg.Dynamic == nil {
+		return nil, errors.New("inventory: the ClusterProfile sync needs a dynamic client")
+	}
+	c := &Controller{cfg: cfg, informers: map[Source][]cache.SharedIndexInformer{}, collisions: map[string]bool{}}
+	c.metrics = newMetrics(c)
+	seen := map[string]bool{}
+	for _, ns := range cfg.Namespaces {
+		if seen[ns] {
+			continue
+		}
+		seen[ns] = true
+		if cfg.Syncs(SourceCAPI) {
+			f := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithNamespace(ns),
+				informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "type=" + string(capiSecretType) }))
+			inf := f.Core().V1().Secrets().Informer()
+			_ = inf.SetTransform(func(obj interface{}) (interface{}, error) {
+				if s, ok := obj.(*corev1.Secret); ok {
+					return capiSecret(s), nil
+				}
+				return obj, nil
+			})
+			c.informers[SourceCAPI] = append(c.informers[SourceCAPI], inf)
+		}
+		if cfg.Syncs(SourceClusterProfile) {
+			f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(cfg.Dynamic, 0, ns, nil)
+			c.informers[SourceClusterProfile] = append(c.informers[SourceClusterProfile], f.ForResource(ClusterProfileResource).Informer())
+		}
+	}
+	for src, infs := range c.informers {
+		for _, inf := range infs {
+			if _, err := inf.AddEventHandler(c.sourceHandler(src)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	// A synced gateway changed or deleted by someone else is put back.
+	if err := cfg.Store.OnChange(func(old, new *gateways.Gateway) {
+		for _, g := range []*gateways.Gateway{old, new} {
+			if g == nil {
+				continue
+			}
+			if from := Source(g.Object.Labels[LabelSyncedFrom]); cfg.Syncs(from) && g.Object.Annotations[AnnotationSource] != "" {
+				c.enqueue(key(from, g.Object.Annotations[AnnotationSource]))
+			}
+		}
+	}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Metrics are the sync's metrics, for the server's registry.
+func (c *Controller) Metrics() *Metrics { return c.metrics }
+
+// key is a work item: an inventory and one of its objects' namespace/name.
+func key(src Source, namespacedName string) string { return string(src) + "/" + namespacedName }
+
+func splitKey(k string) (src Source, namespace, name string) {
+	parts := strings.SplitN(k, "/", 3)
+	if len(parts) != 3 {
+		return "", "", ""
+	}
+	return Source(parts[0]), parts[1], parts[2]
+}
+
+func (c *Controller) sourceHandler(src Source) cache.ResourceEventHandler {
+	add := func(obj interface{}) {
+		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			c.enqueue(key(src, t.Key))
+			return
+		}
+		if k, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
+			c.enqueue(key(src, k))
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    add,
+		UpdateFunc: func(_, obj interface{}) { add(obj) },
+		DeleteFunc: add,
+	}
+}
+
+// enqueue adds a work item while this replica leads; otherwise nothing:
+// a new leader starts with every item anyway.
+func (c *Controller) enqueue(k string) {
+	if q := c.queue.Load(); q != nil {
+		(*q).Add(k)
+	}
+}
+
+// Run runs the informers and campaigns for the Lease until ctx is done;
+// while leading it syncs. It returns when everything it started has stopped
+// and the Lease, if held, is released.
+func (c *Controller) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for _, infs := range c.informers {
+		for _, inf := range infs {
+			wg.Go(func() { inf.RunWithContext(ctx) })
+		}
+	}
+	for ctx.Err() == nil {
+		c.campaign(ctx)
+	}
+}
+
+// campaign waits for the Lease and syncs while it is held. The elector
+// runs on a context of its own, cancelled only once the sync has stopped:
+// it releases the Lease then, never while a write may still be under way.
+func (c *Controller) campaign(ctx context.Context) {
+	acquired := make(chan context.Context, 1)
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock: &resourcelock.LeaseLock{
+			LeaseMeta:  metav1.ObjectMeta{Namespace: c.cfg.Store.Namespace(), Name: LeaseName},
+			Client:     c.cfg.Client.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: c.cfg.Identity},
+		},
+		LeaseDuration:   c.cfg.LeaseDuration,
+		RenewDeadline:   c.cfg.RenewDeadline,
+		RetryPeriod:     c.cfg.RetryPeriod,
+		ReleaseOnCancel: true,
+		Name:            LeaseName,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(lctx context.Context) { acquired <- lctx }, // buffered: returns at once
+			OnStoppedLeading: func() {},
+		},
+	})
+	if err != nil { // only for a configuration Options.Validate refuses
+		klog.ErrorS(err, "Inventory sync: cannot campaign for the Lease")
+		<-ctx.Done()
+		return
+	}
+	electCtx, stopElecting := context.WithCancel(context.WithoutCancel(ctx))
+	elected := make(chan struct{})
+	go func() { defer close(elected); le.Run(electCtx) }()
+	select {
+	case lctx := <-acquired:
+		klog.InfoS("Inventory sync: this replica holds the Lease and syncs", "lease", c.cfg.Store.Namespace()+"/"+LeaseName, "identity", c.cfg.Identity)
+		c.lead(ctx, lctx)
+		klog.InfoS("Inventory sync: this replica stopped syncing", "identity", c.cfg.Identity, "shuttingDown", ctx.Err() != nil)
+	case <-ctx.Done():
+	case <-elected:
+	}
+	stopElecting()
+	<-elected
+}
+
+// lead syncs until ctx is done or the Lease is lost (lctx done).
+func (c *Controller) lead(ctx, lctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(lctx, cancel)
+	defer stop()
+	synced := []cache.InformerSynced{c.cfg.Store.HasSynced}
+	for _, infs := range c.informers {
+		for _, inf := range infs {
+			synced = append(synced, inf.HasSynced)
+		}
+	}
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, synced...) {
+		return
+	}
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
+	c.queue.Store(&q)
+	c.metrics.leader.Set(1)
+	defer func() {
+		c.queue.Store(nil)
+		q.ShutDown()
+		c.metrics.leader.Set(0)
+	}()
+	c.enqueueAll(q)
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for c.processNext(ctx, q) {
+			}
+		})
+	}
+	<-ctx.Done()
+	q.ShutDown()
+	wg.Wait()
+}
+
+// enqueueAll queues every inventory object and every gateway synced from
+// one: a gateway whose source is gone is deleted (the garbage collection of
+// a new leader).
+func (c *Controller) enqueueAll(q workqueue.TypedRateLimitingInterface[string]) {
+	for src, infs := range c.informers {
+		for _, inf := range infs {
+			for _, k := range inf.GetStore().ListKeys() {
+				q.Add(key(src, k))
+			}
+		}
+	}
+	sel := labels.NewSelector()
+	if r, err := labels.NewRequirement(LabelSyncedFrom, selection.Exists, nil); err == nil {
+		sel = sel.Add(*r)
+	}
+	gws, _, _ := c.cfg.Store.List(sel)
+	for _, g := range gws {
+		if from := Source(g.Object.Labels[LabelSyncedFrom]); c.cfg.Syncs(from) && g.Object.Annotations[AnnotationSource] != "" {
+			q.Add(key(from, g.Object.Annotations[AnnotationSource]))
+		}
+	}
+}
+
+func (c *Controller) processNext(ctx context.Context, q workqueue.TypedRateLimitingInterface[string]) bool {
+	k, shutdown := q.Get()
+	if shutdown {
+		return false
+	}
+	defer q.Done(k)
+	if err := c.sync(ctx, k); err != nil && ctx.Err() == nil {
+		src, _, _ := splitKey(k)
+		c.metrics.errors.WithLabelValues(string(src), "WriteFailed").Inc()
+		klog.ErrorS(err, "Inventory sync: retrying", "item", k)
+		q.AddRateLimited(k)
+		return true
+	}
+	q.Forget(k)
+	return true
+}
+
+// sync makes the gateway of one inventory object what the object asks for:
+// created, updated in the fields the sync owns, or deleted when the object
+// is gone or asks for none. A gateway that is not the sync's own for this
+// object is never written.
+func (c *Controller) sync(ctx context.Context, k string) error {
+	src, ns, name := splitKey(k)
+	want, err := c.desired(src, ns, name)
+	if err != nil {
+		c.metrics.errors.WithLabelValues(string(src), "InvalidSource").Inc()
+		// A gateway synced from it before stays until it is fixed or deleted.
+		klog.ErrorS(err, "Inventory sync: no gateway for this object; fix it in the inventory", "inventory", src, "object", ns+"/"+name)
+		return nil
+	}
+	gwName := gatewayNameFor(src, ns, name)
+	existing, err := c.cfg.Store.Get(gwName)
+	if apierrors.IsNotFound(err) {
+		existing, err = nil, nil
+	}
+	if err != nil {
+		return err
+	}
+	if existing != nil && !owns(existing.Object, src, ns+"/"+name) {
+		c.setCollision(k, want != nil, gwName, existing.Object)
+		return nil
+	}
+	c.setCollision(k, false, "", nil)
+	switch {
+	case want == nil && existing == nil:
+		return nil
+	case want == nil:
+		return c.deleteOwned(ctx, src, ns, name)
+	case existing == nil:
+		if errs := v1alpha1.ValidateClusterGateway(want); len(errs) > 0 {
+			c.metrics.errors.WithLabelValues(string(src), "InvalidSource").Inc()
+			klog.ErrorS(errs.ToAggregate(), "Inventory sync: the gateway this object asks for is not valid; fix it in the inventory", "inventory", src, "object", ns+"/"+name, "gateway", gwName)
+			return nil
+		}
+		if _, err := c.cfg.Store.Create(ctx, want, nil); err != nil {
+			return fmt.Errorf("creating gateway %s: %w", gwName, err)
+		}
+		c.metrics.writes.WithLabelValues(string(src), "create").Inc()
+		klog.InfoS("Inventory sync: created a gateway", "gateway", gwName, "inventory", src, "object", ns+"/"+name)
+		return nil
+	case upToDate(existing.Object, want):
+		return nil
+	}
+	cur, err := c.cfg.Store.GetCurrent(ctx, gwName)
+	if err != nil {
+		return err
+	}
+	if !owns(cur.Object, src, ns+"/"+name) {
+		return fmt.Errorf("gateway %s changed hands while being synced; trying again", gwName)
+	}
+	gw := merge(cur.Object, want)
+	if errs := v1alpha1.ValidateClusterGateway(gw); len(errs) > 0 {
+		c.metrics.errors.WithLabelValues(string(src), "InvalidSource").Inc()
+		klog.ErrorS(errs.ToAggregate(), "Inventory sync: the gateway this object asks for is not valid; fix it in the inventory", "inventory", src, "object", ns+"/"+name, "gateway", gwName)
+		return nil
+	}
+	if _, err := c.cfg.Store.Update(ctx, gw, cur, nil); err != nil {
+		return fmt.Errorf("updating gateway %s: %w", gwName, err)
+	}
+	c.metrics.writes.WithLabelValues(string(src), "update").Inc()
+	klog.InfoS("Inventory sync: updated a gateway", "gateway", gwName, "inventory", src, "object", ns+"/"+name)
+	return nil
+}
+
+// deleteOwned deletes the sync's gateway of an object that is gone or asks
+// for no gateway.
+func (c *Controller) deleteOwned(ctx context.Context, src Source, ns, name string) error {
+	gwName := gatewayNameFor(src, ns, name)
+	existing, err := c.cfg.Store.Get(gwName)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil || !owns(existing.Object, src, ns+"/"+name) {
+		return err
+	}
+	if err := c.cfg.Store.Delete(ctx, existing, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &existing.Object.UID}}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting gateway %s: %w", gwName, err)
+	}
+	c.metrics.writes.WithLabelValues(string(src), "delete").Inc()
+	klog.InfoS("Inventory sync: deleted a gateway whose source is gone", "gateway", gwName, "inventory", src, "object", ns+"/"+name)
+	return nil
+}
+
+// desired is the gateway the object asks for; nil when it is gone or asks
+// for none.
+func (c *Controller) desired(src Source, ns, name string) (*v1alpha1.ClusterGateway, error) {
+	obj, ok := c.lookup(src, ns, name)
+	if !ok {
+		return nil, nil
+	}
+	switch o := obj.(type) {
+	case *corev1.Secret:
+		return capiGateway(o), nil
+	case *unstructured.Unstructured:
+		gw, err := profileGateway(o, c.cfg.Providers)
+		if err != nil {
+			return nil, fmt.Errorf("ClusterProfile %s/%s: %w", ns, name, err)
+		}
+		return gw, nil
+	}
+	return nil, nil
+}
+
+func (c *Controller) lookup(src Source, ns, name string) (interface{}, bool) {
+	for _, inf := range c.informers[src] {
+		if obj, ok, _ := inf.GetStore().GetByKey(ns + "/" + name); ok {
+			return obj, true
+		}
+	}
+	return nil, false
+}
+
+// owns tells whether gw is the sync's gateway of the object source of
+// inventory from.
+func owns(gw *v1alpha1.ClusterGateway, from Source, source string) bool {
+	return gw.Labels[LabelSyncedFrom] == string(from) && gw.Annotations[AnnotationSource] == source
+}
+
+// The fields the sync owns: the endpoint, the credential, its label and its
+// annotations. Labels, annotations and the impersonation mode that others
+// set are kept.
+func upToDate(have, want *v1alpha1.ClusterGateway) bool {
+	he, we := have.Spec.Endpoint, want.Spec.Endpoint
+	if he.Type != we.Type || he.Address != we.Address || !bytes.Equal(he.CABundle, we.CABundle) || he.ServerName != we.ServerName ||
+		he.InsecureSkipTLSVerify != we.InsecureSkipTLSVerify || he.ProxyURL != we.ProxyURL {
+		return false
+	}
+	hc, wc := have.Spec.Credential, want.Spec.Credential
+	if hc.Type != wc.Type || hc.X509 != nil || hc.BearerToken != "" || !sameSecretRef(hc.SecretRef, wc.SecretRef) || !sameProvider(hc.Provider, wc.Provider) {
+		return false
+	}
+	for k, v := range want.Labels {
+		if have.Labels[k] != v {
+			return false
+		}
+	}
+	for k, v := range want.Annotations {
+		if have.Annotations[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func sameSecretRef(a, b *v1alpha1.SecretReference) bool {
+	return (a == nil) == (b == nil) && (a == nil || *a == *b)
+}
+
+func sameProvider(a, b *v1alpha1.ProviderReference) bool {
+	if (a == nil) != (b == nil) {
+		return false
+	}
+	if a == nil {
+		return true
+	}
+	var ac, bc []byte
+	if a.Config != nil {
+		ac = a.Config.Raw
+	}
+	if b.Config != nil {
+		bc = b.Config.Raw
+	}
+	return a.Name == b.Name && bytes.Equal(ac, bc)
+}
+
+// merge is have with the fields the sync owns taken from want.
+func merge(have, want *v1alpha1.ClusterGateway) *v1alpha1.ClusterGateway {
+	gw := have.DeepCopy()
+	gw.Status = v1alpha1.ClusterGatewayStatus{}
+	gw.Spec.Endpoint = want.Spec.Endpoint
+	gw.Spec.Credential = want.Spec.Credential
+	if gw.Labels == nil {
+		gw.Labels = map[string]string{}
+	}
+	maps.Copy(gw.Labels, want.Labels)
+	if gw.Annotations == nil {
+		gw.Annotations = map[string]string{}
+	}
+	maps.Copy(gw.Annotations, want.Annotations)
+	return gw
+}
+
+// setCollision records whether the object k's gateway name is held by a
+// gateway that is not its own (logged once, counted in a gauge).
+func (c *Controller) setCollision(k string, collides bool, gwName string, holder *v1alpha1.ClusterGateway) {
+	c.mu.Lock()
+	was := c.collisions[k]
+	if collides {
+		c.collisions[k] = true
+	} else {
+		delete(c.collisions, k)
+	}
+	c.mu.Unlock()
+	if collides && !was {
+		src, ns, name := splitKey(k)
+		klog.InfoS("Inventory sync: a gateway that the sync does not own has this object's name; it is left alone and this object gets no gateway (rename or delete that gateway)",
+			"gateway", gwName, "inventory", src, "object", ns+"/"+name, "holderSyncedFrom", holder.Labels[LabelSyncedFrom], "holderSource", holder.Annotations[AnnotationSource])
+	}
+}
+
+// collisionsBySource counts the current collisions, for the gauge.
+func (c *Controller) collisionsBySource() map[Source]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[Source]int{}
+	for k := range c.collisions {
+		src, _, _ := splitKey(k)
+		out[src]++
+	}
+	return out
+}

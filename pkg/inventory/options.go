@@ -1,0 +1,76 @@
+package inventory
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/spf13/pflag"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+)
+
+// Options switch the inventory sync on and time its leader election.
+// NewOptions has the defaults (off), AddFlags the flags, Validate the rules.
+type Options struct {
+	// Sources are the inventories synced: SourceCAPI, SourceClusterProfile.
+	// None: the sync is off.
+	Sources []string
+	// Providers are the credential providers a ClusterProfile's access
+	// providers may name; a profile naming none of them gets no gateway.
+	Providers []string
+	// The Lease: how long a leader holds it unrenewed, how long the leader
+	// keeps trying to renew before it gives up, and how often candidates try.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// NewOptions returns the defaults: the sync off, client-go's usual Lease timing.
+func NewOptions() *Options {
+	return &Options{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}
+}
+
+// AddFlags adds the sync's flags.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringSliceVar(&o.Sources, "inventory-sync", o.Sources, "Inventories to keep ClusterGateways in sync with: capi (Cluster API kubeconfig Secrets) and clusterprofile (multicluster.x-k8s.io ClusterProfiles), read in --secret-namespace and --credential-source-namespaces. One replica syncs at a time (a Lease in --secret-namespace). Empty: off.")
+	fs.StringSliceVar(&o.Providers, "inventory-sync-providers", o.Providers, "Credential providers (names of the gateway's configured providers) that a ClusterProfile's status.accessProviders may name for --inventory-sync=clusterprofile; the first one a profile names is used.")
+	fs.DurationVar(&o.LeaseDuration, "inventory-sync-lease-duration", o.LeaseDuration, "How long the syncing replica's Lease lasts unrenewed: another replica takes over this long after the leader died.")
+	fs.DurationVar(&o.RenewDeadline, "inventory-sync-renew-deadline", o.RenewDeadline, "How long the syncing replica tries to renew its Lease before it stops syncing.")
+	fs.DurationVar(&o.RetryPeriod, "inventory-sync-retry-period", o.RetryPeriod, "How often replicas try to take or renew the Lease.")
+}
+
+// Enabled tells whether any inventory is synced.
+func (o *Options) Enabled() bool { return len(o.Sources) > 0 }
+
+// Syncs tells whether the inventory src is synced.
+func (o *Options) Syncs(src Source) bool { return slices.Contains(o.Sources, string(src)) }
+
+// Validate refuses unknown inventories, a ClusterProfile sync without
+// providers, and Lease timing that client-go's leader election refuses.
+func (o *Options) Validate() []error {
+	var errs []error
+	for _, s := range o.Sources {
+		if s != string(SourceCAPI) && s != string(SourceClusterProfile) {
+			errs = append(errs, fmt.Errorf("--inventory-sync: %q is not an inventory; use capi, clusterprofile or both", s))
+		}
+	}
+	if o.Syncs(SourceClusterProfile) && len(o.Providers) == 0 {
+		errs = append(errs, fmt.Errorf("--inventory-sync=clusterprofile needs --inventory-sync-providers: the credential providers a ClusterProfile may name"))
+	}
+	for _, p := range o.Providers {
+		if msgs := apivalidation.NameIsDNSSubdomain(p, false); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--inventory-sync-providers: %q is not a provider name: %v", p, msgs))
+		}
+	}
+	if o.Enabled() {
+		if o.RetryPeriod <= 0 {
+			errs = append(errs, fmt.Errorf("--inventory-sync-retry-period must be positive, not %v", o.RetryPeriod))
+		}
+		// As client-go's leaderelection.NewLeaderElector requires.
+		if o.RenewDeadline <= time.Duration(1.2*float64(o.RetryPeriod)) {
+			errs = append(errs, fmt.Errorf("--inventory-sync-renew-deadline (%v) must be more than 1.2 x --inventory-sync-retry-period (%v)", o.RenewDeadline, o.RetryPeriod))
+		}
+		if o.LeaseDuration <= o.RenewDeadline {
+			errs = append(errs, fmt.Errorf("--inventory-sync-lease-duration (%v) must be more than --inventory-sync-renew-deadline (%v)", o.LeaseDuration, o.RenewDeadline))
+		}
+	}
+	return errs
+}
