@@ -247,4 +247,3 @@ func sumWith(m testmetrics.Samples, name string, labels ...string) float64 {
 	}
 	return sum
 }
-
