@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	utilproxy "k8s.io/apimachinery/pkg/util/proxy"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
@@ -81,11 +82,24 @@ func TestSpreadOverAddresses(t *testing.T) {
 	if st := p.Stats(); st.Live != 1 || st.OpenConns != 2 {
 		t.Fatalf("one entry with one HTTP/2 connection per address: %d entries, %d connections", st.Live, st.OpenConns)
 	}
-	// exec, attach and port-forward dial the address PickAddress names.
+}
+
+// exec, attach and port-forward dial the address PickAddress names, as
+// UpgradeAwareHandler does (DialURL), verified against that address.
+func TestPickAddressForUpgrades(t *testing.T) {
+	s := newAPIServers(t, "127.0.0.1", "127.0.0.2")
+	p := newTestPool(t, Options{})
+	l := acquire(t, p, s.target(t, "ha"))
+	defer l.Release()
 	seen := map[string]bool{}
 	for range 2 {
 		u := *s.urls[0]
 		l.PickAddress(&u)
+		conn, err := utilproxy.DialURL(t.Context(), &u, l.UpgradeTransport())
+		if err != nil {
+			t.Fatalf("upgrade dial of %s: %v", u.Host, err)
+		}
+		conn.Close()
 		seen[u.Host] = true
 	}
 	if !seen[s.urls[0].Host] || !seen[s.urls[1].Host] {
