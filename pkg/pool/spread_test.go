@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -196,4 +197,33 @@ func TestRetireClosesEveryAddress(t *testing.T) {
 		resp.Body.Close()
 	}
 	eventually(t, "every connection of the retired entry to close", func() bool { return p.Stats().OpenConns == 0 })
+}
+
+// Each address starts cold on its own: a burst of requests to a new entry
+// makes one dial per address, not one per request.
+func TestColdStartPerAddress(t *testing.T) {
+	s := newAPIServers(t, "127.0.0.1", "127.0.0.2")
+	p := newTestPool(t, Options{})
+	l := acquire(t, p, s.target(t, "ha"))
+	defer l.Release()
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	for range 20 {
+		wg.Go(func() {
+			if _, _, err := get(t.Context(), l.Transport(), s.urls[0], "/hello"); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if st := p.Stats(); st.Dials != 2 || st.OpenConns != 2 {
+		t.Fatalf("20 requests at once to a new entry with two addresses: %d dials, %d connections; want 2 and 2", st.Dials, st.OpenConns)
+	}
+	if a, b := s.served[0].Load(), s.served[1].Load(); a != 10 || b != 10 {
+		t.Fatalf("%d and %d requests per address, want 10 and 10", a, b)
+	}
 }
