@@ -2,6 +2,7 @@ package pool
 
 import (
 	"errors"
+	"io"
 	"net/http"
 	"net/url"
 )
@@ -31,38 +32,40 @@ func (s spread) RoundTrip(req *http.Request) (*http.Response, error) {
 		req = req.WithContext(withRequestDials(req.Context())) // one budget of dials over every address
 	}
 	var tried uint64
+	all := uint64(1)<<len(e.addrs) - 1
+	body := req.Body
 	for {
 		a := e.pick(tried)
 		tried |= 1 << a.index
 		out := req.WithContext(req.Context())
 		u := *req.URL
 		u.Host = a.host
-		out.URL = &u
+		out.URL, out.Body = &u, body
 		if req.Host == "" || req.Host == req.URL.Host {
 			out.Host = a.host
 		}
 		resp, err := a.cold.RoundTrip(out)
 		var dialErr *addressDialError
-		if err == nil || !errors.As(err, &dialErr) || e.pick(tried) == nil || !rewind(req) {
+		if err == nil || !errors.As(err, &dialErr) || tried == all {
+			return resp, err
+		}
+		var ok bool
+		if body, ok = replay(req); !ok {
 			return resp, err
 		}
 	}
 }
 
-// rewind readies req's body to be sent again; false when it cannot be.
-func rewind(req *http.Request) bool {
+// replay is req's body to send once more; false when it cannot be.
+func replay(req *http.Request) (io.ReadCloser, bool) {
 	if req.Body == nil || req.Body == http.NoBody {
-		return true
+		return req.Body, true
 	}
 	if req.GetBody == nil {
-		return false
+		return nil, false
 	}
 	body, err := req.GetBody()
-	if err != nil {
-		return false
-	}
-	req.Body = body
-	return true
+	return body, err == nil
 }
 
 // byURL sends each request to the address its URL names (the primary

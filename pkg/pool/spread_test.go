@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -41,6 +42,7 @@ func newAPIServers(t *testing.T, ips ...string) *apiServers {
 			fmt.Fprintf(w, "%s", ip)
 		})
 		mux.HandleFunc("/watch", watchHandler)
+		mux.HandleFunc("/echo", func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(w, r.Body) })
 		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 		if err != nil {
 			t.Fatalf("listen on %s (all of 127.0.0.0/8 reaches lo on Linux): %v", ip, err)
@@ -225,5 +227,46 @@ func TestColdStartPerAddress(t *testing.T) {
 	}
 	if a, b := s.served[0].Load(), s.served[1].Load(); a != 10 || b != 10 {
 		t.Fatalf("%d and %d requests per address, want 10 and 10", a, b)
+	}
+}
+
+// A request whose dial failed goes to the next address only when its body
+// can be sent again: of two POSTs to a new entry whose second address
+// refuses connections, one dials it first. With GetBody both arrive whole;
+// without it, that one fails.
+func TestSpreadSendsBodyAgainOnlyWithGetBody(t *testing.T) {
+	s := newAPIServers(t, "127.0.0.1", "127.0.0.2")
+	s.srvs[1].Close()
+	post := func(l *Lease, rewindable bool) (string, error) {
+		var body io.Reader = strings.NewReader("payload")
+		if !rewindable {
+			body = io.NopCloser(body) // http.NewRequest sets no GetBody for it
+		}
+		req, _ := http.NewRequest(http.MethodPost, s.urls[0].String()+"/echo", body)
+		resp, err := l.Transport().RoundTrip(req)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return string(b), err
+	}
+	for _, rewindable := range []bool{true, false} {
+		p := newTestPool(t, Options{})
+		l := acquire(t, p, s.target(t, "ha"))
+		var failed int
+		for range 2 {
+			got, err := post(l, rewindable)
+			switch {
+			case err != nil:
+				failed++
+			case got != "payload":
+				t.Fatalf("rewindable %v: the body arrived as %q", rewindable, got)
+			}
+		}
+		l.Release()
+		if want := map[bool]int{true: 0, false: 1}[rewindable]; failed != want {
+			t.Fatalf("rewindable body %v: %d of 2 POSTs failed, want %d", rewindable, failed, want)
+		}
 	}
 }
