@@ -25,6 +25,7 @@ type joinOptions struct {
 	clusterKubeconfig string
 	clusterContext    string
 	address           string
+	moreAddresses     []string
 	serverName        string
 	konnectivity      bool
 	impersonation     string
@@ -84,6 +85,7 @@ Needs get, create and update on clustergateways on the hub.`,
 	f.StringVar(&o.clusterKubeconfig, "cluster-kubeconfig", "", "The managed cluster's kubeconfig file (required).")
 	f.StringVar(&o.clusterContext, "cluster-context", "", "The context of --cluster-kubeconfig to use (default: its current context).")
 	f.StringVar(&o.address, "address", "", "The API server URL the gateway dials (default: the kubeconfig's server). With --konnectivity, as the agent dials it.")
+	f.StringArrayVar(&o.moreAddresses, "additional-address", nil, "Another API server URL of the same cluster (same CA and credential), e.g. another control-plane node; repeat for each. The gateway spreads requests over --address (or the kubeconfig's server) and these.")
 	f.StringVar(&o.serverName, "server-name", "", "The name the cluster's serving certificate is verified against (default: the kubeconfig's tls-server-name, else the host of the address), e.g. kubernetes.default.svc when --address is a name only the tunnel knows.")
 	f.BoolVar(&o.konnectivity, "konnectivity", false, "Reach the cluster through the gateway's konnectivity proxy-server (endpoint type Konnectivity).")
 	f.StringVar(&o.impersonation, "impersonation", "", "None (the cluster sees the stored credential) or Caller (it sees the hub user, impersonated). Default: unchanged, None for a new gateway.")
@@ -146,13 +148,14 @@ func (o *joinOptions) run(ctx context.Context, h *hub) error {
 	// before anything is sent to the hub or the cluster: a token must not
 	// travel over http.
 	ep := src.endpoint(o.address, o.serverName, o.konnectivity)
-	addresses := []string{ep.Address}
+	ep.AdditionalAddresses = o.moreAddresses
+	addresses := append([]string{ep.Address}, o.moreAddresses...)
 	if o.serviceAccount {
 		addresses = append(addresses, src.config.Host)
 	}
 	for _, a := range addresses {
 		if _, err := gatewayv1alpha1.ParseAddress(a); err != nil {
-			return fmt.Errorf("the cluster's address %s %v (from %s, or --address)", gatewayv1alpha1.WithoutUserInfo(a), err, src.file)
+			return fmt.Errorf("the cluster's address %s %v (from %s, --address or --additional-address)", gatewayv1alpha1.WithoutUserInfo(a), err, src.file)
 		}
 	}
 	if ep.ProxyURL != "" {
