@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"fmt"
 	"net/url"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,9 +28,11 @@ type Gateway struct {
 	// Ready is false when the stored data cannot be used; Problem says why.
 	Ready   bool
 	Problem string
-	// Address and ProxyURL are parsed when Ready.
-	Address  *url.URL
-	ProxyURL *url.URL
+	// Address and ProxyURL are parsed when Ready, and so are
+	// AdditionalAddresses (spec.endpoint.additionalAddresses, in order).
+	Address             *url.URL
+	AdditionalAddresses []*url.URL
+	ProxyURL            *url.URL
 	// Conn is the endpoint and credential as the gateway sends them: the
 	// spec's, completed from the credential's source.
 	Conn Conn
@@ -103,6 +106,14 @@ func withStatus(namespace string, obj *v1alpha1.ClusterGateway, problems []strin
 		if g.Address, err = v1alpha1.ParseAddress(g.Conn.Endpoint.Address); err != nil {
 			g.Ready, g.Problem = false, fmt.Sprintf("spec.endpoint.address %v", err)
 		}
+		for i, a := range g.Conn.Endpoint.AdditionalAddresses {
+			u, err := v1alpha1.ParseAddress(a)
+			if err != nil {
+				g.Ready, g.Problem = false, fmt.Sprintf("spec.endpoint.additionalAddresses[%d] %v", i, err)
+				break
+			}
+			g.AdditionalAddresses = append(g.AdditionalAddresses, u)
+		}
 		if obj.Spec.Endpoint.ProxyURL != "" {
 			if g.ProxyURL, err = v1alpha1.ParseProxyURL(obj.Spec.Endpoint.ProxyURL); err != nil {
 				g.Ready, g.Problem = false, fmt.Sprintf("spec.endpoint.proxyURL %v", err)
@@ -158,7 +169,7 @@ func (g *Gateway) GetObjectMeta() metav1.Object {
 // token is not part of it: it is sent per request).
 func SameTransport(a, b *Gateway) bool {
 	ea, eb := a.Conn.Endpoint, b.Conn.Endpoint
-	return ea.Type == eb.Type && ea.Address == eb.Address && bytes.Equal(ea.CABundle, eb.CABundle) &&
+	return ea.Type == eb.Type && ea.Address == eb.Address && slices.Equal(ea.AdditionalAddresses, eb.AdditionalAddresses) && bytes.Equal(ea.CABundle, eb.CABundle) &&
 		ea.ServerName == eb.ServerName && ea.InsecureSkipTLSVerify == eb.InsecureSkipTLSVerify &&
 		ea.ProxyURL == eb.ProxyURL && bytes.Equal(a.Conn.Cert, b.Conn.Cert) && bytes.Equal(a.Conn.Key, b.Conn.Key)
 }

@@ -24,6 +24,7 @@ const (
 
 	KeyEndpointType   = "endpoint-type"            // Direct | Konnectivity (default Direct)
 	KeyEndpoint       = "endpoint"                 // https URL of the API server
+	KeyMoreEndpoints  = "additional-endpoints"     // more https URLs of the same API, one a line
 	KeyCABundle       = "ca.crt"                   // PEM
 	KeyServerName     = "server-name"              // TLS name override
 	KeyInsecure       = "insecure-skip-tls-verify" // "true" to skip verification
@@ -81,11 +82,12 @@ func fromSecret(s *corev1.Secret) (gw *v1alpha1.ClusterGateway, problems []strin
 		},
 		Spec: v1alpha1.ClusterGatewaySpec{
 			Endpoint: v1alpha1.Endpoint{
-				Type:       v1alpha1.EndpointType(d[KeyEndpointType]),
-				Address:    strings.TrimSpace(string(d[KeyEndpoint])),
-				CABundle:   d[KeyCABundle],
-				ServerName: string(d[KeyServerName]),
-				ProxyURL:   strings.TrimSpace(string(d[KeyProxyURL])),
+				Type:                v1alpha1.EndpointType(d[KeyEndpointType]),
+				Address:             strings.TrimSpace(string(d[KeyEndpoint])),
+				AdditionalAddresses: splitLines(d[KeyMoreEndpoints]),
+				CABundle:            d[KeyCABundle],
+				ServerName:          string(d[KeyServerName]),
+				ProxyURL:            strings.TrimSpace(string(d[KeyProxyURL])),
 			},
 			Credential: v1alpha1.Credential{
 				Type:        v1alpha1.CredentialType(d[KeyCredentialType]),
@@ -131,6 +133,17 @@ func fromSecret(s *corev1.Secret) (gw *v1alpha1.ClusterGateway, problems []strin
 	// Clipped: computeStatus appends to its own copy, never to these, which
 	// every phase of the gateway (Gateway.at) shares.
 	return gw, slices.Clip(problems)
+}
+
+// splitLines is the non-empty lines of raw, trimmed (nil when none).
+func splitLines(raw []byte) []string {
+	var out []string
+	for _, l := range strings.Split(string(raw), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // decodeJSONKey reads a JSON object of strings from data[key] (absent: nil).
@@ -236,6 +249,11 @@ func redact(gw *v1alpha1.ClusterGateway) *v1alpha1.ClusterGateway {
 	if strings.Contains(out.Spec.Endpoint.Address, "@") { // refused when written; a hand-written Secret may hold it
 		out.Spec.Endpoint.Address = v1alpha1.WithoutUserInfo(out.Spec.Endpoint.Address)
 	}
+	for i, a := range out.Spec.Endpoint.AdditionalAddresses {
+		if strings.Contains(a, "@") {
+			out.Spec.Endpoint.AdditionalAddresses[i] = v1alpha1.WithoutUserInfo(a)
+		}
+	}
 	// Stored redacted, but a hand-written Secret may hold anything.
 	if v, ok := out.Annotations[kubectlLastApplied]; ok {
 		out.Annotations[kubectlLastApplied] = redactLastApplied(v)
@@ -308,6 +326,7 @@ func toSecret(gw *v1alpha1.ClusterGateway, existing *corev1.Secret, namespace st
 	}
 	set(KeyEndpointType, []byte(ep.Type))
 	set(KeyEndpoint, []byte(ep.Address))
+	set(KeyMoreEndpoints, []byte(strings.Join(ep.AdditionalAddresses, "\n")))
 	set(KeyCABundle, ep.CABundle)
 	set(KeyServerName, []byte(ep.ServerName))
 	set(KeyInsecure, nil)

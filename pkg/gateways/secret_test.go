@@ -315,3 +315,30 @@ func TestParseGatewayParsesAddresses(t *testing.T) {
 		t.Fatalf("Ready=%v problem %q address %v proxy %v", g.Ready, g.Problem, g.Address, g.ProxyURL)
 	}
 }
+
+// Additional addresses are stored one a line, read back in order, parsed
+// when the gateway is Ready, and part of how the gateway reaches its
+// cluster (SameTransport).
+func TestAdditionalAddressesRoundTrip(t *testing.T) {
+	gw := x509Gateway(validCredential(t))
+	gw.Spec.Endpoint.AdditionalAddresses = []string{"https://127.0.0.3:6443", "https://127.0.0.4:6443"}
+	s := mustToSecret(t, gw, nil)
+	if got := string(s.Data[KeyMoreEndpoints]); got != "https://127.0.0.3:6443\nhttps://127.0.0.4:6443" {
+		t.Fatalf("data[%s] = %q", KeyMoreEndpoints, got)
+	}
+	g := Parse(s)
+	if !g.Ready || len(g.AdditionalAddresses) != 2 || g.AdditionalAddresses[1].Host != "127.0.0.4:6443" {
+		t.Fatalf("Ready=%v problem %q additional %v", g.Ready, g.Problem, g.AdditionalAddresses)
+	}
+	if !equality.Semantic.DeepEqual(g.Object.Spec.Endpoint.AdditionalAddresses, gw.Spec.Endpoint.AdditionalAddresses) {
+		t.Fatalf("spec after the round trip: %v", g.Object.Spec.Endpoint.AdditionalAddresses)
+	}
+	gw.Spec.Endpoint.AdditionalAddresses = gw.Spec.Endpoint.AdditionalAddresses[:1]
+	if SameTransport(g, Parse(mustToSecret(t, gw, s))) {
+		t.Fatal("dropping an additional address is the same transport")
+	}
+	gw.Spec.Endpoint.AdditionalAddresses = nil
+	if s2 := mustToSecret(t, gw, s); len(s2.Data[KeyMoreEndpoints]) != 0 {
+		t.Fatalf("no additional addresses left data[%s] = %q", KeyMoreEndpoints, s2.Data[KeyMoreEndpoints])
+	}
+}

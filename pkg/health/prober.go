@@ -31,6 +31,15 @@ type Outcome struct {
 	Message       string
 	Latency       time.Duration
 	ServerVersion string
+	// Addresses has what the probe found at each address of a gateway
+	// with more than one (address first); Reason is Reachable when any is.
+	Addresses []AddressOutcome
+}
+
+// AddressOutcome is what one probe found at one of a cluster's addresses.
+type AddressOutcome struct {
+	Address         string
+	Reason, Message string
 }
 
 // ProbeFunc probes the named cluster within ctx.
@@ -45,6 +54,14 @@ type Result struct {
 	LastProbeTime      time.Time
 	Latency            time.Duration
 	ServerVersion      string
+	// Addresses are each address's last probe (a gateway with more than one).
+	Addresses []AddressResult
+}
+
+// AddressResult is the last probe of one of a cluster's addresses.
+type AddressResult struct {
+	AddressOutcome
+	LastProbeTime time.Time
 }
 
 // Prober probes the gateways of a store. Run runs it.
@@ -216,6 +233,10 @@ func (p *Prober) probeOne(ctx context.Context, name string) {
 func (p *Prober) fold(st *state, out Outcome) bool {
 	r := &st.result
 	r.LastProbeTime = p.now()
+	r.Addresses = nil // a new slice: readers hold copies of the old one
+	for _, a := range out.Addresses {
+		r.Addresses = append(r.Addresses, AddressResult{AddressOutcome: a, LastProbeTime: r.LastProbeTime})
+	}
 	before := r.Status
 	switch out.Reason {
 	case v1alpha1.ReasonReachable:

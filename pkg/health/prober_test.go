@@ -179,3 +179,22 @@ func TestBoundedWorkersAndDeletion(t *testing.T) {
 		t.Fatalf("the deleted gateway was probed %d more times", after-before)
 	}
 }
+
+// Each probe's per-address outcomes replace the last ones, stamped with the
+// probe's time; the condition follows the cluster's outcome.
+func TestFoldKeepsEachAddress(t *testing.T) {
+	p := &Prober{opts: fastOptions(), now: time.Now}
+	st := &state{result: Result{Status: metav1.ConditionUnknown}}
+	p.fold(st, Outcome{Reason: v1alpha1.ReasonReachable, Addresses: []AddressOutcome{
+		{Address: "https://127.0.0.2:6443", Reason: v1alpha1.ReasonReachable},
+		{Address: "https://127.0.0.3:6443", Reason: v1alpha1.ReasonDialFailed, Message: "refused"},
+	}})
+	r := st.result
+	if r.Status != metav1.ConditionTrue || len(r.Addresses) != 2 || r.Addresses[1].Reason != v1alpha1.ReasonDialFailed || !r.Addresses[1].LastProbeTime.Equal(r.LastProbeTime) {
+		t.Fatalf("after a probe with one address down: %+v", r)
+	}
+	p.fold(st, Outcome{Reason: v1alpha1.ReasonReachable})
+	if len(st.result.Addresses) != 0 {
+		t.Fatalf("a probe without addresses kept the old ones: %+v", st.result.Addresses)
+	}
+}

@@ -17,7 +17,7 @@ import (
 // connection open nothing waits; net/http dials more connections when one
 // is not enough (HTTP/1.1, or HTTP/2's stream limit).
 type coldStart struct {
-	e  *entry
+	a  *address // each address of an entry starts cold on its own
 	mu sync.Mutex
 	// dial is the dial that requests wait for, nil when none is awaited.
 	dial *awaitedDial
@@ -31,7 +31,7 @@ type awaitedDial struct {
 }
 
 func (c *coldStart) RoundTrip(req *http.Request) (*http.Response, error) {
-	for c.e.ready.Load() == 0 {
+	for c.a.ready.Load() == 0 {
 		c.mu.Lock()
 		d := c.dial
 		if d == nil {
@@ -39,7 +39,7 @@ func (c *coldStart) RoundTrip(req *http.Request) (*http.Response, error) {
 			d = &awaitedDial{done: make(chan struct{})}
 			c.dial = d
 			c.mu.Unlock()
-			resp, err := c.e.firstRoundTrip(req)
+			resp, err := c.a.firstRoundTrip(req)
 			c.end(d, nil)
 			return resp, err
 		}
@@ -55,7 +55,7 @@ func (c *coldStart) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, req.Context().Err()
 		}
 	}
-	return c.e.rt.RoundTrip(req)
+	return c.a.e.rt.RoundTrip(req)
 }
 
 // connUsable ends the awaited dial: a new HTTP/2 connection serves requests.

@@ -124,7 +124,7 @@ func TestColdStartHTTP1(t *testing.T) {
 
 // A request waiting for another's dial gives up with its own context.
 func TestColdStartWaiterCancelled(t *testing.T) {
-	c := &coldStart{e: &entry{}}
+	c := &coldStart{a: &address{e: &entry{}}}
 	c.dial = &awaitedDial{done: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -164,7 +164,7 @@ func TestFirstConnectionSkipsNetHTTP(t *testing.T) {
 	if d, n := p.Stats().Dials, byNetHTTP.Load(); d != 1 || n != 0 {
 		t.Fatalf("3 requests made %d dials, %d of them by net/http; want 1, none by net/http", d, n)
 	}
-	if l.e.http1.Load() {
+	if l.e.addrs[0].http1.Load() {
 		t.Fatal("an HTTP/2 cluster was taken for an HTTP/1.1 one")
 	}
 }
@@ -181,13 +181,13 @@ func TestFirstConnectionHTTP1(t *testing.T) {
 	if _, body := mustGet(t, l.Transport(), base, "/"); body != "HTTP/1.1" {
 		t.Fatalf("body %q", body)
 	}
-	if d, n := p.Stats().Dials, byNetHTTP.Load(); !l.e.http1.Load() || d != 2 || n != 1 {
-		t.Fatalf("first request to an HTTP/1.1 cluster: http1 %v, %d dials, %d by net/http; want true, 2, 1", l.e.http1.Load(), d, n)
+	if d, n := p.Stats().Dials, byNetHTTP.Load(); !l.e.addrs[0].http1.Load() || d != 2 || n != 1 {
+		t.Fatalf("first request to an HTTP/1.1 cluster: http1 %v, %d dials, %d by net/http; want true, 2, 1", l.e.addrs[0].http1.Load(), d, n)
 	}
 	// A later cold start goes to net/http at once, which reuses its idle
 	// connection: no dial at all.
 	req, _ := http.NewRequest(http.MethodGet, base.String()+"/", nil)
-	resp, err := l.e.firstRoundTrip(req)
+	resp, err := l.e.addrs[0].firstRoundTrip(req)
 	if err != nil {
 		t.Fatal(err)
 	}

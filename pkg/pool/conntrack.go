@@ -10,8 +10,9 @@ import (
 type trackedConn struct {
 	net.Conn
 	e     *entry
+	a     *address // the address it was dialed to
 	once  sync.Once
-	ready bool       // counted in e.ready; under e.mu
+	ready bool       // counted in a.ready; under e.mu
 	guard *dialGuard // whose place it holds (HTTP/2 ones); under e.mu
 }
 

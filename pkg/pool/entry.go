@@ -21,26 +21,21 @@ type entry struct {
 	pool    *Pool
 	cluster string
 	fp      string
-	shape   shape  // the Target it was built from, for Acquire's fast path
-	addr    string // canonical host:port; the only address this entry dials
+	shape   shape // the Target it was built from, for Acquire's fast path
+	// addrs are the only addresses this entry dials, the primary first;
+	// each has its own connections, cold start and cap (address).
+	addrs []*address
+	next  atomic.Uint32 // the spreading's turn (pick)
 
-	tls  *entryTLS       // what its TLS connections are made of
-	rt   *http.Transport // HTTP/2-capable, for ordinary requests
-	cold *coldStart      // rt as leases and probes use it: one dial at a cold start
-	h2   *h2health       // rt's HTTP/2 connections and their health checks
-	// http1 is set when the cluster answered a dial offering HTTP/2 with
-	// HTTP/1.1: its cold starts leave the dial to net/http (firstRoundTrip).
-	http1 atomic.Bool
-	// ready counts rt's connections that finished their TLS handshake and
-	// are open: with none, requests wait for one dial (coldStart).
-	ready atomic.Int32
+	tls *entryTLS       // what its TLS connections are made of
+	rt  *http.Transport // HTTP/2-capable, for ordinary requests
+	h2  *h2health       // rt's HTTP/2 connections and their health checks
 	// upgrade is the HTTP/1.1-only transport for exec/attach/port-forward,
 	// built on the first such request: most entries never carry one.
 	upgrade   atomic.Pointer[http.Transport]
 	upgradeMu sync.Mutex // builds it once
 
-	rawDial dialFunc   // direct, tunnel or proxy; wrapped by dialContext
-	dials   *dialGuard // rt's connections: how often, how many
+	rawDial dialFunc // direct, tunnel or proxy; wrapped by dialContext
 
 	lastUsed atomic.Int64 // by users; pool clock, see Pool.now
 	// lastActive is when a request or a health probe last ended on the
@@ -63,7 +58,7 @@ type entry struct {
 // newEntry builds transports without dialing, so it is cheap and can run
 // outside the pool lock. It starts no goroutines: a built entry that loses a
 // race is simply dropped.
-func (p *Pool) newEntry(t *Target, addr, fp string) (*entry, error) {
+func (p *Pool) newEntry(t *Target, fp string) (*entry, error) {
 	shape := shapeOf(t)
 	tlsm, err := tlsFor(&shape)
 	if err != nil {
@@ -78,19 +73,23 @@ func (p *Pool) newEntry(t *Target, addr, fp string) (*entry, error) {
 		cluster: t.Cluster,
 		fp:      fp,
 		shape:   shape,
-		addr:    addr,
 		tls:     tlsm,
 		rawDial: raw,
 		drained: make(chan struct{}),
 		conns:   make(map[*trackedConn]struct{}),
-		dials:   newDialGuard(p.opts.MaxConnsPerCluster),
+	}
+	for i, u := range t.addresses() {
+		e.addrs = append(e.addrs, newAddress(e, i, u))
 	}
 	e.rt, e.h2, err = newTransport(e.dialTLS, p.opts)
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", t.Cluster, err)
 	}
-	e.cold = &coldStart{e: e}
-	e.h2.onNew = e.cold.connUsable
+	e.h2.onNew = func(hostport string) {
+		if a := e.addressOf(hostport); a != nil {
+			a.cold.connUsable()
+		}
+	}
 	return e, nil
 }
 
@@ -100,11 +99,15 @@ func (p *Pool) newEntry(t *Target, addr, fp string) (*entry, error) {
 // HTTP/1.1 connection; an HTTP/2 one lets them go once the pool hands it
 // out (h2health.onNew), which is after this returns.
 func (e *entry) dialTLS(ctx context.Context, network, addr string) (net.Conn, error) {
-	conn, err := e.dialTLSConn(ctx, network, addr)
+	a := e.addressOf(addr)
+	if a == nil {
+		return nil, e.foreign(addr)
+	}
+	conn, err := e.dialTLSConn(ctx, network, a)
 	if err != nil {
-		e.cold.dialEnded(err)
+		a.cold.dialEnded(err)
 	} else if conn.(*tls.Conn).ConnectionState().NegotiatedProtocol != "h2" {
-		e.cold.dialEnded(nil)
+		a.cold.dialEnded(nil)
 	}
 	return conn, err
 }
@@ -118,9 +121,10 @@ func (e *entry) dialTLS(ctx context.Context, network, addr string) (net.Conn, er
 // connection): about 4.7 KiB per entry, a tenth of a pooled cluster's memory.
 // A cluster that answers HTTP/1.1 gets net/http's dial, now (this
 // connection is closed) and at its later cold starts.
-func (e *entry) firstRoundTrip(req *http.Request) (*http.Response, error) {
+func (a *address) firstRoundTrip(req *http.Request) (*http.Response, error) {
+	e := a.e
 	upgrade, ok := e.rt.TLSNextProto["h2"]
-	if !ok || e.http1.Load() || req.URL == nil || req.URL.Scheme != "https" {
+	if !ok || a.http1.Load() || req.URL == nil || req.URL.Scheme != "https" {
 		return e.rt.RoundTrip(req)
 	}
 	// As with net/http's dial, a request that ends first fails with its own
@@ -128,7 +132,7 @@ func (e *entry) firstRoundTrip(req *http.Request) (*http.Response, error) {
 	// serve the requests after it.
 	dialed := make(chan error, 1)
 	host, addr := req.URL.Host, canonicalAddr(req.URL, "443")
-	go func() { dialed <- e.firstConn(context.WithoutCancel(req.Context()), host, addr, upgrade) }()
+	go func() { dialed <- a.firstConn(context.WithoutCancel(req.Context()), host, addr, upgrade) }()
 	select {
 	case err := <-dialed:
 		if err != nil {
@@ -149,14 +153,14 @@ func (e *entry) firstRoundTrip(req *http.Request) (*http.Response, error) {
 // upgrade (x/net's: under the key that requests to host look up, or closed
 // when the pool has a usable one already), an HTTP/1.1 one is closed and
 // marks the entry http1.
-func (e *entry) firstConn(ctx context.Context, host, addr string, upgrade func(string, *tls.Conn) http.RoundTripper) error {
-	conn, err := e.dialTLS(ctx, "tcp", addr)
+func (a *address) firstConn(ctx context.Context, host, addr string, upgrade func(string, *tls.Conn) http.RoundTripper) error {
+	conn, err := a.e.dialTLS(ctx, "tcp", addr)
 	if err != nil {
 		return err
 	}
 	tc := conn.(*tls.Conn)
 	if tc.ConnectionState().NegotiatedProtocol != "h2" {
-		e.http1.Store(true)
+		a.http1.Store(true)
 		_ = tc.Close()
 		return nil
 	}
@@ -166,27 +170,33 @@ func (e *entry) firstConn(ctx context.Context, host, addr string, upgrade func(s
 	return nil
 }
 
-func (e *entry) dialTLSConn(ctx context.Context, network, addr string) (net.Conn, error) {
-	if err := e.dials.admit(ctx); err != nil {
+// dialTLSConn dials a and verifies it against the configured server name
+// or, without one, a's own host: never against another address's name.
+func (e *entry) dialTLSConn(ctx context.Context, network string, a *address) (net.Conn, error) {
+	if err := a.dials.admit(ctx); err != nil {
 		return nil, e.refused(err)
 	}
-	c, err := e.dialContext(ctx, network, addr)
+	c, err := e.dialContext(ctx, network, a.hostport)
 	if err != nil {
 		return nil, err
 	}
-	tc, err := e.tls.handshake(ctx, c, addr, e.pool.opts.DialTimeout, "h2", "http/1.1")
+	tc, err := e.tls.handshake(ctx, c, a.hostport, e.pool.opts.DialTimeout, "h2", "http/1.1")
 	if err != nil {
-		return nil, fmt.Errorf("cluster %q: %w", e.cluster, err)
+		if ctx.Err() == nil {
+			a.failed()
+		}
+		return nil, &addressDialError{fmt.Errorf("cluster %q: %w", e.cluster, err)}
 	}
 	h2 := tc.ConnectionState().NegotiatedProtocol == "h2"
-	if err := e.dials.handshaken(h2); err != nil {
+	if err := a.dials.handshaken(h2); err != nil {
 		_ = tc.Close()
 		return nil, e.refused(err)
 	}
 	var guard *dialGuard
 	if h2 {
-		guard = e.dials
+		guard = a.dials
 	}
+	a.succeeded()
 	e.markReady(c.(*trackedConn), guard)
 	return tc, nil
 }
@@ -215,7 +225,7 @@ func (e *entry) markReady(c *trackedConn, guard *dialGuard) {
 	if !c.ready {
 		c.ready = true
 		c.guard = guard
-		e.ready.Add(1)
+		c.a.ready.Add(1)
 	}
 }
 
@@ -237,23 +247,35 @@ func (e *entry) upgradeTransport() *http.Transport {
 // dialContext is the DialContext of both transports: it bounds the dial,
 // counts it and tracks the connection.
 func (e *entry) dialContext(ctx context.Context, network, addr string) (net.Conn, error) {
-	if !strings.EqualFold(addr, e.addr) {
-		// The entry's client certificate and CA belong to one endpoint;
-		// refuse to present them anywhere else.
-		return nil, fmt.Errorf("cluster %q transport only dials %s, not %s; build request URLs from the ClusterGateway endpoint", e.cluster, e.addr, addr)
+	a := e.addressOf(addr)
+	if a == nil {
+		return nil, e.foreign(addr)
 	}
 	if e.isDead() {
 		return nil, fmt.Errorf("cluster %q: %w", e.cluster, errRetired)
 	}
-	ctx, cancel := context.WithTimeout(ctx, e.pool.opts.DialTimeout)
+	dctx, cancel := context.WithTimeout(ctx, e.pool.opts.DialTimeout)
 	defer cancel()
 	e.note(e.pool.noteDial)
-	c, err := e.rawDial(ctx, network, addr)
+	c, err := e.rawDial(dctx, network, a.hostport)
 	if err != nil {
 		e.note(e.pool.noteDialFailure)
-		return nil, fmt.Errorf("cluster %q: dial %s: %w", e.cluster, addr, err)
+		if ctx.Err() == nil {
+			a.failed() // not the caller's cancellation: the address's failure
+		}
+		return nil, &addressDialError{fmt.Errorf("cluster %q: dial %s: %w", e.cluster, addr, err)}
 	}
-	return e.track(c)
+	return e.track(c, a)
+}
+
+// foreign refuses a dial to an address that is not the entry's: its client
+// certificate and CA belong to its own endpoint's addresses.
+func (e *entry) foreign(addr string) error {
+	names := make([]string, len(e.addrs))
+	for i, a := range e.addrs {
+		names[i] = a.hostport
+	}
+	return fmt.Errorf("cluster %q transport only dials %s, not %s; build request URLs from the ClusterGateway endpoint", e.cluster, strings.Join(names, ", "), addr)
 }
 
 // note counts an event of a pooled entry; a transient one is not counted.
@@ -269,8 +291,8 @@ func (e *entry) isDead() bool {
 	return e.dead
 }
 
-func (e *entry) track(c net.Conn) (net.Conn, error) {
-	tc := &trackedConn{Conn: c, e: e}
+func (e *entry) track(c net.Conn, a *address) (net.Conn, error) {
+	tc := &trackedConn{Conn: c, e: e, a: a}
 	e.mu.Lock()
 	if e.dead {
 		// Retired while this dial was in flight.
@@ -289,7 +311,7 @@ func (e *entry) untrack(c *trackedConn) {
 	_, ok := e.conns[c]
 	delete(e.conns, c)
 	if ok && c.ready {
-		e.ready.Add(-1)
+		c.a.ready.Add(-1)
 		if c.guard != nil {
 			c.guard.release()
 		}

@@ -47,9 +47,10 @@ type h2health struct {
 
 	answered atomic.Int64 // pings answered in time, for tests
 
-	// onNew is told when a connection is handed out for the first time:
-	// from then on it serves requests through the pool (coldStart).
-	onNew func()
+	// onNew is told when a connection to addr (host:port) is handed out
+	// for the first time: from then on it serves requests through the pool
+	// (coldStart).
+	onNew func(addr string)
 }
 
 func newH2Health(inner http2.ClientConnPool, every, pingTimeout time.Duration) *h2health {
@@ -61,7 +62,7 @@ func newH2Health(inner http2.ClientConnPool, every, pingTimeout time.Duration) *
 func (h *h2health) GetClientConn(req *http.Request, addr string) (*http2.ClientConn, error) {
 	cc, err := h.ClientConnPool.GetClientConn(req, addr)
 	if err == nil && h.last.Load() != cc && h.watch(cc) && h.onNew != nil {
-		h.onNew()
+		h.onNew(addr)
 	}
 	return cc, err
 }

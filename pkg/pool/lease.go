@@ -2,6 +2,7 @@ package pool
 
 import (
 	"net/http"
+	"net/url"
 	"sync/atomic"
 )
 
@@ -22,8 +23,19 @@ func (l *Lease) Created() bool { return l.created }
 // all leases of the entry. The caller adds the bearer token per request.
 // Each request it sends may have the cluster dialed at most
 // maxDialsPerRequest times (see dialGuard): the transport counts them
-// itself, so the caller's context carries nothing of the pool's.
-func (l *Lease) Transport() http.RoundTripper { return countedDials{l.e.cold} }
+// itself, so the caller's context carries nothing of the pool's. With
+// several addresses it spreads requests over them (spread).
+func (l *Lease) Transport() http.RoundTripper { return spread{l.e} }
+
+// PickAddress sets u's host to the entry's next address that is up, for a
+// request that dials once and keeps its connection (exec, attach,
+// port-forward through UpgradeTransport). u's host must be one of the
+// entry's addresses; with one address it is left as it is.
+func (l *Lease) PickAddress(u *url.URL) {
+	if e := l.e; len(e.addrs) > 1 && e.addressOf(canonicalAddr(u, "443")) != nil {
+		u.Host = e.pick(0).host
+	}
+}
 
 // UpgradeTransport is an HTTP/1.1-only transport over the same tracked
 // dialer, for exec/attach/port-forward through UpgradeAwareHandler (whose

@@ -105,8 +105,7 @@ func (p *Pool) AcquireInto(l *Lease, t *Target) error {
 	if ok, err := p.acquireSame(l, t); ok {
 		return err
 	}
-	addr, err := t.validate()
-	if err != nil {
+	if err := t.validate(); err != nil {
 		return err
 	}
 	if err := p.checkLiterals(t); err != nil {
@@ -127,7 +126,7 @@ func (p *Pool) AcquireInto(l *Lease, t *Target) error {
 	p.mu.Unlock()
 
 	// Parse keys and build transports outside the lock.
-	ne, err := p.newEntry(t, addr, fp)
+	ne, err := p.newEntry(t, fp)
 	if err != nil {
 		return err
 	}
@@ -203,8 +202,10 @@ func (p *Pool) Close() {
 // are judged where they are resolved. Every dial judges its address again
 // (judgedDial, Control).
 func (p *Pool) checkLiterals(t *Target) error {
-	if err := p.opts.Endpoints.CheckHost(t.Address.Hostname()); err != nil {
-		return fmt.Errorf("cluster %q address %s: %w", t.Cluster, t.Address.Host, err)
+	for _, u := range t.addresses() {
+		if err := p.opts.Endpoints.CheckHost(u.Hostname()); err != nil {
+			return fmt.Errorf("cluster %q address %s: %w", t.Cluster, u.Host, err)
+		}
 	}
 	if t.ProxyURL != nil {
 		if err := p.opts.Endpoints.CheckHost(t.ProxyURL.Hostname()); err != nil {

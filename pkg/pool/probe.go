@@ -2,9 +2,11 @@ package pool
 
 import (
 	"net/http"
+	"net/url"
 )
 
 // Probe runs fn with a transport to t's cluster without disturbing the pool:
+// each request goes to the address its URL names (one of t's addresses).
 // health probes must not evict the entries users are working with, keep idle
 // entries alive, or count as user traffic. When the live entry was built from
 // a Target of t's shape, fn shares its connections (no new dial, and the
@@ -17,22 +19,40 @@ func (p *Pool) Probe(t *Target, fn func(http.RoundTripper) error) error {
 			return err
 		}
 		defer e.releaseQuiet()
-		return fn(countedDials{e.cold})
+		return fn(countedDials{byURL{e}})
 	}
-	addr, err := t.validate()
-	if err != nil {
+	if err := t.validate(); err != nil {
 		return err
 	}
 	if err := p.checkLiterals(t); err != nil {
 		return err
 	}
-	e, err := p.newEntry(t, addr, "")
+	e, err := p.newEntry(t, "")
 	if err != nil {
 		return err
 	}
 	e.transient = true
 	defer e.closeAll()
-	return fn(countedDials{e.cold})
+	return fn(countedDials{byURL{e}})
+}
+
+// ReportAddress tells the live entry of t's shape, if any, what a probe of
+// one of its addresses found: one that did not answer is left out of the
+// spreading (for addressRetryAfter, or until a probe or dial of it
+// succeeds), one that answered is brought back.
+func (p *Pool) ReportAddress(t *Target, addr *url.URL, reachable bool) {
+	e, ok, err := p.peekSame(t)
+	if !ok || err != nil {
+		return
+	}
+	defer e.releaseQuiet()
+	if a := e.addressOf(canonicalAddr(addr, "443")); a != nil {
+		if reachable {
+			a.succeeded()
+		} else {
+			a.failed()
+		}
+	}
 }
 
 // peekSame is acquireSame without touching the LRU order, idleness or the

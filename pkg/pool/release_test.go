@@ -123,7 +123,7 @@ func TestProbeEntryIsGarbage(t *testing.T) {
 		}
 		// The entry holds its transport and every connection holds the
 		// transport: the transport is garbage only when all of them are.
-		w = weak.Make(rt.(countedDials).rt.(*coldStart).e.rt)
+		w = weak.Make(rt.(countedDials).rt.(byURL).e.rt)
 		return nil
 	})
 	if err != nil {

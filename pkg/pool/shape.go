@@ -14,6 +14,7 @@ type shape struct {
 	cluster    string
 	address    url.URL
 	hasAddress bool
+	additional []url.URL
 	caData     []byte
 	serverName string
 	insecure   bool
@@ -39,6 +40,9 @@ func shapeOf(t *Target) shape {
 	if t.Address != nil {
 		s.address, s.hasAddress = *t.Address, true
 	}
+	for _, u := range t.Additional {
+		s.additional = append(s.additional, *u)
+	}
 	if t.ProxyURL != nil {
 		s.proxyURL, s.hasProxy = *t.ProxyURL, true
 	}
@@ -51,6 +55,7 @@ func shapeOf(t *Target) shape {
 func (s *shape) same(t *Target) bool {
 	return t.Cluster == s.cluster &&
 		sameURL(t.Address, &s.address, s.hasAddress) &&
+		sameURLs(t.Additional, s.additional) &&
 		t.ServerName == s.serverName &&
 		t.Insecure == s.insecure &&
 		sameURL(t.ProxyURL, &s.proxyURL, s.hasProxy) &&
@@ -59,6 +64,18 @@ func (s *shape) same(t *Target) bool {
 		bytes.Equal(t.CAData, s.caData) &&
 		bytes.Equal(t.CertData, s.certData) &&
 		bytes.Equal(t.KeyData, s.keyData)
+}
+
+func sameURLs(us []*url.URL, kept []url.URL) bool {
+	if len(us) != len(kept) {
+		return false
+	}
+	for i, u := range us {
+		if u == nil || *u != kept[i] {
+			return false
+		}
+	}
+	return true
 }
 
 func sameURL(u, kept *url.URL, has bool) bool {

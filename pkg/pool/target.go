@@ -28,9 +28,13 @@ type Dialer interface {
 // Target is what shapes a cluster's transport. The bearer token is not part of
 // it: the caller injects it per request, so a token rotation reuses the entry.
 type Target struct {
-	Cluster    string   // ClusterGateway name (the LRU key)
-	Address    *url.URL // https://host:port of the managed API server
-	CAData     []byte   // PEM; empty means system roots
+	Cluster string   // ClusterGateway name (the LRU key)
+	Address *url.URL // https://host:port of the managed API server
+	// Additional are more https://host:port of the same API (same CA,
+	// server names and credential): the entry spreads requests over
+	// Address and these.
+	Additional []*url.URL
+	CAData     []byte // PEM; empty means system roots
 	ServerName string
 	Insecure   bool
 	CertData   []byte // client certificate (optional, with KeyData)
@@ -69,6 +73,10 @@ func (t *Target) Fingerprint() string {
 	} else {
 		str("")
 	}
+	str(fmt.Sprint(len(t.Additional)))
+	for _, u := range t.Additional {
+		str(u.String())
+	}
 	field(t.CAData)
 	str(t.ServerName)
 	flag(t.Insecure)
@@ -84,34 +92,56 @@ func (t *Target) Fingerprint() string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// validate checks what can be checked without parsing key material and
-// returns the canonical host:port every connection of the entry must go to.
-func (t *Target) validate() (string, error) {
+// validate checks what can be checked without parsing key material.
+func (t *Target) validate() error {
 	if t == nil {
-		return "", fmt.Errorf("%w: nil target", ErrInvalidTarget)
+		return fmt.Errorf("%w: nil target", ErrInvalidTarget)
 	}
 	if t.Cluster == "" {
-		return "", fmt.Errorf("%w: empty Cluster; set it to the ClusterGateway name", ErrInvalidTarget)
+		return fmt.Errorf("%w: empty Cluster; set it to the ClusterGateway name", ErrInvalidTarget)
 	}
 	if t.Address == nil || t.Address.Host == "" {
-		return "", fmt.Errorf("%w: cluster %q has no address; set an https://host:port endpoint", ErrInvalidTarget, t.Cluster)
+		return fmt.Errorf("%w: cluster %q has no address; set an https://host:port endpoint", ErrInvalidTarget, t.Cluster)
 	}
 	if t.Address.Scheme != "https" {
-		return "", fmt.Errorf("%w: cluster %q address %q must use https", ErrInvalidTarget, t.Cluster, withoutUserInfo(t.Address))
+		return fmt.Errorf("%w: cluster %q address %q must use https", ErrInvalidTarget, t.Cluster, withoutUserInfo(t.Address))
 	}
 	if t.Tunnel != nil && t.ProxyURL != nil {
-		return "", fmt.Errorf("%w: cluster %q sets both a tunnel and a proxy URL; use one", ErrInvalidTarget, t.Cluster)
+		return fmt.Errorf("%w: cluster %q sets both a tunnel and a proxy URL; use one", ErrInvalidTarget, t.Cluster)
 	}
 	if t.Tunnel != nil && t.TunnelID == "" {
-		return "", fmt.Errorf("%w: cluster %q has a tunnel without TunnelID; set it so rotation is detected", ErrInvalidTarget, t.Cluster)
+		return fmt.Errorf("%w: cluster %q has a tunnel without TunnelID; set it so rotation is detected", ErrInvalidTarget, t.Cluster)
 	}
 	if t.Insecure && len(t.CAData) > 0 {
-		return "", fmt.Errorf("%w: cluster %q sets both Insecure and a CA bundle; drop one", ErrInvalidTarget, t.Cluster)
+		return fmt.Errorf("%w: cluster %q sets both Insecure and a CA bundle; drop one", ErrInvalidTarget, t.Cluster)
 	}
 	if (len(t.CertData) == 0) != (len(t.KeyData) == 0) {
-		return "", fmt.Errorf("%w: cluster %q has a client certificate without its key (or a key without its certificate); set both or neither", ErrInvalidTarget, t.Cluster)
+		return fmt.Errorf("%w: cluster %q has a client certificate without its key (or a key without its certificate); set both or neither", ErrInvalidTarget, t.Cluster)
 	}
-	return canonicalAddr(t.Address, "443"), nil
+	seen := map[string]bool{}
+	for _, u := range t.addresses() {
+		if u == nil || u.Host == "" || u.Scheme != "https" {
+			return fmt.Errorf("%w: cluster %q has an additional address that is not an https://host:port URL", ErrInvalidTarget, t.Cluster)
+		}
+		hp := canonicalAddr(u, "443")
+		if seen[hp] {
+			return fmt.Errorf("%w: cluster %q names %s twice among its addresses; name each API server once", ErrInvalidTarget, t.Cluster, hp)
+		}
+		seen[hp] = true
+	}
+	if len(seen) > maxAddresses {
+		return fmt.Errorf("%w: cluster %q has %d addresses; at most %d are supported", ErrInvalidTarget, t.Cluster, len(seen), maxAddresses)
+	}
+	return nil
+}
+
+// maxAddresses bounds a target's addresses (the spreading keeps a bit per
+// address of those a request tried).
+const maxAddresses = 64
+
+// addresses is Address followed by Additional.
+func (t *Target) addresses() []*url.URL {
+	return append([]*url.URL{t.Address}, t.Additional...)
 }
 
 // canonicalAddr is host:port with the scheme's default port, in the form

@@ -36,7 +36,7 @@ func TestTransportProtocols(t *testing.T) {
 	if resp.ProtoMajor != 1 || resp.TLS.NegotiatedProtocol != "http/1.1" || body != "HTTP/1.1 client-1" {
 		t.Errorf("upgrade transport: %s alpn %q body %q, want http/1.1", resp.Proto, resp.TLS.NegotiatedProtocol, body)
 	}
-	if got := l.UpgradeTransport().TLSClientConfig; got == l.Transport().(countedDials).rt.(*coldStart).e.rt.TLSClientConfig || strings.Contains(strings.Join(got.NextProtos, ","), "h2") {
+	if got := l.UpgradeTransport().TLSClientConfig; got == l.Transport().(spread).e.rt.TLSClientConfig || strings.Contains(strings.Join(got.NextProtos, ","), "h2") {
 		t.Errorf("upgrade TLS config is shared or offers h2: %v", got.NextProtos)
 	}
 	if st := p.Stats(); st.OpenConns != 2 {

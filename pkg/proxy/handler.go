@@ -281,6 +281,9 @@ func (p *Proxy) Serve(w http.ResponseWriter, req *http.Request, name, subpath st
 	// sees them. The upgrade round tripper (upstreamUpgrade) replaces them
 	// with the gateway's identity, as upstreamTransport does, on the request
 	// written to the cluster.
+	// An upgrade keeps the one connection it dials: its address is picked
+	// now, and its TLS is verified against that address's name.
+	lease.PickAddress(location)
 	out := req.WithContext(req.Context())
 	out.Header = utilnet.CloneHeader(req.Header)
 	out.URL = location
@@ -321,6 +324,7 @@ func (p *Proxy) fillTarget(t *pool.Target, gw *gateways.Gateway) error {
 	*t = pool.Target{
 		Cluster:    gw.Name(),
 		Address:    gw.Address,
+		Additional: gw.AdditionalAddresses,
 		CAData:     ep.CABundle,
 		ServerName: ep.ServerName,
 		Insecure:   ep.InsecureSkipTLSVerify,

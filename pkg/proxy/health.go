@@ -10,7 +10,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -59,7 +61,8 @@ func (p *Proxy) Probe(ctx context.Context, name string) (*v1alpha1.ClusterGatewa
 	}
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	r := p.get(ctx, gw, id, "", "/readyz")[0]
+	rss := p.getEach(ctx, gw, id, "", "/readyz")
+	r := rss[firstReachable(rss)][0]
 	h.Code = int32(r.code)
 	h.Healthy = r.reason == v1alpha1.ReasonReachable
 	if !h.Healthy {
@@ -77,9 +80,13 @@ func (p *Proxy) ProbeCluster(ctx context.Context, name string) health.Outcome {
 		return health.Outcome{Reason: v1alpha1.ReasonGatewayNotReady, Message: err.Error()}
 	}
 	id, _ := p.identityFor(gw, nil) // no caller, no error
-	rs := p.get(ctx, gw, id, proberUserAgent, "/readyz", "/version")
+	rss := p.getEach(ctx, gw, id, proberUserAgent, "/readyz", "/version")
+	rs := rss[firstReachable(rss)]
 	r := rs[0]
 	out := health.Outcome{Reason: r.reason, Message: r.message, Latency: r.latency}
+	if len(rss) > 1 {
+		out.Addresses = p.addressOutcomes(gw, rss)
+	}
 	if len(rs) == 2 {
 		if v := rs[1]; v.reason == v1alpha1.ReasonReachable {
 			var info struct {
@@ -93,6 +100,50 @@ func (p *Proxy) ProbeCluster(ctx context.Context, name string) health.Outcome {
 	return out
 }
 
+// firstReachable is the index of the first address whose probe answered,
+// else 0 (the primary address, whose failure then speaks for the cluster).
+func firstReachable(rss [][]probeResult) int {
+	for i, rs := range rss {
+		if rs[0].reason == v1alpha1.ReasonReachable {
+			return i
+		}
+	}
+	return 0
+}
+
+// addressOutcomes are each address's probe, as the status shows them;
+// each is also told to the pool, whose spreading leaves out the addresses
+// that did not answer.
+func (p *Proxy) addressOutcomes(gw *gateways.Gateway, rss [][]probeResult) []health.AddressOutcome {
+	target, err := p.target(gw)
+	names := append([]string{gw.Conn.Endpoint.Address}, gw.Conn.Endpoint.AdditionalAddresses...)
+	urls := append([]*url.URL{gw.Address}, gw.AdditionalAddresses...)
+	out := make([]health.AddressOutcome, len(rss))
+	for i, rs := range rss {
+		out[i] = health.AddressOutcome{Address: names[i], Reason: rs[0].reason, Message: rs[0].message}
+		if err == nil {
+			p.opts.Pool.ReportAddress(target, urls[i], rs[0].reason == v1alpha1.ReasonReachable)
+		}
+	}
+	return out
+}
+
+// getEach is get at each of gw's addresses at once, address first: a
+// blackholed address costs the probe its timeout, not the others theirs.
+func (p *Proxy) getEach(ctx context.Context, gw *gateways.Gateway, id identity, userAgent string, paths ...string) [][]probeResult {
+	if !gw.Ready || len(gw.AdditionalAddresses) == 0 {
+		return [][]probeResult{p.get(ctx, gw, gw.Address, id, userAgent, paths...)}
+	}
+	urls := append([]*url.URL{gw.Address}, gw.AdditionalAddresses...)
+	rss := make([][]probeResult, len(urls))
+	var wg sync.WaitGroup
+	for i, u := range urls {
+		wg.Go(func() { rss[i] = p.get(ctx, gw, u, id, userAgent, paths...) })
+	}
+	wg.Wait()
+	return rss
+}
+
 // probeResult is one GET through the gateway's transport, classified.
 type probeResult struct {
 	reason, message string
@@ -101,11 +152,11 @@ type probeResult struct {
 	latency         time.Duration
 }
 
-// get sends GET (as userAgent, if set) for each path in turn to gw's cluster the way a proxied
-// request goes (the same transport, identity and endpoint policy), over one
+// get sends GET (as userAgent, if set) for each path in turn to gw's cluster at
+// addr (one of its addresses) the way a proxied request goes (the same transport, identity and endpoint policy), over one
 // connection, and says whether each answered 200 and, if not, why. It stops
 // at the first that did not: the result has at least one element.
-func (p *Proxy) get(ctx context.Context, gw *gateways.Gateway, id identity, userAgent string, paths ...string) []probeResult {
+func (p *Proxy) get(ctx context.Context, gw *gateways.Gateway, addr *url.URL, id identity, userAgent string, paths ...string) []probeResult {
 	name := gw.Name()
 	if !gw.Ready {
 		return []probeResult{{reason: v1alpha1.ReasonGatewayNotReady, message: gw.Problem}}
@@ -120,8 +171,8 @@ func (p *Proxy) get(ctx context.Context, gw *gateways.Gateway, id identity, user
 	err = p.opts.Pool.Probe(target, func(base http.RoundTripper) error {
 		rt := &upstreamTransport{base: base, id: id, cluster: name}
 		for _, path := range paths {
-			u := *gw.Address
-			u.Path = joinPath(gw.Address.Path, path)
+			u := *addr
+			u.Path = joinPath(addr.Path, path)
 			r := p.send(ctx, rt, u.String(), path, userAgent)
 			rs = append(rs, r)
 			if r.reason != v1alpha1.ReasonReachable {

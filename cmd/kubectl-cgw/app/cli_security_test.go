@@ -219,6 +219,7 @@ func TestJoinRefusesHostsInOtherIPv4Forms(t *testing.T) {
 	}{
 		{"server", "https://127.1:" + port, "", []string{"--service-account", "--cluster-role", "view"}, "address"},
 		{"--address", cluster.URL, "", []string{"--address", "https://2130706433:" + port}, "address"},
+		{"--additional-address", cluster.URL, "", []string{"--additional-address", "https://0x7f000001:" + port}, "address"},
 		{"proxy-url", cluster.URL, "http://0x7f000001:3128", nil, "proxy-url"},
 	} {
 		proxy := ""

@@ -25,6 +25,7 @@ type joinOptions struct {
 	clusterKubeconfig string
 	clusterContext    string
 	address           string
+	moreAddresses     []string
 	serverName        string
 	konnectivity      bool
 	impersonation     string
@@ -109,6 +110,7 @@ Needs get, create and update on clustergateways on the hub.`,
 	f.StringVar(&o.clusterKubeconfig, "cluster-kubeconfig", "", "The managed cluster's kubeconfig file (required unless --credential-secret or --credential-provider says where the credential is).")
 	f.StringVar(&o.clusterContext, "cluster-context", "", "The context of --cluster-kubeconfig to use (default: its current context).")
 	f.StringVar(&o.address, "address", "", "The API server URL the gateway dials (default: the kubeconfig's server). With --konnectivity, as the agent dials it.")
+	f.StringArrayVar(&o.moreAddresses, "additional-address", nil, "Another API server URL of the same cluster (same CA and credential), e.g. another control-plane node; repeat for each. The gateway spreads requests over --address (or the kubeconfig's server) and these.")
 	f.StringVar(&o.serverName, "server-name", "", "The name the cluster's serving certificate is verified against (default: the kubeconfig's tls-server-name, else the host of the address), e.g. kubernetes.default.svc when --address is a name only the tunnel knows.")
 	f.BoolVar(&o.konnectivity, "konnectivity", false, "Reach the cluster through the gateway's konnectivity proxy-server (endpoint type Konnectivity).")
 	f.StringVar(&o.impersonation, "impersonation", "", "None (the cluster sees the stored credential) or Caller (it sees the hub user, impersonated). Default: unchanged, None for a new gateway.")
@@ -211,16 +213,18 @@ func (o *joinOptions) run(ctx context.Context, h *hub) error {
 	// Addresses the gateway (and join, minting a token) would use are checked
 	// before anything is sent to the hub or the cluster: a token must not
 	// travel over http. Only a kubeconfig Secret may leave the address out.
+	ep.AdditionalAddresses = o.moreAddresses
 	var addresses []string
 	if ep.Address != "" || cred.Type != gatewayv1alpha1.CredentialSecretRef {
 		addresses = append(addresses, ep.Address)
 	}
+	addresses = append(addresses, o.moreAddresses...)
 	if o.serviceAccount {
 		addresses = append(addresses, src.config.Host)
 	}
 	for _, a := range addresses {
 		if _, err := gatewayv1alpha1.ParseAddress(a); err != nil {
-			return fmt.Errorf("the cluster's address %s %v (from %s)", gatewayv1alpha1.WithoutUserInfo(a), err, from)
+			return fmt.Errorf("the cluster's address %s %v (from %s, or --additional-address)", gatewayv1alpha1.WithoutUserInfo(a), err, from)
 		}
 	}
 	if ep.ProxyURL != "" {

@@ -32,6 +32,9 @@ func TestKeepMaterial(t *testing.T) {
 	}{
 		{name: "labels only", update: omit(func(g *v1alpha1.ClusterGateway) { g.Labels = map[string]string{"x": "y"} })},
 		{name: "address", update: omit(func(g *v1alpha1.ClusterGateway) { g.Spec.Endpoint.Address = "https://attacker.example:443" }), refused: []string{"spec.credential.x509", "spec.endpoint.proxyURL"}},
+		{name: "additional address", update: omit(func(g *v1alpha1.ClusterGateway) {
+			g.Spec.Endpoint.AdditionalAddresses = []string{"https://attacker.example:443"}
+		}), refused: []string{"spec.credential.x509", "spec.endpoint.proxyURL", "spec.endpoint.additionalAddresses"}},
 		{name: "caBundle", update: omit(func(g *v1alpha1.ClusterGateway) { g.Spec.Endpoint.CABundle = nil }), refused: []string{"spec.credential.x509"}},
 		{name: "serverName", update: omit(func(g *v1alpha1.ClusterGateway) { g.Spec.Endpoint.ServerName = "evil" }), refused: []string{"spec.credential.x509"}},
 		{name: "insecure", update: omit(func(g *v1alpha1.ClusterGateway) {

@@ -38,6 +38,11 @@ func (r *REST) withReachability(gw *v1alpha1.ClusterGateway) *v1alpha1.ClusterGa
 		if res.Latency > 0 {
 			st.Latency = &metav1.Duration{Duration: res.Latency.Round(100 * 1000)}
 		}
+		for _, a := range res.Addresses {
+			t := metav1.NewTime(a.LastProbeTime)
+			st.Addresses = append(st.Addresses, v1alpha1.AddressReachability{
+				Address: a.Address, Reachable: a.Reason == v1alpha1.ReasonReachable, Reason: a.Reason, Message: a.Message, LastProbeTime: &t})
+		}
 		gw.Status.Reachability = st
 	}
 	return gw

@@ -319,6 +319,13 @@ func (r *REST) validateWrite(gw *v1alpha1.ClusterGateway, sent v1alpha1.Credenti
 			errs = append(errs, field.Forbidden(ep.Child("address"), err.Error()))
 		}
 	}
+	for i, a := range gw.Spec.Endpoint.AdditionalAddresses {
+		if u, err := v1alpha1.ParseAddress(a); err == nil {
+			if err := r.policy.CheckHost(u.Hostname()); err != nil {
+				errs = append(errs, field.Forbidden(ep.Child("additionalAddresses").Index(i), err.Error()))
+			}
+		}
+	}
 	if gw.Spec.Endpoint.ProxyURL != "" {
 		if u, err := v1alpha1.ParseProxyURL(gw.Spec.Endpoint.ProxyURL); err == nil {
 			if err := r.policy.CheckHost(u.Hostname()); err != nil {
@@ -395,6 +402,7 @@ func routeChanges(gw, old *v1alpha1.ClusterGateway) []string {
 	}
 	add(e.Type != o.Type, "spec.endpoint.type")
 	add(e.Address != o.Address, "spec.endpoint.address")
+	add(!slices.Equal(e.AdditionalAddresses, o.AdditionalAddresses), "spec.endpoint.additionalAddresses")
 	add(!bytes.Equal(e.CABundle, o.CABundle), "spec.endpoint.caBundle")
 	add(e.ServerName != o.ServerName, "spec.endpoint.serverName")
 	add(e.InsecureSkipTLSVerify != o.InsecureSkipTLSVerify, "spec.endpoint.insecureSkipTLSVerify")

@@ -71,6 +71,7 @@ func TestWriterCannotMoveStoredToken(t *testing.T) {
 	}
 	for _, p := range []string{
 		`{"spec":{"endpoint":{"address":"https://attacker.example:443"}}}`,
+		`{"spec":{"endpoint":{"additionalAddresses":["https://attacker.example:443"]}}}`,
 		`{"spec":{"endpoint":{"proxyURL":"http://127.0.0.9:3128"}}}`,
 		`{"spec":{"endpoint":{"proxyURL":null}}}`,
 		`{"spec":{"endpoint":{"serverName":"evil.example"}}}`,

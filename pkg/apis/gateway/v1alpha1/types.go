@@ -111,6 +111,15 @@ type Endpoint struct {
 	// Address is the https URL of the cluster's API server as reached directly,
 	// or as dialed by the konnectivity agent, e.g. https://10.0.0.1:6443.
 	Address string `json:"address"`
+	// AdditionalAddresses are more https URLs of the same API (the same CA,
+	// serving certificate names and credential), e.g. the other control-plane
+	// nodes of a highly available cluster. Requests are spread over address
+	// and these, leaving out one that failed its last probe or a recent dial.
+	// Each is validated like address, the endpoint policy included; at most
+	// MaxAdditionalAddresses, none repeating another.
+	// +optional
+	// +listType=atomic
+	AdditionalAddresses []string `json:"additionalAddresses,omitempty"`
 	// CABundle is the PEM bundle that signs the API server's serving certificate.
 	// Empty means the system roots.
 	// +optional
@@ -256,6 +265,29 @@ type ReachabilityStatus struct {
 	// ServerVersion is the cluster's Kubernetes version, from its /version.
 	// +optional
 	ServerVersion string `json:"serverVersion,omitempty"`
+	// Addresses has the last probe of each address, for a gateway with
+	// additionalAddresses (address first). The cluster is Reachable while
+	// any address is.
+	// +optional
+	// +listType=atomic
+	Addresses []AddressReachability `json:"addresses,omitempty"`
+}
+
+// AddressReachability is the last probe of one of a cluster's addresses.
+type AddressReachability struct {
+	// Address is spec.endpoint.address or one of spec.endpoint.additionalAddresses.
+	Address string `json:"address"`
+	// Reachable is true when the address answered /readyz with 200.
+	Reachable bool `json:"reachable"`
+	// Reason is Reachable, DialFailed, TLSFailed, HTTPError or NoAnswer.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Message says why the address is not reachable.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// LastProbeTime is when the address was last probed.
+	// +optional
+	LastProbeTime *metav1.Time `json:"lastProbeTime,omitempty"`
 }
 
 // Condition types and reasons.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"slices"
 	"strings"
@@ -54,6 +55,7 @@ func validateEndpoint(ep *Endpoint, fromSecret bool, p *field.Path) field.ErrorL
 	} else if _, err := ParseAddress(ep.Address); err != nil {
 		allErrs = append(allErrs, field.Invalid(p.Child("address"), WithoutUserInfo(ep.Address), err.Error()))
 	}
+	allErrs = append(allErrs, validateAdditionalAddresses(ep, p.Child("additionalAddresses"))...)
 	if len(ep.CABundle) > 0 {
 		if _, err := ParseCABundle(ep.CABundle); err != nil {
 			allErrs = append(allErrs, field.Invalid(p.Child("caBundle"), "<PEM>", err.Error()))
@@ -70,6 +72,45 @@ func validateEndpoint(ep *Endpoint, fromSecret bool, p *field.Path) field.ErrorL
 		}
 	}
 	return allErrs
+}
+
+// MaxAdditionalAddresses bounds spec.endpoint.additionalAddresses: a
+// control plane has a handful of API servers.
+const MaxAdditionalAddresses = 8
+
+// validateAdditionalAddresses checks each additional address like address,
+// and that no address repeats another (as dialed: host and port).
+func validateAdditionalAddresses(ep *Endpoint, p *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	if len(ep.AdditionalAddresses) > MaxAdditionalAddresses {
+		allErrs = append(allErrs, field.TooMany(p, len(ep.AdditionalAddresses), MaxAdditionalAddresses))
+	}
+	seen := map[string]bool{}
+	if u, err := ParseAddress(ep.Address); err == nil {
+		seen[HostPort(u)] = true
+	}
+	for i, a := range ep.AdditionalAddresses {
+		u, err := ParseAddress(a)
+		if err != nil {
+			allErrs = append(allErrs, field.Invalid(p.Index(i), WithoutUserInfo(a), err.Error()))
+			continue
+		}
+		if seen[HostPort(u)] {
+			allErrs = append(allErrs, field.Duplicate(p.Index(i), a))
+		}
+		seen[HostPort(u)] = true
+	}
+	return allErrs
+}
+
+// HostPort is an address's host and port as dialed (443 when it names none),
+// lower case.
+func HostPort(u *url.URL) string {
+	port := u.Port()
+	if port == "" {
+		port = "443"
+	}
+	return strings.ToLower(net.JoinHostPort(u.Hostname(), port))
 }
 
 func validateCredential(c *Credential, p *field.Path) field.ErrorList {

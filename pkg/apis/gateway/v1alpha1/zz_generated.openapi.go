@@ -31,6 +31,7 @@ import (
 
 func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
 	return map[string]common.OpenAPIDefinition{
+		AddressReachability{}.OpenAPIModelName():          schema_pkg_apis_gateway_v1alpha1_AddressReachability(ref),
 		ClusterGateway{}.OpenAPIModelName():               schema_pkg_apis_gateway_v1alpha1_ClusterGateway(ref),
 		ClusterGatewayHealth{}.OpenAPIModelName():         schema_pkg_apis_gateway_v1alpha1_ClusterGatewayHealth(ref),
 		ClusterGatewayList{}.OpenAPIModelName():           schema_pkg_apis_gateway_v1alpha1_ClusterGatewayList(ref),
@@ -99,6 +100,58 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		runtime.TypeMeta{}.OpenAPIModelName():             schema_k8sio_apimachinery_pkg_runtime_TypeMeta(ref),
 		runtime.Unknown{}.OpenAPIModelName():              schema_k8sio_apimachinery_pkg_runtime_Unknown(ref),
 		version.Info{}.OpenAPIModelName():                 schema_k8sio_apimachinery_pkg_version_Info(ref),
+	}
+}
+
+func schema_pkg_apis_gateway_v1alpha1_AddressReachability(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "AddressReachability is the last probe of one of a cluster's addresses.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"address": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Address is spec.endpoint.address or one of spec.endpoint.additionalAddresses.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"reachable": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Reachable is true when the address answered /readyz with 200.",
+							Default:     false,
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"reason": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Reason is Reachable, DialFailed, TLSFailed, HTTPError or NoAnswer.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Message says why the address is not reachable.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"lastProbeTime": {
+						SchemaProps: spec.SchemaProps{
+							Description: "LastProbeTime is when the address was last probed.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"address", "reachable"},
+			},
+		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName()},
 	}
 }
 
@@ -507,6 +560,25 @@ func schema_pkg_apis_gateway_v1alpha1_Endpoint(ref common.ReferenceCallback) com
 							Format:      "",
 						},
 					},
+					"additionalAddresses": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "AdditionalAddresses are more https URLs of the same API (the same CA, serving certificate names and credential), e.g. the other control-plane nodes of a highly available cluster. Requests are spread over address and these, leaving out one that failed its last probe or a recent dial. Each is validated like address, the endpoint policy included; at most MaxAdditionalAddresses, none repeating another.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
 					"caBundle": {
 						SchemaProps: spec.SchemaProps{
 							Description: "CABundle is the PEM bundle that signs the API server's serving certificate. Empty means the system roots.",
@@ -619,11 +691,29 @@ func schema_pkg_apis_gateway_v1alpha1_ReachabilityStatus(ref common.ReferenceCal
 							Format:      "",
 						},
 					},
+					"addresses": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Addresses has the last probe of each address, for a gateway with additionalAddresses (address first). The cluster is Reachable while any address is.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(AddressReachability{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1.Duration{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
+			AddressReachability{}.OpenAPIModelName(), v1.Duration{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
 	}
 }
 
