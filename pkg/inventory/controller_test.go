@@ -350,6 +350,14 @@ func TestOneLeaderSyncs(t *testing.T) {
 	h := newHarness(t, capiKubeconfig("one", "u1"))
 	a, stopA := h.start(t, "a", SourceCAPI)
 	regA := h.reg
+	// b starts once a holds the Lease: which of two new replicas wins is
+	// not what this test is about.
+	eventually(t, "a to hold the Lease", func() error {
+		if la := metric(t, regA, "cluster_gateway_inventory_leader", nil); la != 1 {
+			return fmt.Errorf("leader gauge of a = %v", la)
+		}
+		return nil
+	})
 	// b on the same hub and store, stopped by hand below.
 	o := a.cfg.Options
 	b, err := New(Config{Options: o, Store: h.store, Client: h.client, Namespaces: []string{gwNamespace, srcNamespace}, Identity: "b"})
