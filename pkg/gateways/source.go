@@ -16,18 +16,8 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
 
-// The data keys of the credential Secrets the gateway reads (Cluster API,
-// OCM managed-serviceaccount, cert-manager and ServiceAccount token Secrets).
-const (
-	SourceKeyKubeconfigCAPI = "value"
-	SourceKeyKubeconfig     = "kubeconfig"
-	SourceKeyToken          = "token"
-	SourceKeyCA             = "ca.crt"
-	SourceKeyCert           = "tls.crt"
-	SourceKeyKey            = "tls.key"
-)
-
-var sourceKeys = []string{SourceKeyKubeconfigCAPI, SourceKeyKubeconfig, SourceKeyToken, SourceKeyCA, SourceKeyCert, SourceKeyKey}
+// The keys the gateway reads of a credential Secret.
+var sourceKeys = []string{v1alpha1.SecretKeyKubeconfigCAPI, v1alpha1.SecretKeyKubeconfig, v1alpha1.SecretKeyToken, v1alpha1.SecretKeyCA, v1alpha1.SecretKeyCert, v1alpha1.SecretKeyKey}
 
 // Source is a credential Secret as the gateway keeps it: only the keys it
 // reads, parsed once per format and resourceVersion. It is immutable.
@@ -96,11 +86,11 @@ func (s *Source) material(format v1alpha1.SecretFormat) *Material {
 func (s *Source) detect() v1alpha1.SecretFormat {
 	d := s.data
 	switch {
-	case len(d[SourceKeyKubeconfigCAPI]) > 0 || len(d[SourceKeyKubeconfig]) > 0:
+	case len(d[v1alpha1.SecretKeyKubeconfigCAPI]) > 0 || len(d[v1alpha1.SecretKeyKubeconfig]) > 0:
 		return v1alpha1.SecretFormatKubeconfig
-	case len(d[SourceKeyCert]) > 0 || len(d[SourceKeyKey]) > 0:
+	case len(d[v1alpha1.SecretKeyCert]) > 0 || len(d[v1alpha1.SecretKeyKey]) > 0:
 		return v1alpha1.SecretFormatTLS
-	case len(d[SourceKeyToken]) > 0:
+	case len(d[v1alpha1.SecretKeyToken]) > 0:
 		return v1alpha1.SecretFormatToken
 	}
 	return ""
@@ -108,31 +98,31 @@ func (s *Source) detect() v1alpha1.SecretFormat {
 
 func (s *Source) parse(format v1alpha1.SecretFormat) *Material {
 	d := s.data
-	m := &Material{Format: format, CABundle: d[SourceKeyCA]}
+	m := &Material{Format: format, CABundle: d[v1alpha1.SecretKeyCA]}
 	switch format {
 	case v1alpha1.SecretFormatKubeconfig:
-		raw := d[SourceKeyKubeconfigCAPI]
+		raw := d[v1alpha1.SecretKeyKubeconfigCAPI]
 		if len(raw) == 0 {
-			raw = d[SourceKeyKubeconfig]
+			raw = d[v1alpha1.SecretKeyKubeconfig]
 		}
 		if len(raw) == 0 {
-			m.Problem = fmt.Sprintf("has no kubeconfig under data[%s] or data[%s]", SourceKeyKubeconfigCAPI, SourceKeyKubeconfig)
+			m.Problem = fmt.Sprintf("has no kubeconfig under data[%s] or data[%s]", v1alpha1.SecretKeyKubeconfigCAPI, v1alpha1.SecretKeyKubeconfig)
 		} else {
 			m.Problem = fromKubeconfig(m, raw)
 		}
 	case v1alpha1.SecretFormatToken:
-		m.Token = strings.TrimSpace(string(d[SourceKeyToken]))
+		m.Token = strings.TrimSpace(string(d[v1alpha1.SecretKeyToken]))
 		if m.Token == "" {
-			m.Problem = fmt.Sprintf("has no data[%s]", SourceKeyToken)
+			m.Problem = fmt.Sprintf("has no data[%s]", v1alpha1.SecretKeyToken)
 		}
 	case v1alpha1.SecretFormatTLS:
-		m.Cert, m.Key = d[SourceKeyCert], d[SourceKeyKey]
+		m.Cert, m.Key = d[v1alpha1.SecretKeyCert], d[v1alpha1.SecretKeyKey]
 		if len(m.Cert) == 0 || len(m.Key) == 0 {
-			m.Problem = fmt.Sprintf("needs both data[%s] and data[%s]", SourceKeyCert, SourceKeyKey)
+			m.Problem = fmt.Sprintf("needs both data[%s] and data[%s]", v1alpha1.SecretKeyCert, v1alpha1.SecretKeyKey)
 		}
 	default:
 		m.Problem = fmt.Sprintf("holds none of a kubeconfig (data[%s] or data[%s]), a client certificate (data[%s] and data[%s]) or a token (data[%s])",
-			SourceKeyKubeconfigCAPI, SourceKeyKubeconfig, SourceKeyCert, SourceKeyKey, SourceKeyToken)
+			v1alpha1.SecretKeyKubeconfigCAPI, v1alpha1.SecretKeyKubeconfig, v1alpha1.SecretKeyCert, v1alpha1.SecretKeyKey, v1alpha1.SecretKeyToken)
 	}
 	if m.Problem == "" && m.Token != "" {
 		m.TokenExpiry = jwtExpiry(m.Token)

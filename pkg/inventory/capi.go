@@ -7,7 +7,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
-	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 )
 
 // Cluster API's kubeconfig Secret: <cluster>-kubeconfig, of this type, with
@@ -26,8 +25,8 @@ func capiSecret(s *corev1.Secret) *corev1.Secret {
 		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name, UID: s.UID, ResourceVersion: s.ResourceVersion, Labels: s.Labels},
 		Type:       s.Type,
 	}
-	if _, ok := s.Data[gateways.SourceKeyKubeconfigCAPI]; ok {
-		out.Data = map[string][]byte{gateways.SourceKeyKubeconfigCAPI: nil}
+	if _, ok := s.Data[v1alpha1.SecretKeyKubeconfigCAPI]; ok {
+		out.Data = map[string][]byte{v1alpha1.SecretKeyKubeconfigCAPI: nil}
 	}
 	return out
 }
@@ -40,7 +39,7 @@ func capiGateway(s *corev1.Secret) *v1alpha1.ClusterGateway {
 	if s.Type != capiSecretType || cluster == "" || s.Name != cluster+capiNameSuffix {
 		return nil
 	}
-	if _, ok := s.Data[gateways.SourceKeyKubeconfigCAPI]; !ok {
+	if _, ok := s.Data[v1alpha1.SecretKeyKubeconfigCAPI]; !ok {
 		return nil
 	}
 	return synced(SourceCAPI, &s.ObjectMeta, v1alpha1.ClusterGatewaySpec{

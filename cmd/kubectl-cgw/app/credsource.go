@@ -33,7 +33,7 @@ type sourceFlags struct {
 }
 
 // The data keys of a kubeconfig Secret (Cluster API's "value", or "kubeconfig").
-var kubeconfigKeys = []string{"value", "kubeconfig"}
+var kubeconfigKeys = []string{gatewayv1alpha1.SecretKeyKubeconfigCAPI, gatewayv1alpha1.SecretKeyKubeconfig}
 
 func (s *sourceFlags) any() bool { return s.secret != "" || s.provider != "" }
 

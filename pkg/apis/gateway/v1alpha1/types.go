@@ -51,6 +51,17 @@ const (
 	SecretFormatTLS SecretFormat = "TLS"
 )
 
+// The data keys of a credential Secret, by format (Cluster API, OCM
+// managed-serviceaccount, cert-manager and ServiceAccount token Secrets).
+const (
+	SecretKeyKubeconfigCAPI = "value"      // Kubeconfig, as Cluster API writes it
+	SecretKeyKubeconfig     = "kubeconfig" // Kubeconfig, elsewhere
+	SecretKeyToken          = "token"      // Token
+	SecretKeyCA             = "ca.crt"     // Token and TLS: the server's CA (optional)
+	SecretKeyCert           = "tls.crt"    // TLS
+	SecretKeyKey            = "tls.key"    // TLS
+)
+
 // ImpersonationMode says whose identity the managed cluster sees.
 // +enum
 type ImpersonationMode string
