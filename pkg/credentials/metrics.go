@@ -6,19 +6,11 @@ import (
 	"k8s.io/component-base/metrics"
 )
 
-// Source kinds, the source_kind label of the credential metrics.
-const (
-	SourceKindSecret   = "Secret"
-	SourceKindProvider = "Provider"
-)
-
-// Metrics are the credential metrics of every source kind (a Secret, a
-// provider): rotations and errors by kind, provider runs and their
-// duration by provider. Labels are bounded: providers are the operator's,
-// never cluster names.
+// Metrics are the providers' runs and their duration, by provider (the
+// rotations and source errors of every source kind are pkg/gateways'
+// Metrics). Labels are bounded: providers are the operator's, never
+// cluster names.
 type Metrics struct {
-	rotations     *metrics.CounterVec
-	sourceErrors  *metrics.CounterVec
 	providerCalls *metrics.CounterVec
 	duration      *metrics.HistogramVec
 }
@@ -29,16 +21,6 @@ var DefaultMetrics = newMetrics()
 
 func newMetrics() *Metrics {
 	return &Metrics{
-		rotations: metrics.NewCounterVec(&metrics.CounterOpts{
-			Namespace: "cluster_gateway", Subsystem: "credential", Name: "rotations_total",
-			Help:           "Credentials replaced by their source (Secret: a rotated credential Secret; Provider: a provider returned a new credential), by source kind.",
-			StabilityLevel: metrics.ALPHA,
-		}, []string{"source_kind"}),
-		sourceErrors: metrics.NewCounterVec(&metrics.CounterOpts{
-			Namespace: "cluster_gateway", Subsystem: "credential", Name: "source_errors_total",
-			Help:           "Credential sources that gave no usable credential, by source kind and reason (Provider: failed, timeout, malformed).",
-			StabilityLevel: metrics.ALPHA,
-		}, []string{"source_kind", "reason"}),
 		providerCalls: metrics.NewCounterVec(&metrics.CounterOpts{
 			Namespace: "cluster_gateway", Subsystem: "credential", Name: "provider_calls_total",
 			Help:           "Credential provider runs seen by their outcome (ok: a new credential; failed, timeout, malformed), by provider. A run that returns the credential it returned before is not told from client-go's cache and not counted.",
@@ -54,16 +36,10 @@ func newMetrics() *Metrics {
 
 // Register adds the metrics to r (the server's registry).
 func (m *Metrics) Register(r metrics.KubeRegistry) {
-	r.MustRegister(m.rotations, m.sourceErrors, m.providerCalls, m.duration)
+	r.MustRegister(m.providerCalls, m.duration)
 }
 
 func (m *Metrics) providerCall(provider, result string, d time.Duration) {
 	m.providerCalls.WithLabelValues(provider, result).Inc()
 	m.duration.WithLabelValues(provider).Observe(d.Seconds())
 }
-
-func (m *Metrics) sourceError(kind, reason string) {
-	m.sourceErrors.WithLabelValues(kind, reason).Inc()
-}
-
-func (m *Metrics) rotation(kind string) { m.rotations.WithLabelValues(kind).Inc() }

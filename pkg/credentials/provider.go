@@ -62,6 +62,7 @@ type Providers struct {
 	mu       sync.Mutex
 	clusters map[string]*cluster
 	onChange atomic.Pointer[func(gateway string)]
+	unknown  sync.Map // provider name -> *State of a provider not configured
 }
 
 // New returns the providers of cfg (nil: none configured).
@@ -103,8 +104,8 @@ func (p *Providers) entry(c *Cluster) *cluster {
 	p.clusters[c.Gateway] = e
 	prov := p.cfg.provider(c.Provider)
 	if prov == nil {
-		e.state.Store(&State{Problem: fmt.Sprintf("names credential provider %q, which this gateway does not configure (its --credential-providers-file has %s): name one of those, or add it there",
-			c.Provider, describeNames(p.cfg.Names()))})
+		st, _ := p.unknown.LoadOrStore(c.Provider, p.unconfigured(c.Provider))
+		e.state.Store(st.(*State))
 		return e
 	}
 	e.timeout = prov.timeout
@@ -142,8 +143,27 @@ func (p *Providers) execConfig(prov *Provider) *clientcmdapi.ExecConfig {
 	}
 }
 
-// Latest is c's State without running its provider: nil before its first run.
-func (p *Providers) Latest(c *Cluster) *State { return p.entry(c).state.Load() }
+// Latest is c's State without running its provider (nor building
+// anything): nil before its first run, or when c is not what the gateway's
+// provider last ran for (an older version of the gateway, say).
+func (p *Providers) Latest(c *Cluster) *State {
+	if p.cfg.provider(c.Provider) == nil {
+		st, _ := p.unknown.LoadOrStore(c.Provider, p.unconfigured(c.Provider))
+		return st.(*State)
+	}
+	p.mu.Lock()
+	e, ok := p.clusters[c.Gateway]
+	p.mu.Unlock()
+	if !ok || !e.spec.equal(c) {
+		return nil
+	}
+	return e.state.Load()
+}
+
+func (p *Providers) unconfigured(name string) *State {
+	return &State{Problem: fmt.Sprintf("names credential provider %q, which this gateway does not configure (its --credential-providers-file has %s): name one of those, or add it there",
+		name, describeNames(p.cfg.Names()))}
+}
 
 // Get is c's credential as client-go's Authenticator has it, running the
 // provider when it has none or it expired: at most one run at a time per
@@ -207,7 +227,6 @@ func (p *Providers) fetch(e *cluster, refused string) *State {
 	if err != nil {
 		reason, problem := describe(err, e.name, e.timeout)
 		p.metrics.providerCall(e.name, reason, time.Since(start))
-		p.metrics.sourceError(SourceKindProvider, reason)
 		if prev != nil && prev.Problem == problem {
 			return prev
 		}
@@ -221,9 +240,6 @@ func (p *Providers) fetch(e *cluster, refused string) *State {
 		return prev // client-go's cached credential
 	}
 	p.metrics.providerCall(e.name, "ok", time.Since(start))
-	if prev != nil && prev.Problem == "" {
-		p.metrics.rotation(SourceKindProvider)
-	}
 	next.Rotated = time.Now()
 	return p.publish(e, next)
 }
