@@ -13,8 +13,9 @@ import (
 // the same credentials work on both. Its serving certificate, from c's CA,
 // covers c's address and ip. Stop it with StopCluster or KillCluster, which
 // stop only it; StartCluster brings it back on its port. Env.Stop stops it
-// with everything else.
-func (e *Env) StartAPIServerReplica(ctx context.Context, c *Cluster, ip string) (*Cluster, error) {
+// with everything else. extra flags are added to c's (an authentication
+// config, say).
+func (e *Env) StartAPIServerReplica(ctx context.Context, c *Cluster, ip string, extra ...string) (*Cluster, error) {
 	if c == e.Hub || c.GatewayUser == nil {
 		return nil, fmt.Errorf("%s is not a managed cluster: replicas are of managed clusters", c.Name)
 	}
@@ -37,7 +38,7 @@ func (e *Env) StartAPIServerReplica(ctx context.Context, c *Cluster, ip string) 
 	}); err != nil {
 		return nil, err
 	}
-	if err := e.startAPIServer(ctx, r, c.args); err != nil {
+	if err := e.startAPIServer(ctx, r, append(append([]string{}, c.args...), extra...)); err != nil {
 		return nil, fmt.Errorf("replica of %s on %s: %w", c.Name, ip, err)
 	}
 	return r, nil
