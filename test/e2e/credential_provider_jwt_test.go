@@ -19,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -155,18 +154,7 @@ providers:
 	gw.Spec.Credential = gatewayv1alpha1.Credential{Type: gatewayv1alpha1.CredentialProvider, Provider: &gatewayv1alpha1.ProviderReference{Name: "jwt"}}
 	createGateway(t, gw)
 	_, via := viaHub(t, gw.Name)
-	whoami := func() (string, error) {
-		body, err := via.AuthenticationV1().RESTClient().Post().Resource("selfsubjectreviews").
-			Body([]byte(`{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`)).DoRaw(ctx)
-		if err != nil {
-			return "", err
-		}
-		var r authenticationv1.SelfSubjectReview
-		if err := json.Unmarshal(body, &r); err != nil {
-			return "", err
-		}
-		return r.Status.UserInfo.Username, nil
-	}
+	whoami := func() (string, error) { return seenUser(ctx, via) }
 	// The first token may precede the replica's RBAC cache; after that, no error.
 	eventually(t, "the managed cluster to see the provider's JWT user", func() error {
 		if got, err := whoami(); err != nil || got != user {

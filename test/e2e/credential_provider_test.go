@@ -91,18 +91,7 @@ providers:
 	}}
 	createGateway(t, gw)
 	_, via := viaHub(t, gw.Name)
-	whoami := func() (string, error) {
-		body, err := via.AuthenticationV1().RESTClient().Post().Resource("selfsubjectreviews").
-			Body([]byte(`{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`)).DoRaw(ctx)
-		if err != nil {
-			return "", err
-		}
-		var r authenticationv1.SelfSubjectReview
-		if err := json.Unmarshal(body, &r); err != nil {
-			return "", err
-		}
-		return r.Status.UserInfo.Username, nil
-	}
+	whoami := func() (string, error) { return seenUser(ctx, via) }
 	user := func(sa string) string { return "system:serviceaccount:default:" + sa }
 
 	eventually(t, "namespaces listed through a Provider gateway (once RBAC knows its binding)", func() error {
@@ -215,4 +204,18 @@ func providerServiceAccount(t *testing.T, cs kubernetes.Interface, name string) 
 		t.Fatalf("TokenRequest on the managed cluster: %v", err)
 	}
 	return tr.Status.Token
+}
+
+// seenUser is the user the managed cluster sees for requests of cs.
+func seenUser(ctx context.Context, cs kubernetes.Interface) (string, error) {
+	body, err := cs.AuthenticationV1().RESTClient().Post().Resource("selfsubjectreviews").
+		Body([]byte(`{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`)).DoRaw(ctx)
+	if err != nil {
+		return "", err
+	}
+	var r authenticationv1.SelfSubjectReview
+	if err := json.Unmarshal(body, &r); err != nil {
+		return "", err
+	}
+	return r.Status.UserInfo.Username, nil
 }
