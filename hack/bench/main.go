@@ -222,7 +222,9 @@ func buildTargets(ctx context.Context, env *localenv.Env) ([]*target, func(), er
 	k := env.Konnectivity
 	if k != nil {
 		pids[k.Cluster.Name] = k.Cluster.Process.Pid()
-		pids["proxy-server"] = k.Server.Pid()
+		for _, p := range k.Servers {
+			pids[p.ID] = p.Process.Pid()
+		}
 		pids["proxy-agent"] = k.Agent.Pid()
 	}
 	direct, err := mtlsClient(m1.CA.CertPEM, m1.GatewayUser)

@@ -13,14 +13,10 @@ import (
 )
 
 // Balancer forwards each connection it accepts to the next backend in turn
-// that accepts a connection and that Ready (if set) allows, as a Service
-// sends new connections to ready endpoints. Connections already made stay
-// where they are, as with kube-proxy.
+// that accepts a connection (a dead one refuses, and is skipped).
+// Connections already made stay where they are, as with kube-proxy.
 type Balancer struct {
 	Addr string // host:port it listens on
-
-	// Ready, if set, tells whether backend i may take new connections.
-	Ready func(i int) bool
 
 	ln       net.Listener
 	backends []string
@@ -66,13 +62,10 @@ func (b *Balancer) accept() {
 	}
 }
 
-// dial connects to the next backend that is ready and accepts, or nil.
+// dial connects to the next backend that accepts, or nil.
 func (b *Balancer) dial() net.Conn {
 	for range b.backends {
 		i := int(b.next.Add(1) % uint64(len(b.backends)))
-		if b.Ready != nil && !b.Ready(i) {
-			continue
-		}
 		if up, err := net.DialTimeout("tcp", b.backends[i], 5*time.Second); err == nil {
 			return up
 		}
