@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	clientproto "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
@@ -54,7 +58,10 @@ func (s *server) healthLoop(ctx context.Context, ticker clock.Ticker) {
 	}
 }
 
-// probe makes the round trip described above on t's gRPC connection.
+// probe makes the round trip described above on t's gRPC connection. Any
+// answer proves the proxy-server alive, whatever it says (another version
+// may answer the CLOSE_REQ otherwise, or end the stream); only silence,
+// or a connection grpc reports gone, fails it.
 func (t *tunnel) probe(ctx context.Context) error {
 	cc := t.cc.Load()
 	if cc == nil {
@@ -64,21 +71,28 @@ func (t *tunnel) probe(ctx context.Context) error {
 	defer cancel() // ends the stream if the server did not
 	stream, err := clientproto.NewProxyServiceClient(cc).Proxy(ctx)
 	if err != nil {
-		return err
+		return noAnswer(err)
 	}
 	req := &clientproto.Packet{Type: clientproto.PacketType_CLOSE_REQ,
 		Payload: &clientproto.Packet_CloseRequest{CloseRequest: &clientproto.CloseRequest{}}}
-	if err := stream.Send(req); err != nil {
+	if err := stream.Send(req); err != nil && !errors.Is(err, io.EOF) {
+		return noAnswer(err)
+	}
+	if _, err := stream.Recv(); err != nil && !errors.Is(err, io.EOF) {
+		return noAnswer(err)
+	}
+	_ = stream.CloseSend()
+	return nil
+}
+
+// noAnswer keeps the errors that mean the proxy-server did not answer; a
+// status it sent (say Unimplemented) is an answer.
+func noAnswer(err error) error {
+	switch status.Code(err) {
+	case codes.DeadlineExceeded, codes.Canceled, codes.Unavailable:
 		return err
 	}
-	resp, err := stream.Recv()
-	if err != nil {
-		return err
-	}
-	if resp.Type != clientproto.PacketType_CLOSE_RSP {
-		return fmt.Errorf("answered a health check with %v, not CLOSE_RSP", resp.Type)
-	}
-	return stream.CloseSend()
+	return nil
 }
 
 var errCaptured = errors.New("gRPC connection captured for health checks; no stream opened")
@@ -95,11 +109,13 @@ func (t *tunnel) captureClientConn(ctx context.Context, desc *grpc.StreamDesc, c
 }
 
 // holdClientConn runs once, right after the build, before anyone else may
-// dial through t.
-func (t *tunnel) holdClientConn() {
+// dial through t; timeout bounds it should the interceptor not be called.
+func (t *tunnel) holdClientConn(timeout time.Duration) {
 	t.capturing.Store(true)
 	defer t.capturing.Store(false)
-	if c, err := t.rt.DialContext(context.Background(), "tcp", "health-check.invalid:0"); err == nil {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if c, err := t.rt.DialContext(ctx, "tcp", "health-check.invalid:0"); err == nil {
 		_ = c.Close() // cannot happen: the interceptor refused the stream
 	}
 }

@@ -131,7 +131,7 @@ func (s *server) build(ctx context.Context, mat *material) (*tunnel, error) {
 	}
 	t.rt = rt
 	s.openTunnels.Add(1)
-	t.holdClientConn()
+	t.holdClientConn(s.m.opts.DialTimeout)
 	t.arm()
 	return t, nil
 }
