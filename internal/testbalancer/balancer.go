@@ -13,10 +13,15 @@ import (
 )
 
 // Balancer forwards each connection it accepts to the next backend in turn
-// that accepts a connection (a dead one refuses, and is skipped).
-// Connections already made stay where they are, as with kube-proxy.
+// that accepts a connection (a dead one refuses, and is skipped) and that
+// Ready, if set, allows. Connections already made stay where they are, as
+// with kube-proxy.
 type Balancer struct {
 	Addr string // host:port it listens on
+
+	// Ready, if set before Start, tells whether backend i may take new
+	// connections (as endpoints drop a pod that is not ready).
+	Ready func(i int) bool
 
 	ln       net.Listener
 	backends []string
@@ -62,10 +67,13 @@ func (b *Balancer) accept() {
 	}
 }
 
-// dial connects to the next backend that accepts, or nil.
+// dial connects to the next backend that is ready and accepts, or nil.
 func (b *Balancer) dial() net.Conn {
 	for range b.backends {
 		i := int(b.next.Add(1) % uint64(len(b.backends)))
+		if b.Ready != nil && !b.Ready(i) {
+			continue
+		}
 		if up, err := net.DialTimeout("tcp", b.backends[i], 5*time.Second); err == nil {
 			return up
 		}
