@@ -225,3 +225,53 @@ func TestRotationMovesEveryTunnel(t *testing.T) {
 	c.CloseIdleConnections()
 	clean()
 }
+
+// The first dials wait for the first tunnel that is built, not for every
+// first build: with one proxy-server silent from the start (its build waits
+// for the dial timeout), requests go through the other at once.
+func TestFirstDialsDoNotWaitForASilentProxyServer(t *testing.T) {
+	s := newStackN(t, 2)
+	clean := leakCheck(t, s)
+	pid := s.servers[0].cmd.Process.Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	opts := s.options()
+	opts.DialTimeout = time.Minute // the silent one's build; no request below may wait that long
+	m := startManager(t, opts)
+	c := httpClient(m, s) // gives up after 20s
+	for range 4 {
+		if err := get(c, s); err != nil {
+			t.Fatalf("with one proxy-server silent from the start: %v", err)
+		}
+	}
+	if st, _ := m.ServerStats(s.addresses()[0]); st.UpTunnels != 0 {
+		t.Fatalf("a tunnel to the stopped proxy-server is up: %+v", st)
+	}
+	m.Stop()
+	c.CloseIdleConnections()
+	clean()
+}
+
+// A proxy-server without the agent (one it has not reached yet, as right
+// after a restart) answers dials with an error; the dial is tried on the
+// next proxy-server, and every request succeeds.
+func TestDialFailsOverToTheProxyServerWithTheAgent(t *testing.T) {
+	s := newStackAgentOn(t, 2, []int{1})
+	clean := leakCheck(t, s)
+	m := startManager(t, s.options())
+	expectStats(t, m, "a tunnel to each proxy-server", func(st Stats) bool { return st.UpTunnels == 2 })
+	c := httpClient(m, s)
+	for range 6 {
+		if err := get(c, s); err != nil {
+			t.Fatalf("with the agent on one proxy-server of two: %v", err)
+		}
+	}
+	if st := m.Stats(); st.Failovers == 0 || st.DialFailures != 0 || st.UpTunnels != 2 {
+		t.Fatalf("want dials failed over from the proxy-server without the agent, none failed, both tunnels up; got %+v", st)
+	}
+	m.Stop()
+	c.CloseIdleConnections()
+	clean()
+}

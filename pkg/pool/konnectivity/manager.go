@@ -195,10 +195,9 @@ func (m *Manager) wake() {
 // firstTried lets dials waiting for the first builds see their outcome.
 func (m *Manager) firstTried() { m.triedOnce.Do(func() { close(m.tried) }) }
 
-// serverTried counts a server's first build attempt; up means it built a
-// tunnel, which dials may use at once.
-func (m *Manager) serverTried(up bool) {
-	if up || int(m.triedN.Add(1)) == len(m.servers) {
+// serverTried counts a server's first build attempt.
+func (m *Manager) serverTried() {
+	if int(m.triedN.Add(1)) == len(m.servers) {
 		m.firstTried()
 	}
 }

@@ -59,9 +59,14 @@ func (s *server) wake() {
 	}
 }
 
-// tried records the end of this server's first build attempt.
+// tried records the end of a build attempt: a tunnel up ends the Manager's
+// wait for the first builds at once; failures end it once every server has
+// had its first attempt.
 func (s *server) tried(up bool) {
-	s.triedOnce.Do(func() { s.m.serverTried(up) })
+	if up {
+		s.m.firstTried()
+	}
+	s.triedOnce.Do(s.m.serverTried)
 }
 
 func (s *server) stats() Stats {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -38,6 +39,7 @@ type stack struct {
 
 	servers                         []*proxyServer
 	balancer                        *testbalancer.Balancer // the agent's one address for several proxy-servers
+	agentOn                         []int                  // the proxy-servers the agent reaches; nil: all
 	agentAdminPort, agentHealthPort int
 
 	serverCA, clientCA, clusterCA, backendCA *testpki.CA
@@ -91,12 +93,17 @@ func isExec(p string) bool {
 	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
 }
 
-// newStack starts one proxy-server; newStackN starts n.
+// newStack starts one proxy-server; newStackN starts n, the agent
+// connected to each.
 func newStack(t testing.TB) *stack { return newStackN(t, 1) }
 
-func newStackN(t testing.TB, n int) *stack {
+func newStackN(t testing.TB, n int) *stack { return newStackAgentOn(t, n, nil) }
+
+// newStackAgentOn starts n proxy-servers, the agent connected only to those
+// listed (nil: all), as when an agent has not reached every proxy-server.
+func newStackAgentOn(t testing.TB, n int, agentOn []int) *stack {
 	t.Helper()
-	s := &stack{t: t, dir: t.TempDir(), bin: findBinaries(t)}
+	s := &stack{t: t, dir: t.TempDir(), bin: findBinaries(t), agentOn: agentOn}
 	s.serverCA, s.clientCA = testpki.MustCA(t, "proxy-server-ca"), testpki.MustCA(t, "gateway-client-ca")
 	s.clusterCA, s.backendCA = testpki.MustCA(t, "agent-ca"), testpki.MustCA(t, "managed-cluster-ca")
 	ports := freePorts(t, 2+4*n)
@@ -106,7 +113,9 @@ func newStackN(t testing.TB, n int) *stack {
 		p := ports[2+4*i:]
 		ps := &proxyServer{id: fmt.Sprintf("server-%d", i), serverPort: p[0], agentPort: p[1], adminPort: p[2], healthPort: p[3]}
 		s.servers = append(s.servers, ps)
-		agentAddrs = append(agentAddrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(ps.agentPort)))
+		if s.hasAgent(i) {
+			agentAddrs = append(agentAddrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(ps.agentPort)))
+		}
 	}
 
 	certs := map[string][]byte{"server-ca.crt": s.clientCA.CertPEM, "cluster-ca.crt": s.clusterCA.CertPEM}
@@ -258,11 +267,14 @@ func (s *stack) stop() {
 	}
 }
 
-// waitReady waits until every running proxy-server has the agent as a backend.
+func (s *stack) hasAgent(i int) bool { return s.agentOn == nil || slices.Contains(s.agentOn, i) }
+
+// waitReady waits until every running proxy-server the agent reaches has it
+// as a backend.
 func (s *stack) waitReady() {
 	s.t.Helper()
-	for _, p := range s.servers {
-		if p.cmd == nil {
+	for i, p := range s.servers {
+		if p.cmd == nil || !s.hasAgent(i) {
 			continue
 		}
 		url := fmt.Sprintf("http://127.0.0.1:%d/readyz", p.healthPort)
