@@ -25,7 +25,8 @@ type Konnectivity struct {
 	Servers []*ProxyServer // --mode=grpc --proxy-strategies=destHost,default, each its own --server-id
 	Agent   *Process       // proxy-agent (--agent-identifiers=ipv4=<Cluster.IP>)
 	// AgentBalancer forwards the agent's connections to the proxy-servers'
-	// agent ports in turn (not ready ones skipped), until it holds one to each.
+	// agent ports in turn (refusing ones skipped), until it holds one to each;
+	// nil with one proxy-server, which the agent dials itself.
 	AgentBalancer *testbalancer.Balancer
 
 	// proxy-agent ports on 127.0.0.1; AgentHealthPort serves /metrics.

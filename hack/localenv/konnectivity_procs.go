@@ -33,9 +33,12 @@ func (k *Konnectivity) buildServerArgs() {
 }
 
 func (k *Konnectivity) agentArgs() []string {
+	port := k.Servers[0].AgentPort
+	if k.AgentBalancer != nil {
+		port = k.AgentBalancer.Port() // one address for all proxy-servers, as a Service would be
+	}
 	return []string{
-		// One address for all proxy-servers, as a Service would be.
-		"--proxy-server-host=127.0.0.1", "--proxy-server-port=" + strconv.Itoa(k.AgentBalancer.Port()),
+		"--proxy-server-host=127.0.0.1", "--proxy-server-port=" + strconv.Itoa(port),
 		"--ca-cert=" + k.AgentCA.CertFile, "--agent-cert=" + k.path("agent.crt"), "--agent-key=" + k.path("agent.key"),
 		// destHost routes dials to the cluster's IP to this agent.
 		"--agent-identifiers=ipv4=" + k.Cluster.IP,
@@ -70,7 +73,10 @@ func (e *Env) startKonnectivity(ctx context.Context) error {
 				_ = p.Process.Kill()
 			}
 		}
-		k.AgentBalancer.Close()
+		if k.AgentBalancer != nil {
+			k.AgentBalancer.Close()
+			k.AgentBalancer = nil
+		}
 		if err := k.newPorts(); err != nil {
 			return err
 		}
@@ -83,12 +89,15 @@ func (e *Env) konnectivityUp(ctx context.Context) error {
 	for _, p := range k.Servers {
 		agentPorts = append(agentPorts, hostPort("127.0.0.1", p.AgentPort))
 	}
-	b, err := testbalancer.Listen("127.0.0.1", agentPorts...)
-	if err != nil {
-		return err
+	if len(k.Servers) > 1 { // one proxy-server: the agent dials it, with no hop in this process
+		b, err := testbalancer.Listen("127.0.0.1", agentPorts...)
+		if err != nil {
+			return err
+		}
+		k.AgentBalancer = b
+		b.Start()
 	}
-	k.AgentBalancer = b
-	b.Start()
+	var err error
 	for _, p := range k.Servers {
 		if p.Process, err = e.start(p.ID, "proxy-server", p.args...); err != nil {
 			return err
