@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -76,6 +77,10 @@ func (o *Options) Validate() []error {
 	var errs []error
 	seen := map[string]bool{}
 	for _, a := range o.Addresses {
+		if strings.TrimSpace(a) != a {
+			errs = append(errs, fmt.Errorf("--konnectivity-server-address %q has white space around it; separate addresses with commas only", a))
+			continue
+		}
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			errs = append(errs, fmt.Errorf("--konnectivity-server-address must be host:port, not %q: %v", a, err))
 		}
