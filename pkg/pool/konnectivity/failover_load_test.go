@@ -97,6 +97,14 @@ func TestRequestsRunningThroughAFailover(t *testing.T) {
 			lost := h.addresses()[0]
 			l := startLoad(h, 4)
 			l.await(t, 20)
+			// Pooled transports are keyed on ID: losing a proxy-server
+			// must not make the pool rebuild them.
+			id := h.m.ID()
+			sameID := func(when string) {
+				if got := h.m.ID(); got != id {
+					t.Errorf("%s: ID %s, was %s: a failover would rebuild every pooled transport", when, got, id)
+				}
+			}
 
 			var resume func()
 			pid := h.servers[0].cmd.Process.Pid
@@ -118,6 +126,7 @@ func TestRequestsRunningThroughAFailover(t *testing.T) {
 			h.waitUp(lost, 0)
 			l.phase.Store(oneDown)
 			l.await(t, 40)
+			sameID("one proxy-server down")
 
 			resume()
 			h.waitReady()
@@ -134,6 +143,7 @@ func TestRequestsRunningThroughAFailover(t *testing.T) {
 				return nil
 			})
 			l.await(t, 40)
+			sameID("its tunnel rebuilt")
 			l.finish()
 
 			for p, name := range []string{"both up", "losing one", "one down", "back"} {
