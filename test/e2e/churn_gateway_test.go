@@ -145,7 +145,7 @@ func (g *inTestGateway) startTunnel(t *testing.T, ctx context.Context, k *locale
 	m, err := konnectivity.New(konnectivity.Options{
 		Addresses: k.ServerAddresses(), CAFile: g.tunnelCA, CertFile: g.tunnelCert, KeyFile: g.tunnelKey,
 		ReloadInterval: 200 * time.Millisecond, RetireGrace: churnGrace, DialTimeout: 5 * time.Second,
-		HealthInterval: time.Second, HealthTimeout: time.Second,
+		HealthInterval: time.Second, HealthTimeout: time.Second, HealthFailureThreshold: 3,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -127,6 +127,14 @@ func TestRequestsRunningThroughAFailover(t *testing.T) {
 			l.phase.Store(oneDown)
 			l.await(t, 40)
 			sameID("one proxy-server down")
+			// A silent one is left out at its first missed check, and
+			// closed once it has missed HealthFailureThreshold in a row.
+			testpoll.Eventually(t, 30*time.Second, "the lost proxy-server's tunnel closed", func() error {
+				if st, _ := h.m.ServerStats(lost); st.OpenTunnels != 0 {
+					return fmt.Errorf("%+v", st)
+				}
+				return nil
+			})
 
 			resume()
 			h.waitReady()

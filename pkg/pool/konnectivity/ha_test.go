@@ -24,12 +24,18 @@ type haStack struct {
 	clean   func()
 }
 
-func newHAStack(t *testing.T) *haStack {
+func newHAStack(t *testing.T) *haStack { return newHAStackWith(t, nil) }
+
+// newHAStackWith is newHAStack with the Manager's options changed by mutate.
+func newHAStackWith(t *testing.T, mutate func(*Options)) *haStack {
 	t.Helper()
 	s := newStackN(t, 2)
 	h := &haStack{stack: s, clean: leakCheck(t, s), reg: metrics.NewKubeRegistry(), streams: map[string]*stream{}}
 	opts := s.options()
 	opts.DialTimeout = time.Minute // so no success below can be a dial that waited that long
+	if mutate != nil {
+		mutate(&opts)
+	}
 	h.m = startManager(t, opts)
 	h.m.Metrics().Register(h.reg)
 	for _, a := range s.addresses() {

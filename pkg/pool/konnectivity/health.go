@@ -25,10 +25,11 @@ import (
 // itself, with no agent involved: a CLOSE_REQ on a stream that dialed
 // nothing is answered with a CLOSE_RSP.
 
-// healthLoop checks the current tunnel on each tick of ticker; one that does
-// not answer within HealthTimeout is marked lost, so its rebuild loop closes
-// it at once (its conns end with an error) and builds a new one, while dials
-// go to the other proxy-servers.
+// healthLoop checks the current tunnel on each tick of ticker. One that does
+// not answer within HealthTimeout takes no new dials (they go to the other
+// proxy-servers) until it answers again; once it has missed
+// HealthFailureThreshold checks in a row it is marked lost, so its rebuild
+// loop closes it at once (its conns end with an error) and builds a new one.
 func (s *server) healthLoop(ctx context.Context, ticker clock.Ticker) {
 	defer s.m.wg.Done()
 	defer ticker.Stop()
@@ -38,23 +39,34 @@ func (s *server) healthLoop(ctx context.Context, ticker clock.Ticker) {
 			return
 		case <-ticker.C():
 		}
-		t, _ := s.healthy()
+		t := s.checked()
 		if t == nil {
 			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, s.m.opts.HealthTimeout)
 		err := t.probe(pctx)
 		cancel()
-		if err == nil || ctx.Err() != nil {
+		if ctx.Err() != nil {
+			continue
+		}
+		if err == nil {
+			if t.missed.Swap(0) > 0 {
+				klog.InfoS("Konnectivity proxy-server answers its health check again; its tunnel takes new dials", "proxyServer", s.addr)
+			}
 			continue
 		}
 		if dead, _, _ := t.health(); dead {
 			continue // ended meanwhile, for its own reason
 		}
-		s.healthFailures.Add(1)
 		cause := fmt.Errorf("proxy-server %s did not answer a health check within %v: %w", s.addr, s.m.opts.HealthTimeout, err)
-		klog.ErrorS(cause, "Closing the konnectivity tunnel; its streams end and new dials go to the other proxy-servers until it is rebuilt", "proxyServer", s.addr)
-		t.markDead(cause, true)
+		missed := int(t.missed.Add(1))
+		if missed < s.m.opts.HealthFailureThreshold {
+			klog.ErrorS(cause, "New dials go to the other proxy-servers until it answers; its tunnel and streams stay", "proxyServer", s.addr, "missed", missed, "threshold", s.m.opts.HealthFailureThreshold)
+			continue
+		}
+		s.healthFailures.Add(1)
+		klog.ErrorS(cause, "Closing the konnectivity tunnel; its streams end and new dials go to the other proxy-servers until it is rebuilt", "proxyServer", s.addr, "missed", missed)
+		t.markDead(fmt.Errorf("%w (%d in a row)", cause, missed), true)
 	}
 }
 

@@ -33,6 +33,12 @@ type Options struct {
 	// and it is rebuilt. gRPC keepalive cannot do this within seconds: the
 	// proxy-server refuses client pings more often than every 5 minutes.
 	HealthInterval, HealthTimeout time.Duration
+	// HealthFailureThreshold is how many checks in a row a tunnel may miss
+	// before it is closed and rebuilt (its streams end). From the first
+	// miss until an answer it takes no new dials, so new requests go to
+	// the other proxy-servers at once, while one slow answer (a GC pause,
+	// CPU throttling) does not cut live watches and exec sessions.
+	HealthFailureThreshold int
 
 	// RetireGrace and DialTimeout have the meaning and the flags of the
 	// pool's (--retire-grace-period, --dial-timeout): the assembler copies
@@ -50,7 +56,7 @@ type Options struct {
 // NewOptions returns the defaults (no proxy-server).
 func NewOptions() *Options {
 	return &Options{ReloadInterval: 10 * time.Second, HealthInterval: time.Second, HealthTimeout: time.Second,
-		RetireGrace: 5 * time.Minute, DialTimeout: 10 * time.Second}
+		HealthFailureThreshold: 3, RetireGrace: 5 * time.Minute, DialTimeout: 10 * time.Second}
 }
 
 // Enabled tells whether a proxy-server is configured.
@@ -64,7 +70,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.KeyFile, "konnectivity-key-file", o.KeyFile, "Client key for the proxy-server. Reloaded on change.")
 	fs.DurationVar(&o.ReloadInterval, "konnectivity-reload-interval", o.ReloadInterval, "How often the konnectivity CA, certificate and key files are re-read (all three at once, compared by content).")
 	fs.DurationVar(&o.HealthInterval, "konnectivity-health-interval", o.HealthInterval, "How often the gateway checks that each proxy-server answers on its tunnel.")
-	fs.DurationVar(&o.HealthTimeout, "konnectivity-health-timeout", o.HealthTimeout, "How long a proxy-server may take to answer a health check before its tunnel is closed (its streams end, new dials go to the other proxy-servers) and rebuilt.")
+	fs.DurationVar(&o.HealthTimeout, "konnectivity-health-timeout", o.HealthTimeout, "How long a proxy-server may take to answer a health check; a tunnel whose check is not answered in time takes no new dials (they go to the other proxy-servers) until one is.")
+	fs.IntVar(&o.HealthFailureThreshold, "konnectivity-health-failure-threshold", o.HealthFailureThreshold, "How many health checks in a row a proxy-server may leave unanswered before its tunnel is closed (its streams end) and rebuilt.")
 }
 
 // Validate checks the flags of an enabled Manager (without an address there
@@ -100,6 +107,9 @@ func (o *Options) Validate() []error {
 	}
 	if o.HealthTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--konnectivity-health-timeout must be positive, not %v", o.HealthTimeout))
+	}
+	if o.HealthFailureThreshold < 1 {
+		errs = append(errs, fmt.Errorf("--konnectivity-health-failure-threshold must be at least 1, not %d", o.HealthFailureThreshold))
 	}
 	return errs
 }

@@ -45,11 +45,26 @@ func (s *server) healthy() (*tunnel, error) {
 		return nil, cause
 	}
 	dead, _, why := t.health()
-	if !dead {
-		return t, nil
+	if dead {
+		s.wake()
+		return nil, why
 	}
-	s.wake()
-	return nil, why
+	if n := t.missed.Load(); n > 0 {
+		return nil, fmt.Errorf("proxy-server %s left the last %d health check(s) unanswered", s.addr, n)
+	}
+	return t, nil
+}
+
+// checked returns the current tunnel, answering or not, to health-check.
+func (s *server) checked() *tunnel {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t := s.current; t != nil {
+		if dead, _, _ := t.health(); !dead {
+			return t
+		}
+	}
+	return nil
 }
 
 func (s *server) wake() {

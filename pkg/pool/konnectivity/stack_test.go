@@ -171,11 +171,12 @@ func (s *stack) options() Options {
 	return Options{
 		Addresses: s.addresses(),
 		CAFile:    s.caFile, CertFile: s.certFile, KeyFile: s.keyFile,
-		ReloadInterval: 100 * time.Millisecond,
-		HealthInterval: time.Second,
-		HealthTimeout:  time.Second,
-		RetireGrace:    time.Minute,
-		DialTimeout:    10 * time.Second,
+		ReloadInterval:         100 * time.Millisecond,
+		HealthInterval:         time.Second,
+		HealthTimeout:          time.Second,
+		HealthFailureThreshold: 3, // the default
+		RetireGrace:            time.Minute,
+		DialTimeout:            10 * time.Second,
 	}
 }
 

@@ -22,6 +22,7 @@ type tunnel struct {
 	capturing atomic.Bool
 
 	live    atomic.Int64  // connections dialed through it and not closed yet
+	missed  atomic.Int32  // health checks in a row not answered; > 0: no new dials
 	retired atomic.Bool   // no longer takes new dials
 	idle    chan struct{} // signalled when a retired tunnel's last conn closes
 
