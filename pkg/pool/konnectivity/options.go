@@ -28,9 +28,8 @@ type Options struct {
 	// ReloadInterval is how often the files are re-read and compared by content.
 	ReloadInterval time.Duration
 	// HealthInterval is how often each tunnel asks its proxy-server for a
-	// round trip; one not answered within HealthTimeout ends that tunnel
-	// (its streams end with an error, new dials go to the other servers)
-	// and it is rebuilt. gRPC keepalive cannot do this within seconds: the
+	// round trip; one not answered within HealthTimeout is a miss (see
+	// HealthFailureThreshold). gRPC keepalive cannot do this within seconds: the
 	// proxy-server refuses client pings more often than every 5 minutes.
 	HealthInterval, HealthTimeout time.Duration
 	// HealthFailureThreshold is how many checks in a row a tunnel may miss
