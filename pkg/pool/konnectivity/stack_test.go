@@ -232,6 +232,12 @@ func (s *stack) startServer(i int) {
 }
 func (s *stack) startAgent() { s.agent = s.start("proxy-agent", "proxy-agent", s.agentArgs()) }
 
+// stopAgent SIGKILLs the agent by pid and reaps it.
+func (s *stack) stopAgent() {
+	kill(s.agent)
+	s.agent = nil
+}
+
 // killServer SIGKILLs proxy-server i by pid and reaps it.
 func (s *stack) killServer(i int) {
 	kill(s.servers[i].cmd)
