@@ -14,8 +14,9 @@ type report struct {
 	Targets    []*target
 	Pooled     *pooledResult
 	Isolation  *isolationResult
-	AB         *abResultSet // ab.go
-	Scan       *scanResult  // scan.go, report_scan.go
+	AB         *abResultSet   // ab.go
+	Scan       *scanResult    // scan.go, report_scan.go
+	Streams    *streamsResult // streams.go, report_streams.go
 	EnvStartup time.Duration
 	Capacity   int
 	Total      time.Duration
@@ -62,6 +63,9 @@ func (r *report) markdown() string {
 	}
 	if r.Scan != nil {
 		r.scanSection(&b)
+	}
+	if r.Streams != nil {
+		r.streamsSection(&b)
 	}
 	r.interpretation(&b)
 	return b.String()

@@ -28,9 +28,9 @@ func onlySection(o *options) {
 	switch o.Only {
 	case "loads":
 		o.Gateways = 0 // section 2 alone, without memory per pooled cluster
-	case "ab", "isolation", "scan":
+	case "ab", "isolation", "streams", "watches", "scan":
 	default:
-		log.Fatalf("-only %q: the sections that run alone are \"loads\", \"ab\", \"isolation\" and \"scan\"", o.Only)
+		log.Fatalf("-only %q: the sections that run alone are \"loads\", \"ab\", \"isolation\", \"streams\", \"watches\" and \"scan\"", o.Only)
 	}
 	o.SkipGoBench = true
 	o.Out = filepath.Join(o.StateDir, "performance-"+o.Only+".md")
