@@ -104,7 +104,7 @@ func bareChildMain(args []string) error {
 	if *aggregated {
 		h, names = aggregatedBare(h), []string{bareServiceDNS}
 	}
-	srv, err := testfrontend.StartNamed(h, names...)
+	srv, err := testfrontend.StartNamed(withBareStats(h), names...)
 	if err != nil {
 		return err
 	}

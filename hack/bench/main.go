@@ -177,6 +177,12 @@ func runEnv(ctx context.Context, o options, rep *report) (err error) {
 			return err
 		}
 	}
+	if (o.Only == "" || o.Only == "watches") && *watchCount > 0 {
+		logf("watches: %d idle watches through the gateway, then through bare proxies", *watchCount)
+		if rep.Watches, err = runWatches(ctx, o, env, gw); err != nil {
+			return err
+		}
+	}
 	if o.Only == "" || o.Only == "scan" {
 		// Last: it restarts the gateway with the default pool.
 		return runScanStep(ctx, o, env, gw, rep)

@@ -17,6 +17,7 @@ type report struct {
 	AB         *abResultSet   // ab.go
 	Scan       *scanResult    // scan.go, report_scan.go
 	Streams    *streamsResult // streams.go, report_streams.go
+	Watches    *watchesResult // watches.go, report_watches.go
 	EnvStartup time.Duration
 	Capacity   int
 	Total      time.Duration
@@ -66,6 +67,9 @@ func (r *report) markdown() string {
 	}
 	if r.Streams != nil {
 		r.streamsSection(&b)
+	}
+	if r.Watches != nil {
+		r.watchesSection(&b)
 	}
 	r.interpretation(&b)
 	return b.String()
