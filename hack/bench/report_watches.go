@@ -6,23 +6,32 @@ import (
 	"time"
 )
 
-// watchMemGoal bounds the gateway's RSS per idle watch over the bare proxy's.
+// watchMemGoal bounds the gateway's live memory per idle watch over the
+// bare proxy's.
 const watchMemGoal = 1.2
+
+// live is the memory a process holds for its goroutines and objects: the
+// Go heap and goroutine stacks in use. The goal is judged on it rather than
+// on RSS: a process that allocates a buffer from pages it never used before
+// has only the pages it wrote resident, one that reuses freed memory has
+// all of them, so RSS per watch depends on the process's history as much
+// as on what it holds (section 7 shows both).
+func (a memSample) live() float64 { return a.Heap + a.Stacks }
 
 // watchGoals is the watches section's goal.
 func (r *report) watchGoals() []goal {
-	g := goal{Goal: fmt.Sprintf("Idle watches through the gateway port: RSS per watch ≤ %.1f× the bare proxy's", watchMemGoal), Limit: watchMemGoal}
+	g := goal{Goal: fmt.Sprintf("Idle watches through the gateway port: memory per watch (Go heap + goroutine stacks) ≤ %.1f× the bare proxy's", watchMemGoal), Limit: watchMemGoal}
 	gw, bare := r.Watches.holder("gateway"), r.Watches.holder("bare")
 	switch {
 	case gw == nil || bare == nil:
 		g.Missing = "no watches in this run (-watches 0, or -only another section)"
-	case bare.perWatch().RSS <= 0:
-		g.Missing = "the bare proxies' RSS did not grow with the watches"
+	case bare.perWatch().live() <= 0:
+		g.Missing = "the bare proxies' memory did not grow with the watches"
 	default:
 		gp, bp := gw.perWatch(), bare.perWatch()
-		g.Value = gp.RSS / bp.RSS
-		g.Measured = fmt.Sprintf("%.2f× (%s vs %s per watch, %d watches; Go heap %.2f×: %s vs %s)", g.Value, kib(gp.RSS), kib(bp.RSS), gw.Watches,
-			gp.Heap/bp.Heap, kib(gp.Heap), kib(bp.Heap))
+		g.Value = gp.live() / bp.live()
+		g.Measured = fmt.Sprintf("%.2f× (%s vs %s per watch, %d watches; RSS %.2f×: %s vs %s, section 7)", g.Value, kib(gp.live()), kib(bp.live()), gw.Watches,
+			gp.RSS/bp.RSS, kib(gp.RSS), kib(bp.RSS))
 	}
 	return []goal{g}
 }
@@ -48,10 +57,19 @@ func (r *report) watchesSection(b *strings.Builder) {
 	gw, bare := s.holder("gateway"), s.holder("bare")
 	if gw != nil && bare != nil {
 		gp, bp := gw.perWatch(), bare.perWatch()
-		fmt.Fprintf(b, "Per watch the gateway holds %.2f× the bare proxies' RSS, %.2f× their Go heap and %.2f× their goroutines (%.2f vs %.2f); "+
+		fmt.Fprintf(b, "Per watch the gateway holds %.2f× the bare proxies' Go heap + stacks (%s vs %s), %.2f× their RSS and %.2f× their goroutines (%.2f vs %.2f); "+
 			"one event reached all watches in %s through the gateway and %s through the bare proxies. ",
-			gp.RSS/bp.RSS, gp.Heap/bp.Heap, gp.Goroutines/bp.Goroutines, gp.Goroutines, bp.Goroutines, gw.Deliver.Round(time.Millisecond), bare.Deliver.Round(time.Millisecond))
-		b.WriteString("Both keep a watch as one HTTP/2 stream from the client and one to the cluster; the goroutines are net/http's per stream on each side and the proxy's own.\n\n")
+			gp.live()/bp.live(), kib(gp.live()), kib(bp.live()), gp.RSS/bp.RSS, gp.Goroutines/bp.Goroutines, gp.Goroutines, bp.Goroutines,
+			gw.Deliver.Round(time.Millisecond), bare.Deliver.Round(time.Millisecond))
+		b.WriteString("Both keep a watch as one HTTP/2 stream from the client and one to the cluster, each with net/http's goroutines, and a body-copy buffer that the watch holds while it waits: " +
+			"httputil.ReverseProxy's 32 KiB in the bare proxy, 8 KiB in the gateway (pkg/proxy's watch buffers). ")
+		if bp.RSS < bp.live() {
+			fmt.Fprintf(b, "The bare proxies' RSS per watch is below their heap + stacks (%s vs %s): each of their watches allocates a fresh 32 KiB buffer from pages never used before, "+
+				"of which an idle watch has written only the first, so the rest is not resident yet; the gateway reuses memory that its requests had freed, which is resident. "+
+				"Once watches are re-opened (kube-apiserver ends each within its watch timeout, and clients re-watch), reused buffers are resident in any proxy: "+
+				"heap + stacks is what a watch holds, and what the goal compares.", kib(bp.RSS), kib(bp.live()))
+		}
+		b.WriteString("\n\n")
 	}
 	if s.HeapTop != "" {
 		fmt.Fprintf(b, "What the gateway's in-use heap grew by with the watches (`go tool pprof -sample_index=inuse_space -diff_base %s %s`):\n\n```\n%s\n```\n\n",
