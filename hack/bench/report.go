@@ -258,7 +258,11 @@ func (r *report) interpretation(b *strings.Builder) {
 	if len(r.Targets) > 0 && r.target("konn") == nil { // not with -only
 		b.WriteString("- Konnectivity was not measured in this run (TODO row above).\n")
 	}
-	b.WriteString("- Not measured: watch and exec streams, large lists through the real clusters, many distinct clusters under load at once, and a dedicated machine.\n")
+	notMeasured := "large lists through the real clusters, many distinct clusters under load at once, and a dedicated machine"
+	if r.Streams == nil || r.Watches == nil {
+		notMeasured = "streams and idle watches (sections 6 and 7 not run), " + notMeasured
+	}
+	b.WriteString("- Not measured: " + notMeasured + ".\n")
 }
 
 func (r *report) firstErr() *target {

@@ -194,7 +194,7 @@ func (r *report) streamRatios(b *strings.Builder) {
 func (r *report) streamCPU(b *strings.Builder) {
 	s := r.Streams
 	b.WriteString("### CPU per MB and per 1,000 log lines\n\nEach process's CPU (utime+stime from /proc) over a path's measurements, divided by the MB it moved (port-forward and exec together) or by the thousands of log lines. " +
-		"`bench` is the clients, in hack/bench's own process; a role not on a path shows its background CPU.\n\n")
+		"`bench` is hack/bench's own process: the clients, and the fake kubelet with its echo server (hack/localenv runs them in the process that starts it). A role not on a path shows its background CPU.\n\n")
 	roles := []string{"gateway", "bare-proxy", "hub", "upstream", "proxy-server+agent", "bench"}
 	b.WriteString("| path | " + strings.Join(roles, " /MB | ") + " /MB | gateway /1k lines | bare proxy /1k lines |\n|---|" + strings.Repeat("---:|", len(roles)+2) + "\n")
 	for _, p := range s.Paths {
@@ -268,9 +268,13 @@ func (r *report) streamLimits(b *strings.Builder) {
 		bc, _ := bare.cpuPerUnit("bare-proxy")
 		fmt.Fprintf(b, "- %s, Direct: the gateway reaches %.2f× direct and the bare reverse proxy %.2f×; the gateway is %.2f× the bare proxy, at %s vs %s CPU per MB.",
 			kindOf(kind).Name, gw.rate()/d.rate(), bare.rate()/d.rate(), gw.rate()/bare.rate(), fmtDur(gc), fmtDur(bc))
+		dt, gt := d.totalCPUPerUnit(), gw.totalCPUPerUnit()
+		fmt.Fprintf(b, " All processes together (client, kube-apiserver, proxy, and the background of the others) used %s per MB direct and %s through the gateway: "+
+			"a path bound by these %d CPUs would reach %.2f× direct from that alone.", fmtDur(dt), fmtDur(gt), r.Machine.CPUs, ratio(dt, gt))
 		if bare.rate() < streamGoalRatio*d.rate() {
-			b.WriteString(" A proxy that adds nothing of its own misses the direct bound too: on these CPUs every byte of a proxied stream is decrypted and encrypted once more by " +
-				"the proxy, on the CPUs the client, kube-apiserver and kubelet already share, so the hop's cost is the bound rather than anything of the gateway's.")
+			b.WriteString(" A proxy that adds nothing of its own misses the direct bound too: every byte of a proxied stream is decrypted and encrypted once more by " +
+				"the proxy, on the CPUs that the client, kube-apiserver and kubelet already share, so the hop's CPU is the bound rather than anything of the gateway's " +
+				"(its buffer size, flush interval or HTTP/1.1 upgrade path would show as more CPU per MB than the bare proxy's, or as a lower rate at the same CPU).")
 		}
 		b.WriteString("\n")
 	}

@@ -53,6 +53,15 @@ func (r *streamResult) rate() float64 {
 	return r.Units / r.Elapsed.Seconds()
 }
 
+// totalCPUPerUnit is the CPU of every process read, per MB (or line).
+func (r *streamResult) totalCPUPerUnit() time.Duration {
+	var sum time.Duration
+	for _, c := range r.CPU {
+		sum += c
+	}
+	return time.Duration(float64(sum) / max(r.Units, 1e-9))
+}
+
 // cpuPerUnit is role's CPU per MB (or line); false without a measurement.
 func (r *streamResult) cpuPerUnit(role string) (time.Duration, bool) {
 	if r == nil || r.Units <= 0 {
