@@ -14,8 +14,10 @@ type report struct {
 	Targets    []*target
 	Pooled     *pooledResult
 	Isolation  *isolationResult
-	AB         *abResultSet // ab.go
-	Scan       *scanResult  // scan.go, report_scan.go
+	AB         *abResultSet   // ab.go
+	Scan       *scanResult    // scan.go, report_scan.go
+	Streams    *streamsResult // streams.go, report_streams.go
+	Watches    *watchesResult // watches.go, report_watches.go
 	EnvStartup time.Duration
 	Capacity   int
 	Total      time.Duration
@@ -62,6 +64,12 @@ func (r *report) markdown() string {
 	}
 	if r.Scan != nil {
 		r.scanSection(&b)
+	}
+	if r.Streams != nil {
+		r.streamsSection(&b)
+	}
+	if r.Watches != nil {
+		r.watchesSection(&b)
 	}
 	r.interpretation(&b)
 	return b.String()
