@@ -146,7 +146,7 @@ func startBareProxy(ctx context.Context, c *localenv.Cluster, k *localenv.Konnec
 	}
 	if k != nil {
 		what = "the bare proxy over Konnectivity"
-		args = append(args, "-konnectivity-server", k.ServerAddress(), "-konnectivity-ca", k.CAFile,
+		args = append(args, "-konnectivity-server", k.Servers[0].Address(), "-konnectivity-ca", k.CAFile,
 			"-konnectivity-cert", k.CertFile, "-konnectivity-key", k.KeyFile)
 	}
 	ch, err := startChild(ctx, what, bareChildFlag, args...)

@@ -141,7 +141,10 @@ func runEnv(ctx context.Context, o options, rep *report) (err error) {
 		BinDir:      o.BinDir,
 		GatewayBin:  o.GatewayBin,
 		GatewayArgs: append(slices.Clone(gatewayArgs), workersGatewayArgs(o.Concurrency)...),
-		Logf:        func(f string, a ...any) { logf("localenv: "+f, a...) },
+		// One proxy-server: the Konnectivity rows measure the path through
+		// one, as the history in docs/performance.md did.
+		KonnectivityServers: 1,
+		Logf:                func(f string, a ...any) { logf("localenv: "+f, a...) },
 	})
 	if err != nil {
 		return err
@@ -234,7 +237,7 @@ func envPids(env *localenv.Env) map[string]int {
 	}
 	if k := env.Konnectivity; k != nil {
 		pids[k.Cluster.Name] = k.Cluster.Process.Pid()
-		pids["proxy-server"] = k.Server.Pid()
+		pids["proxy-server"] = k.Servers[0].Process.Pid()
 		pids["proxy-agent"] = k.Agent.Pid()
 	}
 	return pids

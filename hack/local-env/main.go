@@ -80,8 +80,14 @@ func printHowTo(e *localenv.Env) {
 	}
 	if k := e.Konnectivity; k != nil {
 		fmt.Printf("  %-10s %s (ClusterGateway %s, endpoint type Konnectivity)\n", k.Cluster.Name, k.Cluster.URL, k.Cluster.GatewayName)
-		fmt.Printf("  konnectivity proxy-server %s (pid %d, metrics %s), proxy-agent pid %d (metrics %s)\n",
-			k.ServerAddress(), k.Server.Pid(), k.ServerMetricsURL, k.Agent.Pid(), k.AgentMetricsURL)
+		for _, p := range k.Servers {
+			fmt.Printf("  konnectivity %s %s (pid %d, metrics %s)\n", p.ID, p.Address(), p.Process.Pid(), p.MetricsURL)
+		}
+		fmt.Printf("  proxy-agent pid %d (metrics %s)", k.Agent.Pid(), k.AgentMetricsURL)
+		if k.AgentBalancer != nil {
+			fmt.Printf(", connected to every proxy-server through %s", k.AgentBalancer.Addr)
+		}
+		fmt.Println()
 	}
 	if e.Gateway.Process != nil {
 		fmt.Printf("  gateway    %s (pid %d)\n", e.Gateway.URL, e.Gateway.Process.Pid())
@@ -106,6 +112,9 @@ func printHowTo(e *localenv.Env) {
 		fmt.Printf("  %s exec %s -- hostname   # %s, through the konnectivity tunnel\n", kv, localenv.DemoPod, k.Cluster.Name)
 		fmt.Printf("  %s get pods -w\n", kv)
 		fmt.Printf("  curl -s %s | grep -E '^konnectivity_network_proxy_agent_(dial_duration_seconds_count|open_endpoint_connections)'   # the agent's dials\n", k.AgentMetricsURL)
+		if len(k.Servers) > 1 {
+			fmt.Printf("  kill -STOP %d; %s get ns; kill -CONT %d   # one proxy-server frozen: requests go through the other\n", k.Servers[0].Process.Pid(), kv, k.Servers[0].Process.Pid())
+		}
 	}
 	fmt.Printf("\nCtrl-C (or `make local-down` when started by `make local-up`) stops everything.\n")
 }

@@ -35,6 +35,9 @@ type Options struct {
 	SkipGateways bool
 	// NoKonnectivity runs no proxy-server, agent or cluster behind them.
 	NoKonnectivity bool
+	// KonnectivityServers is how many proxy-servers run (default 2), with the
+	// agent connected to each and the gateway holding a tunnel to each.
+	KonnectivityServers int
 
 	StartTimeout time.Duration // for the whole start, and for each gateway restart; default 3m
 	Logf         func(format string, args ...any)
@@ -118,6 +121,9 @@ func (e *Env) defaults() error {
 	}
 	if e.StartTimeout == 0 {
 		e.StartTimeout = 3 * time.Minute
+	}
+	if e.KonnectivityServers == 0 {
+		e.KonnectivityServers = 2
 	}
 	if e.SkipGateway {
 		e.SkipGateways = true

@@ -5,32 +5,36 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
+	"github.com/clustergateway/cluster-gateway/internal/testbalancer"
 	gatewayv1alpha1 "github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
 
-// Konnectivity is a real proxy-server and proxy-agent on loopback, and one
-// more managed cluster (managed-N+1 on 127.0.0.N+2, ClusterGateway
-// cluster-N+1) whose ClusterGateway has endpoint type Konnectivity, so the
-// gateway reaches it through the tunnel. Fields are read-only for callers;
-// Server changes only in Stop/StartKonnectivityServer.
+// Konnectivity is real proxy-servers (two by default: Options.KonnectivityServers)
+// and a proxy-agent on loopback, and one more managed cluster (managed-N+1 on
+// 127.0.0.N+2, ClusterGateway cluster-N+1) whose ClusterGateway has endpoint
+// type Konnectivity, so the gateway reaches it through the tunnels. The agent
+// reaches every proxy-server through one balanced address (AgentBalancer, as a
+// Service would be) and stays connected to each (--server-count). Fields are
+// read-only for callers; a ProxyServer's Process changes only in
+// Stop/StartKonnectivityServer.
 type Konnectivity struct {
 	Cluster *Cluster // the managed cluster behind the agent
 
-	Server *Process // proxy-server (--mode=grpc --proxy-strategies=destHost,default)
-	Agent  *Process // proxy-agent (--agent-identifiers=ipv4=<Cluster.IP>)
+	Servers []*ProxyServer // --mode=grpc --proxy-strategies=destHost,default, each its own --server-id
+	Agent   *Process       // proxy-agent (--agent-identifiers=ipv4=<Cluster.IP>)
+	// AgentBalancer forwards the agent's connections to the proxy-servers'
+	// agent ports in turn (refusing ones skipped), until it holds one to each;
+	// nil with one proxy-server, which the agent dials itself.
+	AgentBalancer *testbalancer.Balancer
 
-	// proxy-server ports on 127.0.0.1: the gateway dials ServerPort, the
-	// agent AgentPort; Health serves /readyz (ready = an agent is connected)
-	// and /metrics.
-	ServerPort, AgentPort, AdminPort, HealthPort int
 	// proxy-agent ports on 127.0.0.1; AgentHealthPort serves /metrics.
-	AgentAdminPort, AgentHealthPort   int
-	ServerMetricsURL, AgentMetricsURL string // http://127.0.0.1:<health port>/metrics
-	ServerAdminURL, AgentAdminURL     string // http://127.0.0.1:<admin port>
+	AgentAdminPort, AgentHealthPort int
+	AgentMetricsURL, AgentAdminURL  string // http://127.0.0.1:<port>[/metrics]
 
-	// ServerCA signs the proxy-server's serving cert (IP SAN 127.0.0.1);
-	// ClientCA signs the gateway's client certs (the proxy-server trusts
+	// ServerCA signs the proxy-servers' serving cert (IP SAN 127.0.0.1);
+	// ClientCA signs the gateway's client certs (the proxy-servers trust
 	// it); AgentCA signs the agent-facing cert and the agent's client cert.
 	ServerCA, ClientCA, AgentCA *CA
 	// The gateway's --konnectivity-{ca,cert,key}-file: CAFile starts as a
@@ -39,12 +43,32 @@ type Konnectivity struct {
 	CAFile, CertFile, KeyFile string
 	Client                    *KeyPair
 
-	dir        string
-	serverArgs []string
+	dir string
 }
 
-// ServerAddress is the gateway's --konnectivity-server-address.
-func (k *Konnectivity) ServerAddress() string { return hostPort("127.0.0.1", k.ServerPort) }
+// ProxyServer is one proxy-server and its ports on 127.0.0.1: the gateway
+// dials ServerPort, the agent AgentPort (through AgentBalancer); HealthPort
+// serves /readyz (ready = an agent is connected) and /metrics.
+type ProxyServer struct {
+	ID                                           string
+	Process                                      *Process
+	ServerPort, AgentPort, AdminPort, HealthPort int
+	MetricsURL, AdminURL                         string // http://127.0.0.1:<port>[/metrics]
+
+	args []string
+}
+
+// Address is the proxy-server's address for the gateway.
+func (p *ProxyServer) Address() string { return hostPort("127.0.0.1", p.ServerPort) }
+
+// ServerAddresses are the gateway's --konnectivity-server-address values.
+func (k *Konnectivity) ServerAddresses() []string {
+	var as []string
+	for _, p := range k.Servers {
+		as = append(as, p.Address())
+	}
+	return as
+}
 
 func konnectivityBinaries(binDir string) error {
 	var errs []error
@@ -99,23 +123,35 @@ func (e *Env) newKonnectivity() error {
 	if err := ReplaceFile(k.CAFile, k.ServerCA.CertPEM); err != nil {
 		return err
 	}
-	ports := make([]int, 6)
-	for i := range ports {
-		if ports[i], err = freePort("127.0.0.1"); err != nil {
-			return err
-		}
+	for i := range e.KonnectivityServers {
+		k.Servers = append(k.Servers, &ProxyServer{ID: fmt.Sprintf("proxy-server-%d", i)})
 	}
-	k.setPorts(ports)
+	if err := k.newPorts(); err != nil {
+		return err
+	}
 	e.Konnectivity = k
 	return nil
 }
 
-func (k *Konnectivity) setPorts(p []int) {
-	k.ServerPort, k.AgentPort, k.AdminPort, k.HealthPort, k.AgentAdminPort, k.AgentHealthPort = p[0], p[1], p[2], p[3], p[4], p[5]
-	k.ServerMetricsURL = "http://" + hostPort("127.0.0.1", k.HealthPort) + "/metrics"
+// newPorts picks free ports for the proxy-servers and the agent.
+func (k *Konnectivity) newPorts() error {
+	ports := make([]int, 2+4*len(k.Servers))
+	for i := range ports {
+		var err error
+		if ports[i], err = freePort("127.0.0.1"); err != nil {
+			return err
+		}
+	}
+	k.AgentAdminPort, k.AgentHealthPort = ports[0], ports[1]
 	k.AgentMetricsURL = "http://" + hostPort("127.0.0.1", k.AgentHealthPort) + "/metrics"
-	k.ServerAdminURL = "http://" + hostPort("127.0.0.1", k.AdminPort)
 	k.AgentAdminURL = "http://" + hostPort("127.0.0.1", k.AgentAdminPort)
+	for i, p := range k.Servers {
+		q := ports[2+4*i:]
+		p.ServerPort, p.AgentPort, p.AdminPort, p.HealthPort = q[0], q[1], q[2], q[3]
+		p.MetricsURL = "http://" + hostPort("127.0.0.1", p.HealthPort) + "/metrics"
+		p.AdminURL = "http://" + hostPort("127.0.0.1", p.AdminPort)
+	}
+	return nil
 }
 
 // IssueClientCert signs a new gateway client certificate with ClientCA
@@ -134,7 +170,7 @@ func ReplaceFile(path string, data []byte) error {
 	return os.Rename(tmp, path)
 }
 
-// konnectivityGatewayArgs point the gateway at the proxy-server. A 1s
+// konnectivityGatewayArgs point the gateway at the proxy-servers. A 1s
 // reload interval lets tests see rotations quickly.
 func (e *Env) konnectivityGatewayArgs() []string {
 	k := e.Konnectivity
@@ -142,7 +178,7 @@ func (e *Env) konnectivityGatewayArgs() []string {
 		return nil
 	}
 	return []string{
-		"--konnectivity-server-address=" + k.ServerAddress(),
+		"--konnectivity-server-address=" + strings.Join(k.ServerAddresses(), ","),
 		"--konnectivity-ca-file=" + k.CAFile,
 		"--konnectivity-cert-file=" + k.CertFile,
 		"--konnectivity-key-file=" + k.KeyFile,
@@ -172,5 +208,5 @@ func (e *Env) writeKonnectivityKubeconfigs() error {
 }
 
 func (k *Konnectivity) summary() string {
-	return fmt.Sprintf("%s %s (behind proxy-server %s)", k.Cluster.Name, k.Cluster.URL, k.ServerAddress())
+	return fmt.Sprintf("%s %s (behind proxy-servers %s)", k.Cluster.Name, k.Cluster.URL, strings.Join(k.ServerAddresses(), ", "))
 }

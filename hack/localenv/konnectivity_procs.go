@@ -8,27 +8,37 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/clustergateway/cluster-gateway/internal/testbalancer"
 )
 
 func (k *Konnectivity) path(name string) string { return filepath.Join(k.dir, name) }
 
 func (k *Konnectivity) buildServerArgs() {
-	k.serverArgs = []string{
-		"--mode=grpc", "--proxy-strategies=destHost,default", "--uds-name=",
-		"--server-bind-address=127.0.0.1", "--server-port=" + strconv.Itoa(k.ServerPort),
-		"--agent-bind-address=127.0.0.1", "--agent-port=" + strconv.Itoa(k.AgentPort),
-		"--admin-bind-address=127.0.0.1", "--admin-port=" + strconv.Itoa(k.AdminPort),
-		"--health-bind-address=127.0.0.1", "--health-port=" + strconv.Itoa(k.HealthPort),
-		// --server-ca-cert verifies the gateway's client certs.
-		"--server-ca-cert=" + k.ClientCA.CertFile, "--server-cert=" + k.path("server.crt"), "--server-key=" + k.path("server.key"),
-		"--cluster-ca-cert=" + k.AgentCA.CertFile, "--cluster-cert=" + k.path("cluster.crt"), "--cluster-key=" + k.path("cluster.key"),
-		"--v=2",
+	for _, p := range k.Servers {
+		p.args = []string{
+			"--mode=grpc", "--proxy-strategies=destHost,default", "--uds-name=",
+			// The agent holds a connection to each of --server-count servers.
+			"--server-id=" + p.ID, "--server-count=" + strconv.Itoa(len(k.Servers)),
+			"--server-bind-address=127.0.0.1", "--server-port=" + strconv.Itoa(p.ServerPort),
+			"--agent-bind-address=127.0.0.1", "--agent-port=" + strconv.Itoa(p.AgentPort),
+			"--admin-bind-address=127.0.0.1", "--admin-port=" + strconv.Itoa(p.AdminPort),
+			"--health-bind-address=127.0.0.1", "--health-port=" + strconv.Itoa(p.HealthPort),
+			// --server-ca-cert verifies the gateway's client certs.
+			"--server-ca-cert=" + k.ClientCA.CertFile, "--server-cert=" + k.path("server.crt"), "--server-key=" + k.path("server.key"),
+			"--cluster-ca-cert=" + k.AgentCA.CertFile, "--cluster-cert=" + k.path("cluster.crt"), "--cluster-key=" + k.path("cluster.key"),
+			"--v=2",
+		}
 	}
 }
 
 func (k *Konnectivity) agentArgs() []string {
+	port := k.Servers[0].AgentPort
+	if k.AgentBalancer != nil {
+		port = k.AgentBalancer.Port() // one address for all proxy-servers, as a Service would be
+	}
 	return []string{
-		"--proxy-server-host=127.0.0.1", "--proxy-server-port=" + strconv.Itoa(k.AgentPort),
+		"--proxy-server-host=127.0.0.1", "--proxy-server-port=" + strconv.Itoa(port),
 		"--ca-cert=" + k.AgentCA.CertFile, "--agent-cert=" + k.path("agent.crt"), "--agent-key=" + k.path("agent.key"),
 		// destHost routes dials to the cluster's IP to this agent.
 		"--agent-identifiers=ipv4=" + k.Cluster.IP,
@@ -39,9 +49,9 @@ func (k *Konnectivity) agentArgs() []string {
 	}
 }
 
-// startKonnectivity starts the proxy-server and the agent and waits until
-// the agent is connected. Ports taken meanwhile by someone else are
-// replaced, up to three attempts.
+// startKonnectivity starts the proxy-servers, the balancer and the agent,
+// and waits until the agent is connected to every proxy-server. Ports taken
+// meanwhile by someone else are replaced, up to three attempts.
 func (e *Env) startKonnectivity(ctx context.Context) error {
 	k := e.Konnectivity
 	for attempt := 1; ; attempt++ {
@@ -50,83 +60,110 @@ func (e *Env) startKonnectivity(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
-		inUse := k.Server != nil && k.Server.addrInUse() || k.Agent != nil && k.Agent.addrInUse()
+		inUse := k.Agent != nil && k.Agent.addrInUse()
+		for _, p := range k.Servers {
+			inUse = inUse || p.Process != nil && p.Process.addrInUse()
+		}
 		if !inUse || attempt == 3 {
 			return err
 		}
 		_ = k.Agent.Kill()
-		_ = k.Server.Kill()
-		ports := make([]int, 6)
-		for i := range ports {
-			if ports[i], err = freePort("127.0.0.1"); err != nil {
-				return err
+		for _, p := range k.Servers {
+			if p.Process != nil {
+				_ = p.Process.Kill()
 			}
 		}
-		k.setPorts(ports)
+		if k.AgentBalancer != nil {
+			k.AgentBalancer.Close()
+			k.AgentBalancer = nil
+		}
+		if err := k.newPorts(); err != nil {
+			return err
+		}
 	}
 }
 
 func (e *Env) konnectivityUp(ctx context.Context) error {
 	k := e.Konnectivity
+	var agentPorts []string
+	for _, p := range k.Servers {
+		agentPorts = append(agentPorts, hostPort("127.0.0.1", p.AgentPort))
+	}
+	if len(k.Servers) > 1 { // one proxy-server: the agent dials it, with no hop in this process
+		b, err := testbalancer.Listen("127.0.0.1", agentPorts...)
+		if err != nil {
+			return err
+		}
+		k.AgentBalancer = b
+		b.Start()
+	}
 	var err error
-	if k.Server, err = e.start("proxy-server", "proxy-server", k.serverArgs...); err != nil {
-		return err
+	for _, p := range k.Servers {
+		if p.Process, err = e.start(p.ID, "proxy-server", p.args...); err != nil {
+			return err
+		}
 	}
 	if k.Agent, err = e.start("proxy-agent", "proxy-agent", k.agentArgs()...); err != nil {
 		return err
 	}
-	return k.waitServerReady(ctx)
+	for _, p := range k.Servers {
+		if err := k.waitServerReady(ctx, p); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // waitServerReady waits for the proxy-server's /readyz, which needs an agent.
-func (k *Konnectivity) waitServerReady(ctx context.Context) error {
+func (k *Konnectivity) waitServerReady(ctx context.Context, p *ProxyServer) error {
 	client := &http.Client{Timeout: 2 * time.Second}
-	url := "http://" + hostPort("127.0.0.1", k.HealthPort) + "/readyz"
+	url := "http://" + hostPort("127.0.0.1", p.HealthPort) + "/readyz"
 	var last error
 	for {
 		if last = httpOK(ctx, client, url); last == nil {
 			return nil
 		}
 		select {
-		case <-k.Server.Done():
-			return k.Server.exitError()
+		case <-p.Process.Done():
+			return p.Process.exitError()
 		case <-k.Agent.Done():
 			return k.Agent.exitError()
 		case <-ctx.Done():
-			return fmt.Errorf("proxy-server has no connected proxy-agent (last error: %v); see %s and %s", last, k.Server.LogPath, k.Agent.LogPath)
+			return fmt.Errorf("%s has no connected proxy-agent (last error: %v); see %s and %s", p.ID, last, p.Process.LogPath, k.Agent.LogPath)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
 
-// StopKonnectivityServer stops the proxy-server (a no-op if it already
+// StopKonnectivityServer stops proxy-server i (a no-op if it already
 // exited, e.g. after a test killed it by pid). The agent keeps running and
 // reconnects once StartKonnectivityServer brings it back.
-func (e *Env) StopKonnectivityServer() error {
-	if e.Konnectivity == nil || e.Konnectivity.Server == nil {
+func (e *Env) StopKonnectivityServer(i int) error {
+	if e.Konnectivity == nil || e.Konnectivity.Servers[i].Process == nil {
 		return nil
 	}
-	return e.Konnectivity.Server.stopTwice()
+	return e.Konnectivity.Servers[i].Process.stopTwice()
 }
 
-// StartKonnectivityServer starts the proxy-server again on the same ports
-// and waits until the agent has reconnected to it.
-func (e *Env) StartKonnectivityServer(ctx context.Context) error {
+// StartKonnectivityServer starts proxy-server i again on the same ports and
+// waits until the agent has reconnected to it.
+func (e *Env) StartKonnectivityServer(ctx context.Context, i int) error {
 	k := e.Konnectivity
 	if k == nil {
 		return fmt.Errorf("konnectivity is off (Options.NoKonnectivity)")
 	}
-	if k.Server != nil && !k.Server.Exited() {
-		return fmt.Errorf("proxy-server already running (pid %d); call StopKonnectivityServer first", k.Server.Pid())
+	p := k.Servers[i]
+	if p.Process != nil && !p.Process.Exited() {
+		return fmt.Errorf("%s already running (pid %d); call StopKonnectivityServer first", p.ID, p.Process.Pid())
 	}
-	p, err := e.start("proxy-server", "proxy-server", k.serverArgs...)
+	proc, err := e.start(p.ID, "proxy-server", p.args...)
 	if err != nil {
 		return err
 	}
-	k.Server = p
+	p.Process = proc
 	ctx, cancel := context.WithTimeout(ctx, e.StartTimeout)
 	defer cancel()
-	return k.waitServerReady(ctx)
+	return k.waitServerReady(ctx, p)
 }
 
 // stop ends the agent before the rest: it drains on the first SIGTERM and
@@ -135,6 +172,9 @@ func (k *Konnectivity) stop() error {
 	var err error
 	if k.Agent != nil {
 		err = k.Agent.stopTwice()
+	}
+	if k.AgentBalancer != nil {
+		k.AgentBalancer.Close()
 	}
 	if k.Cluster.Kubelet != nil {
 		if kerr := k.Cluster.Kubelet.Close(); err == nil {

@@ -30,6 +30,7 @@ import (
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/certauth"
+	"github.com/clustergateway/cluster-gateway/pkg/credentials"
 	"github.com/clustergateway/cluster-gateway/pkg/fairness"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/health"
@@ -47,6 +48,9 @@ type ExtraConfig struct {
 	// SourceNamespaces are the hub namespaces whose Secrets gateways may name
 	// as their credential (SecretNamespace by default).
 	SourceNamespaces []string
+	// CredentialProviders are the exec plugins gateways of credential type
+	// Provider may name (nil: none).
+	CredentialProviders *credentials.Config
 	// AuthorizeProxySubpath also authorizes the inner request of every proxied call.
 	AuthorizeProxySubpath bool
 	// Pool bounds and times the pooled transports (its Endpoints policy included).
@@ -167,6 +171,15 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, fmt.Errorf("building the hub client: %w", err)
 	}
 	s := &Server{Generic: generic, Store: gateways.NewStore(client, c.Extra.SecretNamespace, c.Extra.SourceNamespaces...), CertCache: c.certCache}
+	if c.Extra.CredentialProviders != nil {
+		providers, err := credentials.New(c.Extra.CredentialProviders)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.Store.SetProviders(providers); err != nil {
+			return nil, err
+		}
+	}
 	if s.Pool, err = pool.New(c.Extra.Pool); err != nil {
 		return nil, err
 	}
@@ -276,6 +289,7 @@ func (s *Server) registerMetrics(r metrics.KubeRegistry, px *proxy.Proxy) error 
 	}
 	r.CustomMustRegister(s.Pool.Collector())
 	s.Store.Metrics().Register(r)
+	credentials.DefaultMetrics.Register(r)
 	if s.CertCache != nil {
 		r.CustomMustRegister(s.CertCache.Collector())
 	}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+	"github.com/clustergateway/cluster-gateway/pkg/credentials"
 )
 
 // sources reads the credential Secrets of the namespaces the gateway may
@@ -106,6 +107,7 @@ func (src *sources) get(ref *v1alpha1.SecretReference) (*Source, access) {
 type resolvedGateway struct {
 	src    *Source
 	access access
+	prov   *credentials.State // of a Provider gateway
 	gw     *Gateway
 }
 
@@ -114,6 +116,9 @@ type resolvedGateway struct {
 // latest resolution is kept on g, so a request resolves only after a
 // rotation.
 func (s *Store) resolve(g *Gateway, now time.Time) *Gateway {
+	if c := s.providerCluster(g); c != nil {
+		return s.resolveProvider(g, c, now)
+	}
 	ref := g.Object.Spec.Credential.SecretRef
 	if g.Object.Spec.Credential.Type != v1alpha1.CredentialSecretRef || ref == nil || s.sources == nil {
 		return g.at(now)

@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+	"github.com/clustergateway/cluster-gateway/pkg/credentials"
 )
 
 // Resource is the API resource the gateways are, for errors.
@@ -34,6 +35,8 @@ type Store struct {
 	sources   *sources           // the credential Secrets gateways name
 	clock     clock.PassiveClock // certificate validity is judged by it
 	metrics   *Metrics
+	providers *credentials.Providers // nil: no providers configured
+	provWatch providerWatch
 }
 
 // NewStore builds the informers; Run starts them. Gateways may name
@@ -112,6 +115,7 @@ func (s *Store) OnChange(fn func(old, new *Gateway)) error {
 	if err != nil {
 		return err
 	}
+	s.onProviderChange(fn)
 	return s.onSourceChange(fn)
 }
 

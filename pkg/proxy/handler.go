@@ -205,7 +205,7 @@ func (p *Proxy) Serve(w http.ResponseWriter, req *http.Request, name, subpath st
 			return
 		}
 	}
-	gw, err := p.opts.Store.Get(name)
+	gw, err := p.opts.Store.GetForRequest(req.Context(), name)
 	if err != nil {
 		writeStatus(w, req, err)
 		return
@@ -271,6 +271,9 @@ func (p *Proxy) Serve(w http.ResponseWriter, req *http.Request, name, subpath st
 	location.RawQuery = req.URL.RawQuery
 	auditIdentity(req.Context(), gw, u)
 	f.up = upstreamTransport{base: lease.Transport(), id: id, cluster: name}
+	if gw.Object.Spec.Credential.Type == v1alpha1.CredentialProvider {
+		f.up.provided, f.up.store = gw, p.opts.Store
+	}
 
 	if !upgrade {
 		rp := p.reverse

@@ -75,7 +75,7 @@ func (p *Proxy) Probe(ctx context.Context, name string) (*v1alpha1.ClusterGatewa
 // with the stored credential itself (no caller to impersonate: it only reads
 // /readyz and /version), and on success the cluster's version.
 func (p *Proxy) ProbeCluster(ctx context.Context, name string) health.Outcome {
-	gw, err := p.opts.Store.Get(name)
+	gw, err := p.opts.Store.GetForRequest(ctx, name)
 	if err != nil {
 		return health.Outcome{Reason: v1alpha1.ReasonGatewayNotReady, Message: err.Error()}
 	}

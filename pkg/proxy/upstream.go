@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	utilproxy "k8s.io/apimachinery/pkg/util/proxy"
+
+	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 )
 
 // upstreamTransport is the last step before the wire for ordinary requests,
@@ -26,6 +28,11 @@ type upstreamTransport struct {
 	base    http.RoundTripper
 	id      identity
 	cluster string
+	// provided is the gateway when its token comes from a credential
+	// provider, which a 401 asks for a new one (in the background: the
+	// answer goes to the client as it is).
+	provided *gateways.Gateway
+	store    *gateways.Store
 }
 
 func (t *upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -44,6 +51,9 @@ func (t *upstreamTransport) roundTripOwned(req *http.Request) (*http.Response, e
 func (t *upstreamTransport) checked(req *http.Request, resp *http.Response, err error) (*http.Response, error) {
 	if err != nil {
 		return nil, err
+	}
+	if resp.StatusCode == http.StatusUnauthorized && t.provided != nil && t.id.token != "" {
+		go t.store.Unauthorized(context.Background(), t.provided, t.id.token)
 	}
 	if where, ok := redirectLocation(resp); ok {
 		return redirectRefused(t.cluster, req, resp, where), nil

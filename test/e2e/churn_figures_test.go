@@ -74,15 +74,16 @@ func (g *inTestGateway) figures(t *testing.T, settle bool) churnFigures {
 }
 
 // clean is what the figures must come to once nothing is in use: no pool
-// entries, streams or connections, one tunnel over one proxy-server
-// connection, no forward-proxy tunnel; goroutines, fds and heap as now.
+// entries, streams or connections, one tunnel over one connection to each
+// proxy-server, no forward-proxy tunnel; goroutines, fds and heap as now.
 func (g *inTestGateway) clean(t *testing.T) churnFigures {
 	t.Helper()
 	f := g.figures(t, true)
 	f.Pool.Live, f.Pool.Retiring, f.Pool.ActiveStreams, f.Pool.OpenConns = 0, 0, 0, 0
 	f.HTTPProxyOpen, f.SOCKSProxyOpen = 0, 0
 	if g.tunnel != nil {
-		f.Tunnel.OpenTunnels, f.Tunnel.OpenProxyConns = 1, 1
+		servers := int64(len(env.Konnectivity.Servers))
+		f.Tunnel.OpenTunnels, f.Tunnel.OpenProxyConns = servers, servers
 	}
 	return f
 }

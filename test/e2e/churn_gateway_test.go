@@ -143,8 +143,9 @@ func (g *inTestGateway) startTunnel(t *testing.T, ctx context.Context, k *locale
 		}
 	}
 	m, err := konnectivity.New(konnectivity.Options{
-		Address: k.ServerAddress(), CAFile: g.tunnelCA, CertFile: g.tunnelCert, KeyFile: g.tunnelKey,
+		Addresses: k.ServerAddresses(), CAFile: g.tunnelCA, CertFile: g.tunnelCert, KeyFile: g.tunnelKey,
 		ReloadInterval: 200 * time.Millisecond, RetireGrace: churnGrace, DialTimeout: 5 * time.Second,
+		HealthInterval: time.Second, HealthTimeout: time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -154,7 +154,7 @@ func TestCLIKubeconfigListAndPlugin(t *testing.T) {
 			t.Errorf("kubectl cgw list: err %v, stdout %q, stderr %q", res.Err, res.Stdout, res.Stderr)
 		}
 		res = plugin("cgw", "join", "--help")
-		if !strings.Contains(res.Stdout, "kubectl cgw join NAME --cluster-kubeconfig FILE") || !strings.Contains(res.Stdout, "Examples:") {
+		if !strings.Contains(res.Stdout, "kubectl cgw join NAME (--cluster-kubeconfig FILE | --credential-secret NAMESPACE/NAME | --credential-provider NAME)") || !strings.Contains(res.Stdout, "Examples:") {
 			t.Errorf("kubectl cgw join --help: %q", res.Stdout)
 		}
 	})

@@ -27,17 +27,18 @@ const (
 // --probe-timeout).
 var detectionBound = time.Duration(suiteFailureThreshold) * (suiteProbeInterval*11/10 + suiteProbeTimeout)
 
-// TestKonnectivityProxyServerStopped stops the konnectivity proxy-server
-// with SIGSTOP: it keeps its sockets open and answers nothing, so the
-// gateway's tunnel sees no error (only gRPC keepalive would notice, after
-// minutes). The prober probes the cluster behind it through the tunnel, so
-// it turns Reachable=False (DialFailed or NoAnswer) within the documented
-// bound (asserted at twice the bound, for a loaded machine), and requests
-// then fail at once with the fast 503 (the message of a cluster known to be
+// TestKonnectivityProxyServerStopped stops every konnectivity proxy-server
+// with SIGSTOP: they keep their sockets open and answer nothing, so the
+// gateway's tunnels see no error (only the gateway's health check notices;
+// TestKonnectivityProxyServerFailover stops one of them). The prober
+// probes the cluster behind them through the tunnels, so it turns
+// Reachable=False (DialFailed or NoAnswer) within the documented bound
+// (asserted at twice the bound, for a loaded machine), and requests then
+// fail at once with the fast 503 (the message of a cluster known to be
 // unreachable, before any dial timeout), while direct clusters keep
-// working. After SIGCONT it turns True again, requests through the tunnel
+// working. After SIGCONT it turns True again, requests through the tunnels
 // work, and the gateway's goroutines and fds return near their baseline.
-// It stops a shared process, so it is not parallel.
+// It stops shared processes, so it is not parallel.
 func TestKonnectivityProxyServerStopped(t *testing.T) {
 	k := requireKonnectivity(t)
 	name := k.Cluster.GatewayName
@@ -45,17 +46,24 @@ func TestKonnectivityProxyServerStopped(t *testing.T) {
 	expectOK(t, name)
 
 	base := gatewayMetrics(t)
-	pid := k.Server.Pid()
+	var pids []int
+	for _, p := range k.Servers {
+		pids = append(pids, p.Process.Pid())
+	}
 	stopped := false
 	t.Cleanup(func() {
 		if stopped {
-			_ = syscall.Kill(pid, syscall.SIGCONT)
+			for _, pid := range pids {
+				_ = syscall.Kill(pid, syscall.SIGCONT)
+			}
 		}
 	})
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatalf("SIGSTOP the proxy-server (pid %d): %v", pid, err)
-	}
 	stopped = true
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatalf("SIGSTOP a proxy-server (pid %d): %v", pid, err)
+		}
+	}
 	stoppedAt := time.Now()
 
 	var c *metav1.Condition
@@ -92,8 +100,10 @@ func TestKonnectivityProxyServerStopped(t *testing.T) {
 	}
 	expectOK(t, env.Managed[0].GatewayName)
 
-	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
-		t.Fatalf("SIGCONT the proxy-server: %v", err)
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+			t.Fatalf("SIGCONT a proxy-server: %v", err)
+		}
 	}
 	stopped = false
 	contAt := time.Now()

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -15,17 +16,39 @@ import (
 	"github.com/clustergateway/cluster-gateway/internal/testproc"
 )
 
-// Gateway metrics of its konnectivity client.
+// Gateway metrics of its konnectivity client. Those of one proxy-server
+// have a label server="host:port" (see perServer); Samples.Sum adds them up.
 const (
-	kProxyConns    = "cluster_gateway_konnectivity_proxy_connections"
-	kOpenTunnels   = "cluster_gateway_konnectivity_open_tunnels"
-	kBuilds        = "cluster_gateway_konnectivity_tunnel_builds_total"
-	kBuildFailures = "cluster_gateway_konnectivity_tunnel_build_failures_total"
-	kDials         = "cluster_gateway_konnectivity_dial_duration_seconds_count"
-	kDialFailures  = "cluster_gateway_konnectivity_dial_failures_total"
-	kRotations     = "cluster_gateway_konnectivity_rotations_total"
-	kRejected      = "cluster_gateway_konnectivity_rejected_reloads_total"
+	kProxyConns     = "cluster_gateway_konnectivity_proxy_connections"
+	kOpenTunnels    = "cluster_gateway_konnectivity_open_tunnels"
+	kTunnelUp       = "cluster_gateway_konnectivity_tunnel_up"
+	kBuilds         = "cluster_gateway_konnectivity_tunnel_builds_total"
+	kBuildFailures  = "cluster_gateway_konnectivity_tunnel_build_failures_total"
+	kHealthFailures = "cluster_gateway_konnectivity_health_check_failures_total"
+	kRotations      = "cluster_gateway_konnectivity_rotations_total"
+	// Manager-wide, no label.
+	kDials        = "cluster_gateway_konnectivity_dial_duration_seconds_count"
+	kDialFailures = "cluster_gateway_konnectivity_dial_failures_total"
+	kFailovers    = "cluster_gateway_konnectivity_dial_failovers_total"
+	kRejected     = "cluster_gateway_konnectivity_rejected_reloads_total"
 )
+
+// perServer is the sample of a per-proxy-server metric for p.
+func perServer(m testmetrics.Samples, name string, p *localenv.ProxyServer) float64 {
+	return m[fmt.Sprintf("%s{server=%q}", name, p.Address())]
+}
+
+// serversSum adds a metric of the proxy-servers' own /metrics over all that run.
+func serversSum(t *testing.T, k *localenv.Konnectivity, name string) float64 {
+	t.Helper()
+	sum := 0.0
+	for _, p := range k.Servers {
+		if !p.Process.Exited() {
+			sum += mustScrape(t, p.MetricsURL).Sum(name)
+		}
+	}
+	return sum
+}
 
 // requireKonnectivity returns the proxy-server and agent that the suite's
 // environment always starts (it never sets NoKonnectivity).
@@ -63,10 +86,20 @@ func tcpConns(t *testing.T, pid int, ip string, port int) int {
 }
 
 // proxyServerConns is the kernel's count of the gateway's connections to
-// the proxy-server.
+// the proxy-servers.
 func proxyServerConns(t *testing.T, k *localenv.Konnectivity) int {
 	t.Helper()
-	return tcpConns(t, env.Gateway.Process.Pid(), "127.0.0.1", k.ServerPort)
+	n := 0
+	for _, p := range k.Servers {
+		n += proxyServerConnsTo(t, p)
+	}
+	return n
+}
+
+// proxyServerConnsTo is the kernel's count of them to p.
+func proxyServerConnsTo(t *testing.T, p *localenv.ProxyServer) int {
+	t.Helper()
+	return tcpConns(t, env.Gateway.Process.Pid(), "127.0.0.1", p.ServerPort)
 }
 
 // konnectivityNamespace creates a namespace on the cluster behind the agent,

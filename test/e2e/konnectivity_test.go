@@ -32,7 +32,7 @@ func TestKonnectivityKubectlThroughAgent(t *testing.T) {
 	direct, ns := konnectivityNamespace(t, k)
 	expectOK(t, c.GatewayName) // the first request waits for nothing below
 	dials := func() (gw, server, agent float64) {
-		return gatewayMetrics(t)[kDials], mustScrape(t, k.ServerMetricsURL).Sum("konnectivity_network_proxy_server_dial_duration_seconds_count"),
+		return gatewayMetrics(t)[kDials], serversSum(t, k, "konnectivity_network_proxy_server_dial_duration_seconds_count"),
 			mustScrape(t, k.AgentMetricsURL).Sum("konnectivity_network_proxy_agent_dial_duration_seconds_count")
 	}
 	gw0, server0, agent0 := dials()
@@ -67,7 +67,7 @@ func TestKonnectivityKubectlThroughAgent(t *testing.T) {
 		t.Errorf("the agent dialed %v times during %d execs; every exec must be a dial through it", agent1-agent0, execs)
 	}
 	if gw1-gw0 != agent1-agent0 || server1-server0 != agent1-agent0 {
-		t.Errorf("dials: gateway %v, proxy-server %v, agent %v; want all equal (each gateway dial to cluster-3 is one tunnel dial the agent makes)", gw1-gw0, server1-server0, agent1-agent0)
+		t.Errorf("dials: gateway %v, proxy-servers %v, agent %v; want all equal (each gateway dial to cluster-3 is one tunnel dial the agent makes)", gw1-gw0, server1-server0, agent1-agent0)
 	}
 	if f := gatewayMetrics(t)[kDialFailures] - dialFailures0; f != 0 {
 		t.Errorf("%v konnectivity dials failed", f)
@@ -76,8 +76,8 @@ func TestKonnectivityKubectlThroughAgent(t *testing.T) {
 
 // TestKonnectivityOneConnection sends 1,000 requests while 10 watches and
 // 5 attach sessions are open, all to cluster-3: the gateway keeps exactly
-// ONE TCP (gRPC) connection to the proxy-server throughout, by its own gauge
-// and by the kernel's count of its sockets, and builds no new tunnel. The
+// ONE TCP (gRPC) connection to each proxy-server throughout, by its own
+// gauges and by the kernel's count of its sockets, and builds no new tunnel. The
 // requests and watches share one pooled HTTP/2 connection (one tunnel
 // stream); each attach is an upgrade, hence its own tunnel stream, so the
 // tunnel carries several streams at once.
@@ -86,8 +86,10 @@ func TestKonnectivityOneConnection(t *testing.T) {
 	c := k.Cluster
 	expectOK(t, c.GatewayName)
 	base := gatewayMetrics(t)
-	if base[kProxyConns] != 1 || base[kOpenTunnels] != 1 {
-		t.Fatalf("before the load: %s = %v, %s = %v; want 1 and 1", kProxyConns, base[kProxyConns], kOpenTunnels, base[kOpenTunnels])
+	for _, p := range k.Servers {
+		if perServer(base, kProxyConns, p) != 1 || perServer(base, kOpenTunnels, p) != 1 {
+			t.Fatalf("before the load, %s: %s = %v, %s = %v; want 1 and 1", p.ID, kProxyConns, perServer(base, kProxyConns, p), kOpenTunnels, perServer(base, kOpenTunnels, p))
+		}
 	}
 
 	direct, ns := konnectivityNamespace(t, k)
@@ -112,16 +114,18 @@ func TestKonnectivityOneConnection(t *testing.T) {
 	}
 	agentOpen := mustScrape(t, k.AgentMetricsURL).Sum("konnectivity_network_proxy_agent_open_endpoint_connections")
 
-	// The kernel's count, sampled while the load runs.
+	// The kernel's count per proxy-server, sampled while the load runs.
 	stop, sampled := make(chan struct{}), make(chan [2]int)
 	go func() {
 		lo, hi := 1<<30, 0
 		for {
-			n, err := testproc.TCPConns(env.Gateway.Process.Pid(), "127.0.0.1", k.ServerPort)
-			if err != nil {
-				n = -1 // shows up in the span
+			for _, p := range k.Servers {
+				n, err := testproc.TCPConns(env.Gateway.Process.Pid(), "127.0.0.1", p.ServerPort)
+				if err != nil {
+					n = -1 // shows up in the span
+				}
+				lo, hi = min(lo, n), max(hi, n)
 			}
-			lo, hi = min(lo, n), max(hi, n)
 			select {
 			case <-stop:
 				sampled <- [2]int{lo, hi}
@@ -160,20 +164,22 @@ func TestKonnectivityOneConnection(t *testing.T) {
 
 	m := gatewayMetrics(t)
 	if span != [2]int{1, 1} {
-		t.Errorf("the kernel saw between %d and %d TCP connections from the gateway to the proxy-server during the load; want exactly 1", span[0], span[1])
+		t.Errorf("the kernel saw between %d and %d TCP connections from the gateway to a proxy-server during the load; want exactly 1 to each", span[0], span[1])
 	}
-	if m[kProxyConns] != 1 || m[kOpenTunnels] != 1 {
-		t.Errorf("after the load: %s = %v, %s = %v; want 1 and 1", kProxyConns, m[kProxyConns], kOpenTunnels, m[kOpenTunnels])
+	for _, p := range k.Servers {
+		if perServer(m, kProxyConns, p) != 1 || perServer(m, kOpenTunnels, p) != 1 {
+			t.Errorf("after the load, %s: %s = %v, %s = %v; want 1 and 1", p.ID, kProxyConns, perServer(m, kProxyConns, p), kOpenTunnels, perServer(m, kOpenTunnels, p))
+		}
 	}
-	if d := m[kBuilds] - base[kBuilds]; d != 0 {
+	if d := m.Sum(kBuilds) - base.Sum(kBuilds); d != 0 {
 		t.Errorf("%s grew by %v during the load; want 0 (one tunnel for everything)", kBuilds, d)
 	}
 	if d := m[kDialFailures] - base[kDialFailures]; d != 0 {
 		t.Errorf("%v konnectivity dials failed during the load", d)
 	}
 	if d := m[kDials] - base[kDials]; d < attaches || agentOpen < attaches+1 {
-		t.Errorf("%d attach sessions: %v dials through the tunnel, the agent had %v connections open; want at least %d and %d",
+		t.Errorf("%d attach sessions: %v dials through the tunnels, the agent had %v connections open; want at least %d and %d",
 			attaches, d, agentOpen, attaches, attaches+1)
 	}
-	t.Logf("1,000 requests, 10 watches, %d attaches: %v dials through the one tunnel, %v open at the agent during the load", attaches, m[kDials]-base[kDials], agentOpen)
+	t.Logf("1,000 requests, 10 watches, %d attaches: %v dials through the tunnels, %v open at the agent during the load", attaches, m[kDials]-base[kDials], agentOpen)
 }

@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -714,6 +715,13 @@ func TestSecurityNoCredentialsInLogs(t *testing.T) {
 	real.Spec.Impersonation.Mode = gatewayv1alpha1.ImpersonationCaller
 	real.Spec.Endpoint.ProxyURL = "http://u:" + proxyPass + "@" + env.HTTPProxy.URL.Host
 	createGateway(t, real)
+	// A credential read from a hub Secret, rotated once: both tokens only
+	// ever travel in the Secret and to the cluster.
+	srcTokens := []string{randomToken(t), randomToken(t)}
+	srcGW := uniqueName(t, "log-src")
+	src := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: srcGW + "-creds"}, Data: map[string][]byte{"token": []byte(srcTokens[0]), "ca.crt": f.capture.CAPEM}}
+	putSourceSecret(t, hubAdmin(t), src)
+	createGateway(t, secretRefGateway(srcGW, src.Name, f.capture.URL, nil))
 	// The caller's own bearer token: a hub ServiceAccount allowed to use the proxy.
 	sa := uniqueName(t, "log-caller")
 	mustKubectl(t, env.Hub.Kubeconfig, "create", "serviceaccount", sa, "-n", "default")
@@ -722,7 +730,7 @@ func TestSecurityNoCredentialsInLogs(t *testing.T) {
 	callerToken := strings.TrimSpace(mustKubectl(t, env.Hub.Kubeconfig, "create", "token", sa, "-n", "default"))
 
 	// Traffic, through the hub and straight to the gateway.
-	for _, gw := range []string{tokenGW, x509GW} {
+	for _, gw := range []string{tokenGW, x509GW, srcGW} {
 		eventually(t, "a request through "+gw, func() error {
 			if code, body := hubGet(t, proxyPath(gw, "/api/v1/namespaces/default/pods")); code != http.StatusOK {
 				return fmt.Errorf("%d %s", code, body)
@@ -736,6 +744,18 @@ func TestSecurityNoCredentialsInLogs(t *testing.T) {
 		}, "")
 	}
 	mustKubectl(t, env.Hub.Kubeconfig, "get", "--raw", proxyPath(x509GW, "/api/v1/namespaces/default/configmaps?watch=true&timeoutSeconds=1"))
+	src.Data["token"] = []byte(srcTokens[1])
+	putSourceSecret(t, hubAdmin(t), src)
+	eventually(t, "a request with the rotated source token", func() error {
+		n := len(f.capture.requests())
+		if code, body := hubGet(t, proxyPath(srcGW, "/api")); code != http.StatusOK {
+			return fmt.Errorf("%d %s", code, body)
+		}
+		if got := f.capture.since(n); len(got) == 0 || got[0].Header.Get("Authorization") != "Bearer "+srcTokens[1] {
+			return fmt.Errorf("the cluster did not see the rotated token")
+		}
+		return nil
+	})
 	// A direct caller with a bearer token: the gateway asks the hub (TokenReview).
 	r := rawRequest(t, hostOf(env.Gateway.URL), f.gwCA, nil, fmt.Sprintf("GET %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nConnection: close\r\n\r\n",
 		proxyPath(tokenGW, "/api"), callerToken))
@@ -765,6 +785,8 @@ func TestSecurityNoCredentialsInLogs(t *testing.T) {
 		"the token gateway's token": tok.Spec.Credential.BearerToken,
 		"the caller's bearer token": callerToken,
 		"the proxy password":        proxyPass,
+		"the source's first token":  srcTokens[0],
+		"the source's second token": srcTokens[1],
 	}
 	for i, n := range secretNeedles([]byte(tok.Spec.Credential.BearerToken), []byte(callerToken), real.Spec.Credential.X509.PrivateKey) {
 		needles[fmt.Sprintf("material form %d", i)] = n
@@ -772,7 +794,8 @@ func TestSecurityNoCredentialsInLogs(t *testing.T) {
 	needles["the caller's token, base64url"] = base64.RawURLEncoding.EncodeToString([]byte(callerToken))
 	// Protobuf bodies are logged as hex dumps, 16 bytes a line: look for
 	// every 12-byte window of the random tokens and of the key's base64 body.
-	for name, secret := range map[string]string{"token": tok.Spec.Credential.BearerToken[10:], "proxy password": proxyPass[15:], "key": pemBody(real.Spec.Credential.X509.PrivateKey)} {
+	for name, secret := range map[string]string{"token": tok.Spec.Credential.BearerToken[10:], "proxy password": proxyPass[15:], "key": pemBody(real.Spec.Credential.X509.PrivateKey),
+		"source token 1": srcTokens[0][10:], "source token 2": srcTokens[1][10:]} {
 		for i := 0; i+12 <= len(secret); i++ {
 			needles[fmt.Sprintf("%s window %d", name, i)] = secret[i : i+12]
 		}

@@ -78,10 +78,35 @@ app.kubernetes.io/name: {{ include "cluster-gateway.name" . }}
 {{- fail (printf "credentialSourceNamespaces: %q is not a namespace name" .) }}
 {{- end }}
 {{- end }}
-{{- if and .Values.gateway.konnectivity.enabled (or (not .Values.gateway.konnectivity.serverAddress) (not .Values.gateway.konnectivity.secretName)) }}
-{{- fail "gateway.konnectivity.enabled needs gateway.konnectivity.serverAddress and gateway.konnectivity.secretName" }}
+{{- if and .Values.gateway.konnectivity.enabled (or (not (include "cluster-gateway.konnectivityAddresses" .)) (not .Values.gateway.konnectivity.secretName)) }}
+{{- fail "gateway.konnectivity.enabled needs gateway.konnectivity.serverAddresses (or serverAddress, or konnectivityServer.enabled) and gateway.konnectivity.secretName" }}
+{{- end }}
+{{- if and .Values.konnectivityServer.enabled (or (not .Values.konnectivityServer.secretName) (lt (int .Values.konnectivityServer.replicas) 1)) }}
+{{- fail "konnectivityServer.enabled needs konnectivityServer.secretName and at least 1 replica" }}
 {{- end }}
 {{- if and .Values.inventorySync.clusterProfile (not .Values.inventorySync.providers) }}
 {{- fail "inventorySync.clusterProfile needs inventorySync.providers: the credential providers a ClusterProfile may name" }}
 {{- end }}
+{{- end }}
+
+{{/* The proxy-servers' StatefulSet and headless Service. */}}
+{{- define "cluster-gateway.konnectivityServerName" -}}
+{{- printf "%s-konnectivity" (include "cluster-gateway.fullname" .) | trunc 52 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "cluster-gateway.konnectivityServerSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "cluster-gateway.name" . }}-konnectivity-server
+{{- end }}
+
+{{/* The gateway's proxy-servers, comma-separated: those given, else each pod of konnectivityServer by its stable name. */}}
+{{- define "cluster-gateway.konnectivityAddresses" -}}
+{{- $addrs := .Values.gateway.konnectivity.serverAddresses }}
+{{- with .Values.gateway.konnectivity.serverAddress }}{{ $addrs = append $addrs . }}{{ end }}
+{{- if and (not $addrs) .Values.konnectivityServer.enabled }}
+{{- $sts := include "cluster-gateway.konnectivityServerName" . }}
+{{- range $i := until (int .Values.konnectivityServer.replicas) }}
+{{- $addrs = append $addrs (printf "%s-%d.%s.%s.svc:8090" $sts $i $sts $.Release.Namespace) }}
+{{- end }}
+{{- end }}
+{{- uniq $addrs | join "," }}
 {{- end }}

@@ -11,9 +11,11 @@ import (
 	clientmetrics "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client/metrics"
 )
 
-// DialContext dials addr through the current tunnel, within DialTimeout.
-// While no tunnel is healthy it fails at once (the rebuild goes on in the
-// background), so callers can answer 503 instead of hanging.
+// DialContext dials addr through a healthy tunnel, within DialTimeout,
+// taking the proxy-servers in turn. A dial that fails on one proxy-server
+// is tried on the next healthy one. While no tunnel is healthy it fails at
+// once (the rebuilds go on in the background), so callers can answer 503
+// instead of hanging.
 func (m *Manager) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	start := time.Now()
 	m.dials.Add(1)
@@ -39,11 +41,17 @@ func (m *Manager) dial(ctx context.Context, network, addr string) (net.Conn, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, m.opts.DialTimeout)
 	defer cancel()
-	// A second try covers a tunnel retired between picking it and dialing.
-	for try := 0; ; try++ {
-		t, err := m.pick(ctx, addr)
-		if err != nil {
-			return nil, err
+	tried := map[*server]bool{}
+	var failed []error // each failed proxy-server's error, to report if all fail
+	// Each server is tried once, plus one more try on a server whose
+	// tunnel was retired (a rotation) between picking it and dialing.
+	for retry := true; ; {
+		s, t, err := m.pick(ctx, addr, tried)
+		switch {
+		case errors.Is(err, errAllTried):
+			return nil, errors.Join(failed...)
+		case err != nil:
+			return nil, errors.Join(append(failed, err)...)
 		}
 		t.acquire()
 		c, err := t.rt.DialContext(ctx, "tcp", addr)
@@ -51,48 +59,70 @@ func (m *Manager) dial(ctx context.Context, network, addr string) (net.Conn, err
 			return newTrackedConn(c, t, addr), nil
 		}
 		t.release()
-		if try == 0 && ctx.Err() == nil && t.retired.Load() {
+		if retry && ctx.Err() == nil && t.retired.Load() {
+			retry = false
 			continue
 		}
 		if tunnelBroken(err) {
-			t.markDead(fmt.Errorf("opening a stream to proxy-server %s failed: %w", m.opts.Address, err), false)
-			return nil, downError(addr, err)
+			t.markDead(fmt.Errorf("opening a stream to proxy-server %s failed: %w", s.addr, err), false)
+			err = downError(addr, err)
+		} else {
+			err = fmt.Errorf("dialing %s through konnectivity proxy-server %s: %w", addr, s.addr, err)
 		}
-		return nil, fmt.Errorf("dialing %s through konnectivity proxy-server %s: %w", addr, m.opts.Address, err)
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		// Another proxy-server may still reach addr: this one may have
+		// died meanwhile, or have no agent for addr (yet: agents connect
+		// to a restarted proxy-server a moment after the gateway does).
+		tried[s] = true
+		failed = append(failed, err)
+		m.failovers.Add(1)
 	}
 }
 
-// pick returns the tunnel for new dials. Before the first build attempt has
-// ended it waits for it (within ctx); afterwards it never waits.
-func (m *Manager) pick(ctx context.Context, addr string) (*tunnel, error) {
+// pick returns a healthy server not in skip and its tunnel, taking them in
+// turn. Before the first builds have ended it waits for them (within ctx);
+// afterwards it never waits.
+func (m *Manager) pick(ctx context.Context, addr string, skip map[*server]bool) (*server, *tunnel, error) {
 	for waited := false; ; waited = true {
 		m.mu.Lock()
-		t, cause, started, stopped := m.current, m.downCause, m.started, m.stopped
+		started, stopped := m.started, m.stopped
 		m.mu.Unlock()
 		switch {
 		case stopped:
-			return nil, fmt.Errorf("cannot dial %s: %w", addr, errStopped)
+			return nil, nil, fmt.Errorf("cannot dial %s: %w", addr, errStopped)
 		case !started:
-			return nil, fmt.Errorf("cannot dial %s: %w", addr, errNotStarted)
+			return nil, nil, fmt.Errorf("cannot dial %s: %w", addr, errNotStarted)
 		}
-		if t != nil {
-			dead, _, why := t.health()
-			if !dead {
-				return t, nil
+		first := int(m.next.Add(1))
+		var causes []error
+		for i := range m.servers {
+			s := m.servers[(first+i)%len(m.servers)]
+			if skip[s] {
+				continue
 			}
-			cause = why
-			m.wake()
+			t, cause := s.healthy()
+			if t != nil {
+				return s, t, nil
+			}
+			causes = append(causes, cause)
 		}
-		if waited {
-			return nil, downError(addr, cause)
+		if len(causes) == 0 && len(skip) > 0 {
+			return nil, nil, errAllTried
+		}
+		if waited || len(skip) > 0 {
+			return nil, nil, downError(addr, errors.Join(causes...))
 		}
 		select {
 		case <-m.tried:
 		case <-ctx.Done():
-			return nil, downError(addr, fmt.Errorf("the first tunnel build has not finished: %w", ctx.Err()))
+			return nil, nil, downError(addr, fmt.Errorf("the first tunnel builds have not finished: %w", ctx.Err()))
 		}
 	}
 }
+
+var errAllTried = errors.New("every proxy-server was tried")
 
 // tunnelBroken tells failures of the tunnel itself (rebuild it) from
 // failures of one dial (the agent could not reach addr, timeouts).

@@ -66,12 +66,13 @@ func get(c *http.Client, s *stack) error {
 // its reader goroutine counts the lines and finally records the error that
 // ended it.
 type stream struct {
-	conn  net.Conn
-	lines atomic.Int64  // lines so far
-	line  chan struct{} // a wake-up after a line (capacity 1: not a count)
-	done  chan struct{} // closed once reading failed
-	err   error         // why reading failed; valid once done is closed
-	wg    sync.WaitGroup
+	conn   net.Conn
+	server string        // the proxy-server it went through
+	lines  atomic.Int64  // lines so far
+	line   chan struct{} // a wake-up after a line (capacity 1: not a count)
+	done   chan struct{} // closed once reading failed
+	err    error         // why reading failed; valid once done is closed
+	wg     sync.WaitGroup
 }
 
 func openStream(t *testing.T, m *Manager, s *stack) *stream {
@@ -84,7 +85,7 @@ func openStream(t *testing.T, m *Manager, s *stack) *stream {
 	if _, err := fmt.Fprintf(conn, "GET /stream HTTP/1.1\r\nHost: %s\r\n\r\n", s.backendAddr); err != nil {
 		t.Fatal(err)
 	}
-	st := &stream{conn: conn, line: make(chan struct{}, 1), done: make(chan struct{})}
+	st := &stream{conn: conn, server: raw.(*trackedConn).t.proxyAddr, line: make(chan struct{}, 1), done: make(chan struct{})}
 	st.wg.Add(1)
 	go func() {
 		defer st.wg.Done()
@@ -133,21 +134,30 @@ func (st *stream) close() {
 }
 
 // leakCheck records goroutines and fds now; the returned func, called after
-// Stop, waits until both are back to that baseline.
-func leakCheck(t *testing.T) func() {
+// Stop, waits until both are back to that baseline. The stack's balancer
+// runs in this process too: its connections (the agent reconnecting) are
+// not the Manager's.
+func leakCheck(t *testing.T, s *stack) func() {
 	t.Helper()
 	goroutines := goleak.IgnoreCurrent()
-	fds := testproc.MustOpenFDs(t)
+	fds := testproc.MustOpenFDs(t) - s.balancerConns()
 	return func() {
 		t.Helper()
 		testpoll.Eventually(t, 15*time.Second, "open fds back to baseline", func() error {
-			if n := testproc.MustOpenFDs(t); n > fds {
-				return fmt.Errorf("%d open, baseline %d", n, fds)
+			if n := testproc.MustOpenFDs(t) - s.balancerConns(); n > fds {
+				return fmt.Errorf("%d open besides the balancer's, baseline %d", n, fds)
 			}
 			return nil
 		})
-		goleak.VerifyNone(t, goroutines)
+		goleak.VerifyNone(t, goroutines, goleak.IgnoreAnyFunction("github.com/clustergateway/cluster-gateway/internal/testbalancer.(*Balancer).pipe"))
 	}
+}
+
+func (s *stack) balancerConns() int {
+	if s.balancer == nil {
+		return 0
+	}
+	return s.balancer.OpenConns()
 }
 
 func expectStats(t *testing.T, m *Manager, what string, ok func(Stats) bool) {

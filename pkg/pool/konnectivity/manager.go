@@ -15,47 +15,50 @@ var (
 	errStopped    = errors.New("the konnectivity manager is stopped")
 )
 
-// Manager owns the tunnel to one proxy-server. Readers (DialContext, ID)
-// take mu only briefly; builds happen outside it.
+// Manager owns one server (tunnel owner) per proxy-server address and the
+// mTLS material they share. Readers (DialContext, ID) take locks only
+// briefly; builds happen outside them.
 type Manager struct {
 	opts    Options
 	metrics *Metrics
-	clock   clock.WithTicker // reloads, rebuild backoff and grace periods; tests fake it
+	clock   clock.WithTicker // reloads, health checks, rebuild backoff and grace periods; tests fake it
+
+	servers []*server // one per address, in the order given
+	next    atomic.Uint64
 
 	mu         sync.Mutex
 	material   *material // last good material; new tunnels are built from it
-	current    *tunnel   // takes new dials; nil while none is healthy
-	downCause  error     // why current is nil
-	retiring   map[*tunnel]struct{}
 	started    bool
 	stopped    bool
-	tried      chan struct{} // closed once the first build attempt ended
-	triedOnce  sync.Once
 	cancel     context.CancelFunc
 	done       <-chan struct{} // the Start context's Done
-	lastBuilt  string          // id of the last installed tunnel, to count rotations
 	rejectedID string          // digest of the last rejected content, so it is logged once
 
-	kick     chan struct{} // wakes the rebuild loop
+	tried     chan struct{} // closed once a tunnel is up or every server's first build ended
+	triedOnce sync.Once
+	triedN    atomic.Int32 // servers whose first build attempt ended
+
 	wg       sync.WaitGroup
 	stopOnce sync.Once
 
-	openTunnels, builds, buildFailures, dials, dialFailures atomic.Int64
-	rotations, rejectedReloads, proxyConns                  atomic.Int64
-	openProxyConns                                          atomic.Int64
+	dials, dialFailures, failovers, rejectedReloads atomic.Int64
 }
 
-// Stats are this Manager's counters (its metrics, see Metrics).
+// Stats are this Manager's counters (its metrics, see Metrics), summed
+// over its proxy-servers; ServerStats has them per proxy-server.
 type Stats struct {
 	OpenTunnels         int64 // current plus retiring tunnels
 	TunnelBuilds        int64 // build attempts, failed ones included
 	TunnelBuildFailures int64
+	HealthCheckFailures int64 // tunnels ended because their proxy-server did not answer
 	Dials               int64
 	DialFailures        int64
+	Failovers           int64 // dials retried through another proxy-server after one failed
 	Rotations           int64 // tunnels from new material that replaced older ones
 	RejectedReloads     int64 // distinct unusable file contents ignored
-	ProxyConnections    int64 // TCP connections grpc opened to the proxy-server
+	ProxyConnections    int64 // TCP connections grpc opened to the proxy-servers
 	OpenProxyConns      int64 // of those, not closed yet
+	UpTunnels           int64 // proxy-servers with a healthy tunnel taking dials
 }
 
 // New loads and validates the material; it fails if it is unusable now, or
@@ -73,14 +76,9 @@ func newWithClock(opts Options, clk clock.WithTicker) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("konnectivity: %w", err)
 	}
-	m := &Manager{
-		opts:      opts,
-		clock:     clk,
-		material:  mat,
-		downCause: errors.New("no tunnel built yet"),
-		retiring:  map[*tunnel]struct{}{},
-		tried:     make(chan struct{}),
-		kick:      make(chan struct{}, 1),
+	m := &Manager{opts: opts, clock: clk, material: mat, tried: make(chan struct{})}
+	for _, addr := range opts.Addresses {
+		m.servers = append(m.servers, newServer(m, addr))
 	}
 	m.metrics = newMetrics(m)
 	return m, nil
@@ -89,9 +87,9 @@ func newWithClock(opts Options, clk clock.WithTicker) (*Manager, error) {
 // Metrics are the Manager's metrics, to register with the server's registry.
 func (m *Manager) Metrics() *Metrics { return m.metrics }
 
-// Start builds the tunnel in the background and follows the files. Its
-// goroutines end when ctx is cancelled or Stop is called; either closes all
-// tunnels. Only the first call does anything.
+// Start builds the tunnels in the background, checks their health and
+// follows the files. Its goroutines end when ctx is cancelled or Stop is
+// called; either closes all tunnels. Only the first call does anything.
 func (m *Manager) Start(ctx context.Context) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -101,8 +99,12 @@ func (m *Manager) Start(ctx context.Context) {
 	m.started = true
 	ctx, m.cancel = context.WithCancel(ctx)
 	m.done = ctx.Done()
-	m.wg.Add(2)
-	go m.rebuildLoop(ctx)
+	for _, s := range m.servers {
+		m.wg.Add(2)
+		go s.rebuildLoop(ctx)
+		go s.healthLoop(ctx, m.clock.NewTicker(m.opts.HealthInterval))
+	}
+	m.wg.Add(1)
 	go m.reloadLoop(ctx, m.clock.NewTicker(m.opts.ReloadInterval)) // reloads are due from now
 }
 
@@ -122,36 +124,86 @@ func (m *Manager) Stop() {
 	})
 }
 
-// ID names the material of the tunnel that takes new dials (of the newest
-// good material while none is up). It changes when a rotated tunnel takes
-// over, so pooled transports keyed on it move to the new tunnel.
+// ID names the material of the tunnels that take new dials (of the newest
+// good material while none is up). It changes when rotated tunnels take
+// over, so pooled transports keyed on it move to the new tunnels.
 func (m *Manager) ID() string {
+	wanted := m.currentMaterial().id
+	id := ""
+	for _, s := range m.servers {
+		if t, _ := s.healthy(); t != nil {
+			if t.id == wanted {
+				return wanted
+			}
+			if id == "" {
+				id = t.id
+			}
+		}
+	}
+	if id == "" {
+		return wanted
+	}
+	return id
+}
+
+func (m *Manager) currentMaterial() *material {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.current != nil {
-		return m.current.id
-	}
-	return m.material.id
+	return m.material
 }
 
-// Stats returns this Manager's counters.
+// Stats returns this Manager's counters, summed over its proxy-servers.
 func (m *Manager) Stats() Stats {
-	return Stats{
-		OpenTunnels:         m.openTunnels.Load(),
-		TunnelBuilds:        m.builds.Load(),
-		TunnelBuildFailures: m.buildFailures.Load(),
-		Dials:               m.dials.Load(),
-		DialFailures:        m.dialFailures.Load(),
-		Rotations:           m.rotations.Load(),
-		RejectedReloads:     m.rejectedReloads.Load(),
-		ProxyConnections:    m.proxyConns.Load(),
-		OpenProxyConns:      m.openProxyConns.Load(),
+	st := Stats{
+		Dials:           m.dials.Load(),
+		DialFailures:    m.dialFailures.Load(),
+		Failovers:       m.failovers.Load(),
+		RejectedReloads: m.rejectedReloads.Load(),
+	}
+	for _, s := range m.servers {
+		ss := s.stats()
+		st.OpenTunnels += ss.OpenTunnels
+		st.TunnelBuilds += ss.TunnelBuilds
+		st.TunnelBuildFailures += ss.TunnelBuildFailures
+		st.HealthCheckFailures += ss.HealthCheckFailures
+		st.Rotations += ss.Rotations
+		st.ProxyConnections += ss.ProxyConnections
+		st.OpenProxyConns += ss.OpenProxyConns
+		st.UpTunnels += ss.UpTunnels
+	}
+	return st
+}
+
+// ServerStats returns the counters of the proxy-server at addr (as given in
+// Options.Addresses); the Manager-wide ones (dials, reloads) are zero.
+func (m *Manager) ServerStats(addr string) (Stats, bool) {
+	for _, s := range m.servers {
+		if s.addr == addr {
+			return s.stats(), true
+		}
+	}
+	return Stats{}, false
+}
+
+// wake asks every server to compare its tunnel with the material.
+func (m *Manager) wake() {
+	for _, s := range m.servers {
+		s.wake()
 	}
 }
 
-func (m *Manager) wake() {
-	select {
-	case m.kick <- struct{}{}:
-	default:
+// firstTried lets dials waiting for the first builds see their outcome.
+func (m *Manager) firstTried() { m.triedOnce.Do(func() { close(m.tried) }) }
+
+// serverTried counts a server's first build attempt.
+func (m *Manager) serverTried() {
+	if int(m.triedN.Add(1)) == len(m.servers) {
+		m.firstTried()
 	}
+}
+
+func (m *Manager) markStopped() {
+	m.mu.Lock()
+	m.stopped = true
+	m.mu.Unlock()
 }

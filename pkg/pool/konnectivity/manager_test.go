@@ -22,7 +22,7 @@ import (
 // verified through the tunnel; Stop releases everything.
 func TestManyDialsShareOneTunnel(t *testing.T) {
 	s := newStack(t)
-	clean := leakCheck(t)
+	clean := leakCheck(t, s)
 	m := startManager(t, s.options())
 	// Registered as the server does, before any dial: metrics record from then on.
 	reg := metrics.NewKubeRegistry()
@@ -95,7 +95,7 @@ func TestManyDialsShareOneTunnel(t *testing.T) {
 func TestRotateClientCertKeepsLiveStreamsUntilGrace(t *testing.T) {
 	const grace = 3 * time.Second
 	s := newStack(t)
-	clean := leakCheck(t)
+	clean := leakCheck(t, s)
 	opts := s.options()
 	opts.RetireGrace = grace
 	clk := testingclock.NewFakeClock(time.Now())
@@ -162,7 +162,7 @@ func TestRotateClientCertKeepsLiveStreamsUntilGrace(t *testing.T) {
 // verify the proxy-server is refused by TLS and the old tunnel keeps serving.
 func TestRotateCA(t *testing.T) {
 	s := newStack(t)
-	clean := leakCheck(t)
+	clean := leakCheck(t, s)
 	m := startManager(t, s.options()) // grace: a minute
 	first := m.ID()
 	st := openStream(t, m, s)
@@ -214,7 +214,7 @@ func TestRotateCA(t *testing.T) {
 // counted once each, and the tunnel and its identity stay.
 func TestUnusableFilesChangeNothing(t *testing.T) {
 	s := newStack(t)
-	clean := leakCheck(t)
+	clean := leakCheck(t, s)
 	m := startManager(t, s.options())
 	id := m.ID()
 	c := httpClient(m, s)
@@ -271,7 +271,7 @@ func TestUnusableFilesChangeNothing(t *testing.T) {
 // of waiting for DialTimeout; once it is back they succeed again.
 func TestProxyServerRestart(t *testing.T) {
 	s := newStack(t)
-	clean := leakCheck(t)
+	clean := leakCheck(t, s)
 	opts := s.options()
 	opts.DialTimeout = time.Minute // so a failure seen below cannot be a timeout
 	m := startManager(t, opts)
@@ -280,7 +280,7 @@ func TestProxyServerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s.killServer()
+	s.killServer(0)
 	testpoll.Eventually(t, 10*time.Second, "dials fail fast", func() error {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
@@ -299,7 +299,7 @@ func TestProxyServerRestart(t *testing.T) {
 		t.Fatal("request succeeded with the proxy-server down")
 	}
 
-	s.startServer()
+	s.startServer(0)
 	s.waitReady()
 	testpoll.Eventually(t, 20*time.Second, "dials succeed again", func() error { return get(c, s) })
 	if got := m.Stats(); got.OpenTunnels != 1 || got.TunnelBuilds < 2 {
@@ -316,7 +316,7 @@ func TestProxyServerRestart(t *testing.T) {
 // Cancelling Start's context ends the Manager like Stop does.
 func TestContextCancelStops(t *testing.T) {
 	s := newStack(t)
-	clean := leakCheck(t)
+	clean := leakCheck(t, s)
 	m, err := New(s.options())
 	if err != nil {
 		t.Fatal(err)
@@ -342,7 +342,7 @@ func TestContextCancelStops(t *testing.T) {
 // build a tunnel: the build fails and the last good tunnel keeps serving.
 func TestUntrustedClientCertKeepsOldTunnel(t *testing.T) {
 	s := newStack(t)
-	clean := leakCheck(t)
+	clean := leakCheck(t, s)
 	m := startManager(t, s.options())
 	id := m.ID()
 	c := httpClient(m, s)

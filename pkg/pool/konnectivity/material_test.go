@@ -21,7 +21,7 @@ func TestNewRejectsUnusableMaterial(t *testing.T) {
 	}
 	p := func(name string) string { return filepath.Join(dir, name) }
 	good := *NewOptions()
-	good.Address, good.CAFile, good.CertFile, good.KeyFile = "127.0.0.1:1", p("ca"), p("cert"), p("key")
+	good.Addresses, good.CAFile, good.CertFile, good.KeyFile = []string{"127.0.0.1:1"}, p("ca"), p("cert"), p("key")
 	if m, err := New(good); err != nil || m.ID() == "" {
 		t.Fatalf("good material: %v", err)
 	}
@@ -42,7 +42,10 @@ func TestNewRejectsUnusableMaterial(t *testing.T) {
 		"garbage cert":    {func(o *Options) { o.CertFile = p("garbage") }, "unusable"},
 		"mismatched key":  {func(o *Options) { o.KeyFile = p("other") }, "belong together"},
 		"missing key":     {func(o *Options) { o.KeyFile = p("absent") }, "no such file"},
-		"no address":      {func(o *Options) { o.Address = "" }, "no proxy-server address"},
+		"no address":      {func(o *Options) { o.Addresses = nil }, "no proxy-server address"},
+		"bad address":     {func(o *Options) { o.Addresses = []string{"127.0.0.1:1", "proxy-server"} }, `must be host:port, not "proxy-server"`},
+		"same address":    {func(o *Options) { o.Addresses = []string{"127.0.0.1:1", "127.0.0.1:1"} }, "lists 127.0.0.1:1 twice"},
+		"no health check": {func(o *Options) { o.HealthInterval = 0 }, "--konnectivity-health-interval must be positive"},
 		"no CA":           {func(o *Options) { o.CAFile = "" }, "mTLS only"},
 		"negative grace":  {func(o *Options) { o.RetireGrace = -1 }, "--retire-grace-period must not be negative"},
 		"no dial timeout": {func(o *Options) { o.DialTimeout = 0 }, "--dial-timeout must be positive"},

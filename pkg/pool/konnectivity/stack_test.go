@@ -10,12 +10,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/clustergateway/cluster-gateway/internal/testbalancer"
 	"github.com/clustergateway/cluster-gateway/internal/testmetrics"
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
 	"github.com/clustergateway/cluster-gateway/internal/testpoll"
@@ -26,24 +28,39 @@ import (
 // advertises it with --agent-identifiers so destHost routes to it.
 const backendIP = "127.0.0.3"
 
-// stack is a real proxy-server and proxy-agent on loopback, with an HTTPS
-// server behind the agent standing for a managed cluster's API server.
+// stack is real proxy-servers and a proxy-agent on loopback, with an HTTPS
+// server behind the agent standing for a managed cluster's API server. The
+// agent reaches every proxy-server through one balanced address, as it
+// would through a Service (--server-count tells it how many to hold).
 type stack struct {
 	t   testing.TB
 	dir string
 	bin string
 
-	serverPort, agentPort, adminPort, healthPort int
-	agentAdminPort, agentHealthPort              int
+	servers                         []*proxyServer
+	balancer                        *testbalancer.Balancer // the agent's one address for several proxy-servers
+	agentOn                         []int                  // the proxy-servers the agent reaches; nil: all
+	agentAdminPort, agentHealthPort int
 
 	serverCA, clientCA, clusterCA, backendCA *testpki.CA
-	server, agent                            *exec.Cmd
+	agent                                    *exec.Cmd
 
 	backend     *httptest.Server
 	backendAddr string
 
 	// The gateway's material as files.
 	caFile, certFile, keyFile string
+}
+
+// proxyServer is one proxy-server process and its ports on 127.0.0.1.
+type proxyServer struct {
+	id                                           string
+	serverPort, agentPort, adminPort, healthPort int
+	cmd                                          *exec.Cmd
+}
+
+func (p *proxyServer) address() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p.serverPort))
 }
 
 // findBinaries looks in $KONNECTIVITY_BIN if set, else in $KUBE_BIN and the
@@ -76,14 +93,30 @@ func isExec(p string) bool {
 	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
 }
 
-func newStack(t testing.TB) *stack {
+// newStack starts one proxy-server; newStackN starts n, the agent
+// connected to each.
+func newStack(t testing.TB) *stack { return newStackN(t, 1) }
+
+func newStackN(t testing.TB, n int) *stack { return newStackAgentOn(t, n, nil) }
+
+// newStackAgentOn starts n proxy-servers, the agent connected only to those
+// listed (nil: all), as when an agent has not reached every proxy-server.
+func newStackAgentOn(t testing.TB, n int, agentOn []int) *stack {
 	t.Helper()
-	s := &stack{t: t, dir: t.TempDir(), bin: findBinaries(t)}
+	s := &stack{t: t, dir: t.TempDir(), bin: findBinaries(t), agentOn: agentOn}
 	s.serverCA, s.clientCA = testpki.MustCA(t, "proxy-server-ca"), testpki.MustCA(t, "gateway-client-ca")
 	s.clusterCA, s.backendCA = testpki.MustCA(t, "agent-ca"), testpki.MustCA(t, "managed-cluster-ca")
-	ports := freePorts(t, 6)
-	s.serverPort, s.agentPort, s.adminPort, s.healthPort = ports[0], ports[1], ports[2], ports[3]
-	s.agentAdminPort, s.agentHealthPort = ports[4], ports[5]
+	ports := freePorts(t, 2+4*n)
+	s.agentAdminPort, s.agentHealthPort = ports[0], ports[1]
+	var agentAddrs []string
+	for i := range n {
+		p := ports[2+4*i:]
+		ps := &proxyServer{id: fmt.Sprintf("server-%d", i), serverPort: p[0], agentPort: p[1], adminPort: p[2], healthPort: p[3]}
+		s.servers = append(s.servers, ps)
+		if s.hasAgent(i) {
+			agentAddrs = append(agentAddrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(ps.agentPort)))
+		}
+	}
 
 	certs := map[string][]byte{"server-ca.crt": s.clientCA.CertPEM, "cluster-ca.crt": s.clusterCA.CertPEM}
 	certs["server.crt"], certs["server.key"] = issue(t, s.serverCA, "proxy-server", "127.0.0.1")
@@ -97,8 +130,18 @@ func newStack(t testing.TB) *stack {
 	writeFile(t, s.caFile, s.serverCA.CertPEM)
 	s.rotateClientCert()
 
+	if n > 1 {
+		b, err := testbalancer.Listen("127.0.0.1", agentAddrs...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.balancer = b
+		b.Start()
+	}
 	s.startBackend()
-	s.startServer()
+	for i := range s.servers {
+		s.startServer(i)
+	}
 	s.startAgent()
 	t.Cleanup(s.stop)
 	s.waitReady()
@@ -115,23 +158,35 @@ func (s *stack) rotateClientCert() {
 	writeFile(s.t, s.certFile, cert)
 }
 
+// addresses are the proxy-servers' addresses for the gateway.
+func (s *stack) addresses() []string {
+	var as []string
+	for _, p := range s.servers {
+		as = append(as, p.address())
+	}
+	return as
+}
+
 func (s *stack) options() Options {
 	return Options{
-		Address: net.JoinHostPort("127.0.0.1", strconv.Itoa(s.serverPort)),
-		CAFile:  s.caFile, CertFile: s.certFile, KeyFile: s.keyFile,
+		Addresses: s.addresses(),
+		CAFile:    s.caFile, CertFile: s.certFile, KeyFile: s.keyFile,
 		ReloadInterval: 100 * time.Millisecond,
+		HealthInterval: time.Second,
+		HealthTimeout:  time.Second,
 		RetireGrace:    time.Minute,
 		DialTimeout:    10 * time.Second,
 	}
 }
 
-func (s *stack) serverArgs() []string {
+func (s *stack) serverArgs(p *proxyServer) []string {
 	return []string{
 		"--mode=grpc", "--proxy-strategies=destHost,default", "--uds-name=",
-		"--server-bind-address=127.0.0.1", "--server-port=" + strconv.Itoa(s.serverPort),
-		"--agent-bind-address=127.0.0.1", "--agent-port=" + strconv.Itoa(s.agentPort),
-		"--admin-bind-address=127.0.0.1", "--admin-port=" + strconv.Itoa(s.adminPort),
-		"--health-bind-address=127.0.0.1", "--health-port=" + strconv.Itoa(s.healthPort),
+		"--server-id=" + p.id, "--server-count=" + strconv.Itoa(len(s.servers)),
+		"--server-bind-address=127.0.0.1", "--server-port=" + strconv.Itoa(p.serverPort),
+		"--agent-bind-address=127.0.0.1", "--agent-port=" + strconv.Itoa(p.agentPort),
+		"--admin-bind-address=127.0.0.1", "--admin-port=" + strconv.Itoa(p.adminPort),
+		"--health-bind-address=127.0.0.1", "--health-port=" + strconv.Itoa(p.healthPort),
 		"--server-ca-cert=" + s.path("server-ca.crt"), "--server-cert=" + s.path("server.crt"), "--server-key=" + s.path("server.key"),
 		"--cluster-ca-cert=" + s.path("cluster-ca.crt"), "--cluster-cert=" + s.path("cluster.crt"), "--cluster-key=" + s.path("cluster.key"),
 		"--v=2",
@@ -139,8 +194,12 @@ func (s *stack) serverArgs() []string {
 }
 
 func (s *stack) agentArgs() []string {
+	port := s.servers[0].agentPort
+	if s.balancer != nil {
+		port = s.balancer.Port()
+	}
 	return []string{
-		"--proxy-server-host=127.0.0.1", "--proxy-server-port=" + strconv.Itoa(s.agentPort),
+		"--proxy-server-host=127.0.0.1", "--proxy-server-port=" + strconv.Itoa(port),
 		"--ca-cert=" + s.path("agent-ca.crt"), "--agent-cert=" + s.path("agent.crt"), "--agent-key=" + s.path("agent.key"),
 		"--agent-identifiers=ipv4=" + backendIP,
 		"--admin-bind-address=127.0.0.1", "--admin-server-port=" + strconv.Itoa(s.agentAdminPort),
@@ -151,9 +210,9 @@ func (s *stack) agentArgs() []string {
 
 // start runs a binary with its output in a log file; the parent's copy of
 // the file is closed at once so the test's fd count is not disturbed.
-func (s *stack) start(name string, args []string) *exec.Cmd {
+func (s *stack) start(name, logName string, args []string) *exec.Cmd {
 	s.t.Helper()
-	log, err := os.OpenFile(s.path(name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	log, err := os.OpenFile(s.path(logName+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -166,13 +225,16 @@ func (s *stack) start(name string, args []string) *exec.Cmd {
 	return cmd
 }
 
-func (s *stack) startServer() { s.server = s.start("proxy-server", s.serverArgs()) }
-func (s *stack) startAgent()  { s.agent = s.start("proxy-agent", s.agentArgs()) }
+func (s *stack) startServer(i int) {
+	p := s.servers[i]
+	p.cmd = s.start("proxy-server", p.id, s.serverArgs(p))
+}
+func (s *stack) startAgent() { s.agent = s.start("proxy-agent", "proxy-agent", s.agentArgs()) }
 
-// killServer SIGKILLs the proxy-server by pid and reaps it.
-func (s *stack) killServer() {
-	kill(s.server)
-	s.server = nil
+// killServer SIGKILLs proxy-server i by pid and reaps it.
+func (s *stack) killServer(i int) {
+	kill(s.servers[i].cmd)
+	s.servers[i].cmd = nil
 }
 
 // kill SIGKILLs by pid (proxy-agent would drain on the first SIGTERM).
@@ -180,28 +242,46 @@ func kill(cmd *exec.Cmd) {
 	if cmd == nil {
 		return
 	}
+	_ = cmd.Process.Signal(syscall.SIGCONT) // a stopped process dies on SIGKILL too, but let it say so in its log
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	_ = cmd.Wait()
 }
 
 func (s *stack) stop() {
 	kill(s.agent)
-	kill(s.server)
+	for _, p := range s.servers {
+		kill(p.cmd)
+	}
+	if s.balancer != nil {
+		s.balancer.Close()
+	}
 	s.backend.Close()
 	if s.t.Failed() {
-		for _, name := range []string{"proxy-server", "proxy-agent"} {
+		logs := []string{"proxy-agent"}
+		for _, p := range s.servers {
+			logs = append(logs, p.id)
+		}
+		for _, name := range logs {
 			s.t.Logf("--- tail of %s.log:\n%s", name, tail(s.path(name+".log"), 40))
 		}
 	}
 }
 
-// waitReady waits until the proxy-server has the agent as a backend.
+func (s *stack) hasAgent(i int) bool { return s.agentOn == nil || slices.Contains(s.agentOn, i) }
+
+// waitReady waits until every running proxy-server the agent reaches has it
+// as a backend.
 func (s *stack) waitReady() {
 	s.t.Helper()
-	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", s.healthPort)
-	testpoll.Eventually(s.t, 30*time.Second, "proxy-server ready with an agent", func() error {
-		return httpGetOK(url)
-	})
+	for i, p := range s.servers {
+		if p.cmd == nil || !s.hasAgent(i) {
+			continue
+		}
+		url := fmt.Sprintf("http://127.0.0.1:%d/readyz", p.healthPort)
+		testpoll.Eventually(s.t, 30*time.Second, p.id+" ready with an agent", func() error {
+			return httpGetOK(url)
+		})
+	}
 }
 
 // startBackend serves "/" (ok) and "/stream" (a line every 20 ms until the
@@ -243,11 +323,21 @@ func (s *stack) backendTLS() *tls.Config {
 }
 
 // proxyConnections counts the ESTABLISHED TCP connections from this
-// process (the Manager under test) to the proxy-server's server port, as the
-// kernel sees them.
+// process (the Manager under test) to the proxy-servers' server ports, as
+// the kernel sees them.
 func (s *stack) proxyConnections() int {
 	s.t.Helper()
-	n, err := testproc.TCPConns(os.Getpid(), "127.0.0.1", s.serverPort)
+	total := 0
+	for i := range s.servers {
+		total += s.proxyConnectionsTo(i)
+	}
+	return total
+}
+
+// proxyConnectionsTo counts them to proxy-server i.
+func (s *stack) proxyConnectionsTo(i int) int {
+	s.t.Helper()
+	n, err := testproc.TCPConns(os.Getpid(), "127.0.0.1", s.servers[i].serverPort)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -302,15 +392,22 @@ func tail(path string, lines int) string {
 	return strings.Join(all, "\n")
 }
 
-// serverMetric sums a metric's samples from the proxy-server's /metrics.
+// serverMetric sums a metric's samples from the running proxy-servers' /metrics.
 func (s *stack) serverMetric(name string) (float64, error) {
 	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	m, err := testmetrics.Scrape(c, fmt.Sprintf("http://127.0.0.1:%d/metrics", s.healthPort))
-	if err != nil {
-		return 0, err
+	sum := 0.0
+	for _, p := range s.servers {
+		if p.cmd == nil {
+			continue
+		}
+		m, err := testmetrics.Scrape(c, fmt.Sprintf("http://127.0.0.1:%d/metrics", p.healthPort))
+		if err != nil {
+			return 0, err
+		}
+		if !m.Has(name) {
+			return 0, fmt.Errorf("%s exports no %s", p.id, name)
+		}
+		sum += m.Sum(name)
 	}
-	if !m.Has(name) {
-		return 0, fmt.Errorf("proxy-server exports no %s", name)
-	}
-	return m.Sum(name), nil
+	return sum, nil
 }

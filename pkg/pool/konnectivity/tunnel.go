@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"google.golang.org/grpc"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client"
 )
 
@@ -17,6 +18,8 @@ type tunnel struct {
 	id        string // material id
 	proxyAddr string
 	rt        client.ReusableTunnel
+	cc        atomic.Pointer[grpc.ClientConn] // rt's, for health checks (health.go)
+	capturing atomic.Bool
 
 	live    atomic.Int64  // connections dialed through it and not closed yet
 	retired atomic.Bool   // no longer takes new dials

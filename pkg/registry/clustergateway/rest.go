@@ -340,47 +340,69 @@ func (r *REST) validateWrite(gw *v1alpha1.ClusterGateway, sent v1alpha1.Credenti
 // which one, where its credential is sent, or whom it acts for: what needs
 // the writer to be allowed to read that Secret. A label edit does not.
 func movesSource(gw, old *v1alpha1.ClusterGateway) bool {
-	ref := gw.Spec.Credential.SecretRef
-	if gw.Spec.Credential.Type != v1alpha1.CredentialSecretRef || ref == nil {
+	c, oc := gw.Spec.Credential, old.Spec.Credential
+	switch {
+	case c.Type == v1alpha1.CredentialSecretRef && c.SecretRef != nil:
+		if oc.Type != c.Type || oc.SecretRef == nil || *oc.SecretRef != *c.SecretRef {
+			return true
+		}
+	case c.Type == v1alpha1.CredentialProvider && c.Provider != nil:
+		if oc.Type != c.Type || oc.Provider == nil || oc.Provider.Name != c.Provider.Name {
+			return true
+		}
+	default:
 		return false
 	}
-	o := old.Spec.Credential.SecretRef
-	return old.Spec.Credential.Type != v1alpha1.CredentialSecretRef || o == nil || *o != *ref || len(routeChanges(gw, old)) > 0
+	return len(routeChanges(gw, old)) > 0
 }
 
-// mayNameSource refuses a write that names a credential Secret unless the
-// gateway reads that Secret's namespace and the writer may get the Secret
-// (asked of the hub as the writer): a writer who cannot read a credential
+// ProviderResource is what a writer must be allowed to "use" to name a
+// credential provider: verb use on credentialproviders/<name> in the API group.
+const ProviderResource = "credentialproviders"
+
+// mayNameSource refuses a write that names a credential source its writer
+// may not use, asked of the hub as the writer: a credential Secret needs
+// get on it (and a namespace the gateway reads), a credential provider needs
+// use on credentialproviders/<name>. A writer who cannot read a credential
 // cannot make the gateway send it anywhere.
 func (r *REST) mayNameSource(ctx context.Context, gw *v1alpha1.ClusterGateway) error {
-	ref := gw.Spec.Credential.SecretRef
-	if gw.Spec.Credential.Type != v1alpha1.CredentialSecretRef || ref == nil {
+	c := gw.Spec.Credential
+	var attrs authorizer.AttributesRecord
+	var what, why string
+	switch {
+	case c.Type == v1alpha1.CredentialSecretRef && c.SecretRef != nil:
+		ref := c.SecretRef
+		if !r.store.ReadsSourcesIn(ref.Namespace) {
+			return apierrors.NewInvalid(kind, gw.Name, field.ErrorList{field.Invalid(field.NewPath("spec", "credential", "secretRef", "namespace"), ref.Namespace,
+				"is not a namespace this gateway reads credential Secrets from: its operator lists those in --credential-source-namespaces")})
+		}
+		attrs = authorizer.AttributesRecord{Verb: "get", Namespace: ref.Namespace, Resource: "secrets", Name: ref.Name, ResourceRequest: true}
+		what = fmt.Sprintf("naming Secret %s/%s as the credential needs permission to get it", ref.Namespace, ref.Name)
+		why = "a ClusterGateway may only send credentials its writer could read"
+	case c.Type == v1alpha1.CredentialProvider && c.Provider != nil:
+		attrs = authorizer.AttributesRecord{Verb: "use", APIGroup: v1alpha1.GroupName, Resource: ProviderResource, Name: c.Provider.Name, ResourceRequest: true}
+		what = fmt.Sprintf("naming credential provider %q needs permission to use it (verb use on %s.%s %s)", c.Provider.Name, ProviderResource, v1alpha1.GroupName, c.Provider.Name)
+		why = "a ClusterGateway may only send a provider's credential where someone allowed to use it says"
+	default:
 		return nil
-	}
-	p := field.NewPath("spec", "credential", "secretRef", "namespace")
-	if !r.store.ReadsSourcesIn(ref.Namespace) {
-		return apierrors.NewInvalid(kind, gw.Name, field.ErrorList{field.Invalid(p, ref.Namespace,
-			"is not a namespace this gateway reads credential Secrets from: its operator lists those in --credential-source-namespaces")})
 	}
 	u, ok := genericapirequest.UserFrom(ctx)
 	if !ok || r.authz == nil {
-		return apierrors.NewInternalError(fmt.Errorf("cannot check who may name Secret %s/%s: no user or authorizer", ref.Namespace, ref.Name))
+		return apierrors.NewInternalError(fmt.Errorf("cannot check who may name the credential source of %s: no user or authorizer", gw.Name))
 	}
-	decision, reason, err := r.authz.Authorize(ctx, authorizer.AttributesRecord{
-		User: u, Verb: "get", Namespace: ref.Namespace, Resource: "secrets", Name: ref.Name, ResourceRequest: true})
+	attrs.User = u
+	decision, reason, err := r.authz.Authorize(ctx, attrs)
 	if decision == authorizer.DecisionAllow {
 		return nil
 	}
-	why := ""
+	detail := ""
 	if reason != "" {
-		why = " (" + reason + ")"
+		detail = " (" + reason + ")"
 	}
 	if err != nil {
-		why += ": " + err.Error()
+		detail += ": " + err.Error()
 	}
-	return apierrors.NewForbidden(resource, gw.Name, fmt.Errorf(
-		"naming Secret %s/%s as the credential needs permission to get it, which user %q does not have%s: a ClusterGateway may only send credentials its writer could read",
-		ref.Namespace, ref.Name, u.GetName(), why))
+	return apierrors.NewForbidden(resource, gw.Name, fmt.Errorf("%s, which user %q does not have%s: %s", what, u.GetName(), detail, why))
 }
 
 // trimToken drops the whitespace around a token (a file's final newline);

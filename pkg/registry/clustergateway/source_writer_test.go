@@ -29,6 +29,10 @@ func (a *secretReaders) authorize(_ context.Context, attr authorizer.Attributes)
 		attr.GetNamespace() == writerTestNamespace && attr.GetName() == "readable" && attr.IsResourceRequest() {
 		return authorizer.DecisionAllow, "", nil
 	}
+	if attr.GetUser().GetName() == "alice" && attr.GetVerb() == "use" && attr.GetAPIGroup() == v1alpha1.GroupName &&
+		attr.GetResource() == ProviderResource && attr.GetName() == "eks" && attr.IsResourceRequest() {
+		return authorizer.DecisionAllow, "", nil
+	}
 	return authorizer.DecisionNoOpinion, "no RBAC rule allows it", nil
 }
 
@@ -100,5 +104,48 @@ func TestNamingASecretNeedsGetOnIt(t *testing.T) {
 	}
 	if _, _, err := r.Update(as("alice"), "c1", patched{`{"spec":{"endpoint":{"address":"https://203.0.113.9"}}}`}, nil, nil, false, &metav1.UpdateOptions{}); err != nil {
 		t.Errorf("alice, who can read the Secret, moves the endpoint: %v", err)
+	}
+}
+
+// A credential provider's token goes where the gateway's endpoint says: naming
+// a provider, or moving a gateway that names one, needs use on
+// credentialproviders/<name>, asked as the writer; a label edit does not.
+func TestNamingAProviderNeedsUseOnIt(t *testing.T) {
+	authz := &secretReaders{}
+	client := fake.NewClientset()
+	r := restOver(t, client)
+	r.authz = authz.authorizer()
+	provider := func(name, provider string) *v1alpha1.ClusterGateway {
+		return &v1alpha1.ClusterGateway{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: v1alpha1.ClusterGatewaySpec{
+				Endpoint:   v1alpha1.Endpoint{Address: "https://10.0.0.1:6443"},
+				Credential: v1alpha1.Credential{Type: v1alpha1.CredentialProvider, Provider: &v1alpha1.ProviderReference{Name: provider}},
+			},
+		}
+	}
+	if _, err := r.Create(as("mallory"), provider("p1", "eks"), nil, &metav1.CreateOptions{}); !apierrors.IsForbidden(err) ||
+		!strings.Contains(err.Error(), "needs permission to use it") {
+		t.Fatalf("mallory names provider eks: %v; want Forbidden", err)
+	}
+	if _, err := r.Create(as("alice"), provider("p1", "eks"), nil, &metav1.CreateOptions{}); err != nil {
+		t.Fatalf("alice names provider eks, which she may use: %v", err)
+	}
+	if _, err := r.Create(as("alice"), provider("p2", "gke"), nil, &metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("alice names provider gke: %v; want Forbidden", err)
+	}
+	sec, err := client.CoreV1().Secrets(writerTestNamespace).Get(context.Background(), "p1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec.ResourceVersion = "1"
+	if _, err := client.CoreV1().Secrets(writerTestNamespace).Update(context.Background(), sec, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.Update(as("mallory"), "p1", patched{`{"spec":{"endpoint":{"address":"https://203.0.113.9"}}}`}, nil, nil, false, &metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("mallory points a provider gateway elsewhere: %v; want Forbidden", err)
+	}
+	if _, _, err := r.Update(as("mallory"), "p1", patched{`{"metadata":{"labels":{"team":"blue"}}}`}, nil, nil, false, &metav1.UpdateOptions{}); err != nil {
+		t.Errorf("mallory edits a label: %v", err)
 	}
 }

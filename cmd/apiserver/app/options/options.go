@@ -22,6 +22,7 @@ import (
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/apiserver"
+	"github.com/clustergateway/cluster-gateway/pkg/credentials"
 	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
 	"github.com/clustergateway/cluster-gateway/pkg/fairness"
 	"github.com/clustergateway/cluster-gateway/pkg/health"
@@ -36,11 +37,16 @@ type Options struct {
 	ServerRun   *genericoptions.ServerRunOptions
 	Logs        *logsapi.LoggingConfiguration
 
-	SecretNamespace       string
-	SourceNamespaces      []string
-	AuthorizeProxySubpath bool
-	ShutdownStreamDrain   time.Duration
-	CertCacheSize         int
+	SecretNamespace  string
+	SourceNamespaces []string
+	// CredentialProvidersFile names the exec plugins gateways may use
+	// (read and checked by Validate into credentialProviders).
+	CredentialProvidersFile   string
+	CredentialProviderTimeout time.Duration
+	credentialProviders       *credentials.Config
+	AuthorizeProxySubpath     bool
+	ShutdownStreamDrain       time.Duration
+	CertCacheSize             int
 	// A/B switches for make bench (hidden).
 	StockHandlerChain bool
 
@@ -87,6 +93,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs := fss.FlagSet("gateway")
 	fs.StringVar(&o.SecretNamespace, "secret-namespace", o.SecretNamespace, "Hub namespace whose Secrets labelled gateway.clustergateway.io/cluster-gateway=true are the ClusterGateways.")
 	fs.StringSliceVar(&o.SourceNamespaces, "credential-source-namespaces", o.SourceNamespaces, "Hub namespaces whose Secrets ClusterGateways may name as their credential (spec.credential.secretRef), besides --secret-namespace, which is always one. The gateway watches the Secrets of each (it needs get, list and watch on Secrets there); a writer who names one needs get on that Secret.")
+	fs.StringVar(&o.CredentialProvidersFile, "credential-providers-file", o.CredentialProvidersFile, "A CredentialProviderConfig (gateway.clustergateway.io/v1alpha1) naming the exec credential plugins that ClusterGateways of credential type Provider may use: each a name, an exec section as in a kubeconfig (absolute command, args, env, apiVersion) and an optional timeout. A provider runs with only its exec.env as its environment; its output is never logged. See docs/install.md.")
+	fs.DurationVar(&o.CredentialProviderTimeout, "credential-provider-timeout", credentials.DefaultTimeout, "How long a credential provider may run before it is killed, unless its entry in --credential-providers-file sets a timeout.")
 	fs.BoolVar(&o.AuthorizeProxySubpath, "authorize-proxy-subpath", o.AuthorizeProxySubpath, "Also authorize each proxied request's inner verb, resource, namespace and name (or non-resource path) against the hub for the caller.")
 	fs.DurationVar(&o.ShutdownStreamDrain, "shutdown-stream-drain", o.ShutdownStreamDrain, "On shutdown, after --shutdown-delay-duration, proxied watches end cleanly (clients re-watch elsewhere) and exec, attach and port-forward streams get this long to end before they are cut. terminationGracePeriodSeconds must cover the delay, this drain and --request-timeout.")
 	fs.IntVar(&o.CertCacheSize, "authentication-certificate-cache-size", o.CertCacheSize, "Verified client-certificate chains (the hub's front-proxy certificate, users' own) kept so a connection's certificate is verified once, not per request; 0 verifies every request. An entry ends at its chain's expiry, and a changed CA bundle is used at once.")
@@ -113,6 +121,15 @@ func (o *Options) Validate() error {
 		if msgs := apivalidation.ValidateNamespaceName(ns, false); len(msgs) > 0 {
 			errs = append(errs, fmt.Errorf("--credential-source-namespaces: %q is not a namespace name: %s", ns, strings.Join(msgs, "; ")))
 		}
+	}
+	if o.CredentialProviderTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--credential-provider-timeout must be positive, not %v", o.CredentialProviderTimeout))
+	} else if o.CredentialProvidersFile != "" {
+		cfg, err := credentials.LoadConfig(o.CredentialProvidersFile, o.CredentialProviderTimeout)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		o.credentialProviders = cfg
 	}
 	if o.CertCacheSize < 0 {
 		errs = append(errs, fmt.Errorf("--authentication-certificate-cache-size must not be negative, not %d", o.CertCacheSize))
@@ -174,6 +191,7 @@ func (o *Options) ServerConfig() (*apiserver.Config, error) {
 	cfg.Extra = apiserver.ExtraConfig{
 		SecretNamespace:       o.SecretNamespace,
 		SourceNamespaces:      append([]string{o.SecretNamespace}, o.SourceNamespaces...),
+		CredentialProviders:   o.credentialProviders,
 		AuthorizeProxySubpath: o.AuthorizeProxySubpath,
 		Pool:                  *o.Pool,
 		Konnectivity:          *o.Konnectivity,

@@ -28,6 +28,9 @@ func TestValidate(t *testing.T) {
 			want: []string{"--konnectivity-ca-file, --konnectivity-cert-file and --konnectivity-key-file are all required", "--retire-grace-period must not be negative"}},
 		{args: []string{"--konnectivity-server-address=nohostport", "--konnectivity-ca-file=a", "--konnectivity-cert-file=b", "--konnectivity-key-file=c"},
 			want: []string{"--konnectivity-server-address must be host:port"}},
+		{args: []string{"--konnectivity-server-address=127.0.0.1:8090,127.0.0.2:8090", "--konnectivity-ca-file=a", "--konnectivity-cert-file=b", "--konnectivity-key-file=c"}},
+		{args: []string{"--konnectivity-server-address=127.0.0.1:8090,127.0.0.1:8090", "--konnectivity-ca-file=a", "--konnectivity-cert-file=b", "--konnectivity-key-file=c", "--konnectivity-health-timeout=0s"},
+			want: []string{"--konnectivity-server-address lists 127.0.0.1:8090 twice", "--konnectivity-health-timeout must be positive"}},
 		{args: []string{"--endpoint-deny-cidrs=169.254.0.0"}, want: []string{"--endpoint-deny-cidrs"}},
 		{args: []string{"--secret-namespace="}, want: []string{"--secret-namespace must not be empty"}},
 		{args: []string{"--max-requests-per-cluster=0", "--max-streams-per-cluster=0", "--max-queued-per-cluster=0", "--queue-wait-timeout=0"}}, // no bounds

@@ -1,0 +1,145 @@
+package credentials
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	clientauthv1 "k8s.io/client-go/pkg/apis/clientauthentication/v1"
+	clientauthv1beta1 "k8s.io/client-go/pkg/apis/clientauthentication/v1beta1"
+	clientcmdv1 "k8s.io/client-go/tools/clientcmd/api/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// The providers file's apiVersion and kind.
+const (
+	ConfigAPIVersion = "gateway.clustergateway.io/v1alpha1"
+	ConfigKind       = "CredentialProviderConfig"
+)
+
+// DefaultTimeout bounds a provider's run unless the file or the flag says
+// otherwise.
+const DefaultTimeout = 30 * time.Second
+
+// Config is the providers file (--credential-providers-file).
+type Config struct {
+	APIVersion string     `json:"apiVersion"`
+	Kind       string     `json:"kind"`
+	Providers  []Provider `json:"providers"`
+}
+
+// Provider is one named exec plugin. Exec has the shape of a kubeconfig
+// user's exec section; only command, args, env and apiVersion are used
+// (installHint too, which is shown nowhere): the provider runs
+// non-interactively, always gets the cluster's information in
+// KUBERNETES_EXEC_INFO, and gets no environment but Exec.Env.
+type Provider struct {
+	Name string `json:"name"`
+	// Timeout bounds one run; the process (group) is killed after it.
+	// Empty: --credential-provider-timeout.
+	Timeout string                 `json:"timeout,omitempty"`
+	Exec    clientcmdv1.ExecConfig `json:"exec"`
+
+	timeout time.Duration
+}
+
+// LoadConfig reads and validates the providers file; defaultTimeout
+// applies to providers that set none.
+func LoadConfig(path string, defaultTimeout time.Duration) (*Config, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--credential-providers-file: %w", err)
+	}
+	var c Config
+	if err := yaml.UnmarshalStrict(raw, &c); err != nil {
+		return nil, fmt.Errorf("--credential-providers-file %s: not a %s (check the field names): %w", path, ConfigKind, err)
+	}
+	if err := c.validate(defaultTimeout); err != nil {
+		return nil, fmt.Errorf("--credential-providers-file %s: %w", path, err)
+	}
+	return &c, nil
+}
+
+func (c *Config) validate(defaultTimeout time.Duration) error {
+	var errs []error
+	if c.APIVersion != ConfigAPIVersion || c.Kind != ConfigKind {
+		errs = append(errs, fmt.Errorf("apiVersion and kind must be %s and %s, not %q and %q", ConfigAPIVersion, ConfigKind, c.APIVersion, c.Kind))
+	}
+	seen := map[string]bool{}
+	for i := range c.Providers {
+		p := &c.Providers[i]
+		at := fmt.Sprintf("providers[%d] (%q)", i, p.Name)
+		fail := func(format string, args ...interface{}) {
+			errs = append(errs, fmt.Errorf("%s: %s", at, fmt.Sprintf(format, args...)))
+		}
+		if msgs := validation.IsDNS1123Subdomain(p.Name); len(msgs) > 0 {
+			fail("name must be a DNS subdomain (it is what ClusterGateways name): %v", msgs)
+		}
+		if seen[p.Name] {
+			fail("name is used twice")
+		}
+		seen[p.Name] = true
+		p.timeout = defaultTimeout
+		if p.Timeout != "" {
+			d, err := time.ParseDuration(p.Timeout)
+			if err != nil || d <= 0 {
+				fail("timeout must be a positive duration such as 30s, not %q", p.Timeout)
+			}
+			p.timeout = d
+		}
+		e := p.Exec
+		switch e.APIVersion {
+		case clientauthv1.SchemeGroupVersion.String(), clientauthv1beta1.SchemeGroupVersion.String():
+		default:
+			fail("exec.apiVersion must be %s or %s, not %q", clientauthv1.SchemeGroupVersion, clientauthv1beta1.SchemeGroupVersion, e.APIVersion)
+		}
+		if e.InteractiveMode != "" && e.InteractiveMode != clientcmdv1.NeverExecInteractiveMode {
+			fail("exec.interactiveMode must be Never or empty: a provider runs without a terminal")
+		}
+		if !filepath.IsAbs(e.Command) || filepath.Clean(e.Command) != e.Command {
+			// It gets no PATH to be looked up in (its environment is only exec.env).
+			fail("exec.command must be an absolute, clean path, not %q", e.Command)
+		} else if st, err := os.Stat(e.Command); err != nil {
+			fail("exec.command: %v", err)
+		} else if st.IsDir() || st.Mode().Perm()&0o111 == 0 {
+			fail("exec.command %s is not an executable file", e.Command)
+		}
+		for _, env := range e.Env {
+			if env.Name == "" || env.Name == execInfoEnv {
+				fail("exec.env must name each variable, and not %s (the gateway sets it)", execInfoEnv)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// execInfoEnv is where client-go passes the ExecCredential to the plugin.
+const execInfoEnv = "KUBERNETES_EXEC_INFO"
+
+// provider is a configured provider by name (nil: none).
+func (c *Config) provider(name string) *Provider {
+	if c == nil {
+		return nil
+	}
+	for i := range c.Providers {
+		if c.Providers[i].Name == name {
+			return &c.Providers[i]
+		}
+	}
+	return nil
+}
+
+// Names are the configured providers' names, for messages.
+func (c *Config) Names() []string {
+	if c == nil {
+		return nil
+	}
+	out := make([]string, len(c.Providers))
+	for i, p := range c.Providers {
+		out[i] = p.Name
+	}
+	return out
+}

@@ -1,0 +1,45 @@
+package credentials
+
+import (
+	"time"
+
+	"k8s.io/component-base/metrics"
+)
+
+// Metrics are the providers' runs and their duration, by provider (the
+// rotations and source errors of every source kind are pkg/gateways'
+// Metrics). Labels are bounded: providers are the operator's, never
+// cluster names.
+type Metrics struct {
+	providerCalls *metrics.CounterVec
+	duration      *metrics.HistogramVec
+}
+
+// DefaultMetrics are the process's: credentials are read in one place per
+// process, and the server registers them once (Register).
+var DefaultMetrics = newMetrics()
+
+func newMetrics() *Metrics {
+	return &Metrics{
+		providerCalls: metrics.NewCounterVec(&metrics.CounterOpts{
+			Namespace: "cluster_gateway", Subsystem: "credential", Name: "provider_calls_total",
+			Help:           "Credential provider runs seen by their outcome (ok: a new credential; failed, timeout, malformed), by provider. A run that returns the credential it returned before is not told from client-go's cache and not counted.",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"provider", "result"}),
+		duration: metrics.NewHistogramVec(&metrics.HistogramOpts{
+			Namespace: "cluster_gateway", Subsystem: "credential", Name: "provider_duration_seconds",
+			Help:    "Duration of the credential provider runs counted by cluster_gateway_credential_provider_calls_total, by provider.",
+			Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}, StabilityLevel: metrics.ALPHA,
+		}, []string{"provider"}),
+	}
+}
+
+// Register adds the metrics to r (the server's registry).
+func (m *Metrics) Register(r metrics.KubeRegistry) {
+	r.MustRegister(m.providerCalls, m.duration)
+}
+
+func (m *Metrics) providerCall(provider, result string, d time.Duration) {
+	m.providerCalls.WithLabelValues(provider, result).Inc()
+	m.duration.WithLabelValues(provider).Observe(d.Seconds())
+}

@@ -1,0 +1,324 @@
+package credentials
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/pkg/apis/clientauthentication"
+	"k8s.io/client-go/plugin/pkg/client/auth/exec"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/transport"
+)
+
+// Cluster is what a ClusterGateway gives its provider: the provider's name
+// and, in the ExecCredential's spec.cluster, the endpoint and its config.
+type Cluster struct {
+	Gateway  string // one Authenticator per gateway name
+	Provider string
+	Config   []byte // spec.credential.provider.config
+	Server   string
+	CAData   []byte
+	// ServerName, Insecure and ProxyURL as the gateway dials.
+	ServerName string
+	Insecure   bool
+	ProxyURL   string
+}
+
+func (c *Cluster) equal(o *Cluster) bool {
+	return c.Gateway == o.Gateway && c.Provider == o.Provider && string(c.Config) == string(o.Config) &&
+		c.Server == o.Server && string(c.CAData) == string(o.CAData) && c.ServerName == o.ServerName &&
+		c.Insecure == o.Insecure && c.ProxyURL == o.ProxyURL
+}
+
+// State is a provider's latest credential for one gateway. It is
+// immutable: a new credential or failure is a new State.
+type State struct {
+	Token     string
+	Cert, Key []byte // PEM, when the provider returned a client certificate
+	Rotated   time.Time
+	// Problem says why there is no usable credential; it never holds the
+	// provider's output.
+	Problem string
+}
+
+// Providers runs the configured providers for the gateways that name one.
+type Providers struct {
+	cfg      *Config
+	self     string // the launcher: this binary
+	metrics  *Metrics
+	mu       sync.Mutex
+	clusters map[string]*cluster
+	onChange atomic.Pointer[func(gateway string)]
+	unknown  sync.Map // provider name -> *State of a provider not configured
+}
+
+// New returns the providers of cfg (nil: none configured).
+func New(cfg *Config) (*Providers, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("credential providers run this binary as their launcher, but its path is unknown: %w", err)
+	}
+	return &Providers{cfg: cfg, self: self, metrics: DefaultMetrics, clusters: map[string]*cluster{}}, nil
+}
+
+// OnChange has fn called with a gateway's name whenever its State changes
+// (a new credential, a failure). fn must not block.
+func (p *Providers) OnChange(fn func(gateway string)) { p.onChange.Store(&fn) }
+
+// cluster is one gateway's Authenticator and its latest State.
+type cluster struct {
+	spec    Cluster
+	name    string // the provider's
+	timeout time.Duration
+	auth    *exec.Authenticator // nil when the provider is not configured
+	wrap    transport.WrapperFunc
+	getCert func() (*tls.Certificate, error)
+	flight  singleflight.Group // one run at a time; waiters share its State
+	state   atomic.Pointer[State]
+}
+
+// entry is c's cluster, built anew when the gateway changed what its
+// provider gets (the old one is released).
+func (p *Providers) entry(c *Cluster) *cluster {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e, ok := p.clusters[c.Gateway]; ok && e.spec.equal(c) {
+		return e
+	} else if ok {
+		e.release()
+	}
+	e := &cluster{spec: *c, name: c.Provider}
+	p.clusters[c.Gateway] = e
+	prov := p.cfg.provider(c.Provider)
+	if prov == nil {
+		st, _ := p.unknown.LoadOrStore(c.Provider, p.unconfigured(c.Provider))
+		e.state.Store(st.(*State))
+		return e
+	}
+	e.timeout = prov.timeout
+	a, err := newOwnedAuthenticator(p.execConfig(prov), &clientauthentication.Cluster{
+		Server: c.Server, TLSServerName: c.ServerName, InsecureSkipTLSVerify: c.Insecure,
+		CertificateAuthorityData: c.CAData, ProxyURL: c.ProxyURL, Config: clusterConfig(c.Config),
+	})
+	if err == nil {
+		tc := &transport.Config{}
+		if err = a.UpdateTransportConfig(tc); err == nil {
+			e.auth, e.wrap, e.getCert = a, tc.WrapTransport, tc.TLS.GetCertHolder.GetCert
+		}
+	}
+	if err != nil {
+		e.state.Store(&State{Problem: fmt.Sprintf("credential provider %q cannot be set up: %v", c.Provider, err)})
+	}
+	return e
+}
+
+func describeNames(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
+}
+
+func (p *Providers) execConfig(prov *Provider) *clientcmdapi.ExecConfig {
+	env := make([]clientcmdapi.ExecEnvVar, len(prov.Exec.Env))
+	for i, e := range prov.Exec.Env {
+		env[i] = clientcmdapi.ExecEnvVar{Name: e.Name, Value: e.Value}
+	}
+	return &clientcmdapi.ExecConfig{
+		Command: p.self, Args: launcherArgs(prov), Env: env, APIVersion: prov.Exec.APIVersion,
+		ProvideClusterInfo: true, InteractiveMode: clientcmdapi.NeverExecInteractiveMode,
+	}
+}
+
+// Latest is c's State without running its provider (nor building
+// anything): nil before its first run, or when c is not what the gateway's
+// provider last ran for (an older version of the gateway, say).
+func (p *Providers) Latest(c *Cluster) *State {
+	if p.cfg.provider(c.Provider) == nil {
+		st, _ := p.unknown.LoadOrStore(c.Provider, p.unconfigured(c.Provider))
+		return st.(*State)
+	}
+	p.mu.Lock()
+	e, ok := p.clusters[c.Gateway]
+	p.mu.Unlock()
+	if !ok || !e.spec.equal(c) {
+		return nil
+	}
+	return e.state.Load()
+}
+
+func (p *Providers) unconfigured(name string) *State {
+	return &State{Problem: fmt.Sprintf("names credential provider %q, which this gateway does not configure (its --credential-providers-file has %s): name one of those, or add it there",
+		name, describeNames(p.cfg.Names()))}
+}
+
+// Get is c's credential as client-go's Authenticator has it, running the
+// provider when it has none or it expired: at most one run at a time per
+// gateway, bounded by the provider's timeout. A caller whose ctx ends first
+// gets ctx's error; the run goes on for the next caller.
+func (p *Providers) Get(ctx context.Context, c *Cluster) (*State, error) {
+	return p.get(ctx, p.entry(c), "")
+}
+
+// Unauthorized tells c's provider that the cluster refused token: unless it
+// has been replaced already, client-go runs the provider again.
+func (p *Providers) Unauthorized(ctx context.Context, c *Cluster, token string) {
+	_, _ = p.get(ctx, p.entry(c), token)
+}
+
+func (p *Providers) get(ctx context.Context, e *cluster, refused string) (*State, error) {
+	if e.auth == nil {
+		return e.state.Load(), nil
+	}
+	ch := e.flight.DoChan(refused, func() (interface{}, error) { return p.fetch(e, refused), nil })
+	select {
+	case r := <-ch:
+		return r.Val.(*State), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// fetch asks the Authenticator for its credential the one way client-go
+// offers: a round trip through its wrapper, which sets the token (running
+// the plugin if needed) and runs it again on a 401 for the token refused.
+func (p *Providers) fetch(e *cluster, refused string) *State {
+	start := time.Now()
+	var token string
+	capture := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		token = strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		code := http.StatusOK
+		if refused != "" && token == refused {
+			code = http.StatusUnauthorized
+		}
+		return &http.Response{StatusCode: code, Body: http.NoBody, Request: r}, nil
+	})
+	ask := func() error { // client-go sets the header on the request it gets: a new one each time
+		req, _ := http.NewRequest(http.MethodGet, "https://provider.invalid/", nil)
+		_, err := e.wrap(capture).RoundTrip(req)
+		return err
+	}
+	err := ask()
+	if refused != "" && err == nil {
+		err = ask() // the refreshed one
+	}
+	var cert *tls.Certificate
+	if err == nil {
+		cert, err = e.getCert()
+	}
+	prev := e.state.Load()
+	if err != nil {
+		reason, problem := describe(err, e.name, e.timeout)
+		p.metrics.providerCall(e.name, reason, time.Since(start))
+		if prev != nil && prev.Problem == problem {
+			return prev
+		}
+		return p.publish(e, &State{Problem: problem, Rotated: time.Now()})
+	}
+	next := &State{Token: token}
+	if cert != nil {
+		next.Cert, next.Key = certPEM(cert)
+	}
+	if prev != nil && prev.Problem == "" && prev.Token == next.Token && string(prev.Cert) == string(next.Cert) {
+		return prev // client-go's cached credential
+	}
+	p.metrics.providerCall(e.name, "ok", time.Since(start))
+	next.Rotated = time.Now()
+	return p.publish(e, next)
+}
+
+func (p *Providers) publish(e *cluster, st *State) *State {
+	e.state.Store(st)
+	if fn := p.onChange.Load(); fn != nil {
+		(*fn)(e.spec.Gateway)
+	}
+	return st
+}
+
+// Release lets a deleted gateway's Authenticator go.
+func (p *Providers) Release(gateway string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e, ok := p.clusters[gateway]; ok {
+		e.release()
+		delete(p.clusters, gateway)
+	}
+}
+
+func (e *cluster) release() {
+	if e.auth != nil {
+		released(e.auth)
+	}
+}
+
+// Len is how many gateways hold an Authenticator, for tests.
+func (p *Providers) Len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.clusters)
+}
+
+func certPEM(c *tls.Certificate) (certs, key []byte) {
+	for _, der := range c.Certificate {
+		certs = append(certs, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
+	}
+	if der, err := x509.MarshalPKCS8PrivateKey(c.PrivateKey); err == nil {
+		key = pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+	}
+	return certs, key
+}
+
+var exitCode = regexp.MustCompile(`failed with exit code (-?\d+)`)
+
+// describe turns client-go's error into a reason (a metric label) and a
+// message a user can act on. It never passes client-go's text on: a
+// decoding error can quote the provider's output, which may hold a token.
+func describe(err error, name string, timeout time.Duration) (reason, message string) {
+	s := err.Error()
+	prefix := fmt.Sprintf("credential provider %q ", name)
+	if m := exitCode.FindStringSubmatch(s); m != nil {
+		code, _ := strconv.Atoi(m[1])
+		switch code {
+		case exitTimeout:
+			return "timeout", prefix + fmt.Sprintf("did not answer within %v and was stopped (or exited with code %d): check what it waits for, or raise its timeout in the providers file", timeout, exitTimeout)
+		case exitTooLarge:
+			return "malformed", prefix + "printed more than 1 MiB: it must print one ExecCredential"
+		case exitNotRun:
+			return "failed", prefix + "could not be started (or exited with code 127): check exec.command and that it can run with only exec.env as its environment"
+		case exitNotCredential:
+			return "malformed", prefix + "printed no ExecCredential on its standard output"
+		}
+		return "failed", prefix + fmt.Sprintf("exited with code %d: run it by hand with the same KUBERNETES_EXEC_INFO and exec.env to see why (the gateway never logs its output)", code)
+	}
+	for _, known := range []string{"didn't return a token or cert/key pair", "returned only certificate or key", "plugin returned version", "failed parsing client key/certificate", "didn't return a status field", "decoding stdout"} {
+		if strings.Contains(s, known) {
+			return "malformed", prefix + "returned an ExecCredential the gateway cannot use (" + known + ")"
+		}
+	}
+	return "failed", prefix + "failed to run (is the gateway's own binary still at its path? providers run through it)"
+}
+
+// clusterConfig is spec.cluster.config as client-go encodes it (nil: none).
+func clusterConfig(raw []byte) runtime.Object {
+	if len(raw) == 0 {
+		return nil
+	}
+	return &runtime.Unknown{Raw: raw, ContentType: runtime.ContentTypeJSON}
+}

@@ -1,0 +1,126 @@
+package gateways
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/clustergateway/cluster-gateway/internal/testpoll"
+	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+	"github.com/clustergateway/cluster-gateway/pkg/credentials"
+)
+
+// testProviders configures provider "ok" (prints a token) and "fail"
+// (exits 3) from a providers file, as the gateway reads it.
+func testProviders(t *testing.T) *credentials.Providers {
+	t.Helper()
+	dir := t.TempDir()
+	write := func(name, body string, mode os.FileMode) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(body), mode); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	ok := write("ok", "#!/bin/sh\nprintf '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\"status\":{\"token\":\"tok-1\"}}'\n", 0o755)
+	fail := write("fail", "#!/bin/sh\necho tok-secret; exit 3\n", 0o755)
+	file := write("providers.yaml", fmt.Sprintf(`apiVersion: gateway.clustergateway.io/v1alpha1
+kind: CredentialProviderConfig
+providers:
+- name: ok
+  exec: {apiVersion: client.authentication.k8s.io/v1, command: %s}
+- name: fail
+  timeout: 10s
+  exec: {apiVersion: client.authentication.k8s.io/v1, command: %s}
+`, ok, fail), 0o644)
+	cfg, err := credentials.LoadConfig(file, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := credentials.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func providerGateway(t *testing.T, name, provider string) *v1alpha1.ClusterGateway {
+	gw := x509Gateway(validCredential(t))
+	gw.Name = name
+	gw.Spec.Credential = v1alpha1.Credential{Type: v1alpha1.CredentialProvider, Provider: &v1alpha1.ProviderReference{
+		Name: provider, Config: &runtime.RawExtension{Raw: []byte(`{"clusterName":"prod"}`)}}}
+	return gw
+}
+
+// A Provider gateway's credential comes from its provider on a request;
+// a failing or unconfigured provider makes it not Ready (ProviderFailed,
+// without the provider's output); a deleted gateway's provider state goes.
+func TestProviderGateways(t *testing.T) {
+	var objs []runtime.Object
+	for i, g := range []*v1alpha1.ClusterGateway{providerGateway(t, "good", "ok"), providerGateway(t, "bad", "fail"), providerGateway(t, "unknown", "nope")} {
+		s := mustToSecret(t, g, nil)
+		s.ResourceVersion = fmt.Sprint(i + 1)
+		objs = append(objs, s)
+	}
+	client := fake.NewClientset(objs...)
+	store := NewStore(client, testNamespace)
+	providers := testProviders(t)
+	if err := store.SetProviders(providers); err != nil {
+		t.Fatal(err)
+	}
+	changed := make(chan *Gateway, 10)
+	if err := store.OnChange(func(old, new *Gateway) {
+		if old != nil && new != nil {
+			changed <- new
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	startStore(t, store)
+
+	g, err := store.GetForRequest(context.Background(), "good")
+	if err != nil || !g.Ready || g.Conn.Token != "tok-1" {
+		t.Fatalf("good = %+v, %v; want Ready with the provider's token", g, err)
+	}
+	if c := g.Object.Status.Credential; c == nil || c.Source != "Provider ok" || c.LastRotationTime == nil {
+		t.Errorf("status.credential = %+v, want source Provider ok and a rotation time", c)
+	}
+	select {
+	case n := <-changed:
+		if n.Conn.Token != "tok-1" {
+			t.Errorf("OnChange told of %+v, want the new token", n.Conn)
+		}
+	default:
+		t.Errorf("a provider's new credential was no change for OnChange")
+	}
+	if cached, _ := store.Get("good"); cached.Conn.Token != "tok-1" {
+		t.Errorf("Get after the provider ran: token %q, want tok-1", cached.Conn.Token)
+	}
+
+	for name, want := range map[string]string{"bad": "exited with code 3", "unknown": "does not configure"} {
+		g, err := store.GetForRequest(context.Background(), name)
+		if err != nil || g.Ready {
+			t.Fatalf("%s = %+v, %v; want not Ready", name, g, err)
+		}
+		cond := g.Object.Status.Conditions[0]
+		if cond.Reason != v1alpha1.ReasonProviderFailed || !strings.Contains(cond.Message, want) || strings.Contains(cond.Message, "tok-secret") {
+			t.Errorf("%s Ready = %s %s, want ProviderFailed saying %q, without the provider's output", name, cond.Reason, cond.Message, want)
+		}
+	}
+
+	before := providers.Len()
+	if err := client.CoreV1().Secrets(testNamespace).Delete(context.Background(), "good", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testpoll.EventuallyTrue(t, 10*time.Second, "the deleted gateway's provider state to be released", func() bool {
+		return providers.Len() == before-1
+	})
+}

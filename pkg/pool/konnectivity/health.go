@@ -1,0 +1,121 @@
+package konnectivity
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	clientproto "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
+)
+
+// Why a health check of our own: a proxy-server that stops answering
+// without closing its connection (a frozen process, a dropped route) is
+// noticed by nothing else within minutes. gRPC keepalive would, but the
+// proxy-server enforces grpc's default policy on its clients (pings at most
+// every 5 minutes) and closes a connection that pings more often; and it
+// serves no gRPC health service. So each tunnel asks its proxy-server, over
+// its own gRPC connection, for a round trip that the proxy-server answers
+// itself, with no agent involved: a CLOSE_REQ on a stream that dialed
+// nothing is answered with a CLOSE_RSP.
+
+// healthLoop checks the current tunnel on each tick of ticker; one that does
+// not answer within HealthTimeout is marked lost, so its rebuild loop closes
+// it at once (its conns end with an error) and builds a new one, while dials
+// go to the other proxy-servers.
+func (s *server) healthLoop(ctx context.Context, ticker clock.Ticker) {
+	defer s.m.wg.Done()
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C():
+		}
+		t, _ := s.healthy()
+		if t == nil {
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, s.m.opts.HealthTimeout)
+		err := t.probe(pctx)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			continue
+		}
+		if dead, _, _ := t.health(); dead {
+			continue // ended meanwhile, for its own reason
+		}
+		s.healthFailures.Add(1)
+		cause := fmt.Errorf("proxy-server %s did not answer a health check within %v: %w", s.addr, s.m.opts.HealthTimeout, err)
+		klog.ErrorS(cause, "Closing the konnectivity tunnel; its streams end and new dials go to the other proxy-servers until it is rebuilt", "proxyServer", s.addr)
+		t.markDead(cause, true)
+	}
+}
+
+// probe makes the round trip described above on t's gRPC connection. Any
+// answer proves the proxy-server alive, whatever it says (another version
+// may answer the CLOSE_REQ otherwise, or end the stream); only silence,
+// or a connection grpc reports gone, fails it.
+func (t *tunnel) probe(ctx context.Context) error {
+	cc := t.cc.Load()
+	if cc == nil {
+		return nil // never captured (see holdClientConn): nothing to check with
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // ends the stream if the server did not
+	stream, err := clientproto.NewProxyServiceClient(cc).Proxy(ctx)
+	if err != nil {
+		return noAnswer(err)
+	}
+	req := &clientproto.Packet{Type: clientproto.PacketType_CLOSE_REQ,
+		Payload: &clientproto.Packet_CloseRequest{CloseRequest: &clientproto.CloseRequest{}}}
+	if err := stream.Send(req); err != nil && !errors.Is(err, io.EOF) {
+		return noAnswer(err)
+	}
+	if _, err := stream.Recv(); err != nil && !errors.Is(err, io.EOF) {
+		return noAnswer(err)
+	}
+	_ = stream.CloseSend()
+	return nil
+}
+
+// noAnswer keeps the errors that mean the proxy-server did not answer; a
+// status it sent (say Unimplemented) is an answer.
+func noAnswer(err error) error {
+	switch status.Code(err) {
+	case codes.DeadlineExceeded, codes.Canceled, codes.Unavailable:
+		return err
+	}
+	return nil
+}
+
+var errCaptured = errors.New("gRPC connection captured for health checks; no stream opened")
+
+// captureClientConn is the tunnel's stream interceptor. konnectivity-client
+// keeps the gRPC connection of a ReusableTunnel to itself; holdClientConn
+// borrows it once, through a stream that is never opened.
+func (t *tunnel) captureClientConn(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	if t.capturing.Load() {
+		t.cc.Store(cc)
+		return nil, errCaptured
+	}
+	return streamer(ctx, desc, cc, method, opts...)
+}
+
+// holdClientConn runs once, right after the build, before anyone else may
+// dial through t; timeout bounds it should the interceptor not be called.
+func (t *tunnel) holdClientConn(timeout time.Duration) {
+	t.capturing.Store(true)
+	defer t.capturing.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if c, err := t.rt.DialContext(ctx, "tcp", "health-check.invalid:0"); err == nil {
+		_ = c.Close() // cannot happen: the interceptor refused the stream
+	}
+}
