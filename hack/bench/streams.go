@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -74,6 +75,10 @@ func (r *streamResult) cpuPerUnit(role string) (time.Duration, bool) {
 // streamKind is one kind of stream the section measures.
 type streamKind struct {
 	Key, Name, Unit string
+	// Profiled: the gateway is CPU-profiled during its first round over
+	// the gateway port (port-forward with 8 connections runs the same
+	// code as with one, so it is not).
+	Profiled bool
 	// run streams for about d over p and returns the units it moved and
 	// the time it took.
 	run func(ctx context.Context, p *streamPath, d time.Duration) (float64, time.Duration, error)
@@ -84,14 +89,14 @@ type streamKind struct {
 const parallelStreams = 8
 
 var streamKinds = []streamKind{
-	{Key: "pf1", Name: "port-forward, 1 connection", Unit: "MB/s", run: func(ctx context.Context, p *streamPath, d time.Duration) (float64, time.Duration, error) {
+	{Key: "pf1", Name: "port-forward, 1 connection", Unit: "MB/s", Profiled: true, run: func(ctx context.Context, p *streamPath, d time.Duration) (float64, time.Duration, error) {
 		return p.fwd.echo(ctx, 1, d)
 	}},
 	{Key: "pf8", Name: fmt.Sprintf("port-forward, %d connections", parallelStreams), Unit: "MB/s", run: func(ctx context.Context, p *streamPath, d time.Duration) (float64, time.Duration, error) {
 		return p.fwd.echo(ctx, parallelStreams, d)
 	}},
-	{Key: "exec", Name: "exec, stdin → `cat` → stdout", Unit: "MB/s", run: execCat},
-	{Key: "logs", Name: "`logs -f`", Unit: "lines/s", run: followLogs},
+	{Key: "exec", Name: "exec, stdin → `cat` → stdout", Unit: "MB/s", Profiled: true, run: execCat},
+	{Key: "logs", Name: "`logs -f`", Unit: "lines/s", Profiled: true, run: followLogs},
 }
 
 // streamsResult is the streams section.
@@ -153,7 +158,7 @@ func runStreams(ctx context.Context, o options, env *localenv.Env, gw *gatewayAd
 					continue
 				}
 				profile := ""
-				if round == 0 && p.Key == "gateway" && o.GatewayProfile != "" && k.Key != "pf8" {
+				if round == 0 && p.Key == "gateway" && o.GatewayProfile != "" && k.Profiled {
 					profile = streamProfilePath(o, k.Key)
 				}
 				if err := p.measure(ctx, gw, k, profile); err != nil {
@@ -164,10 +169,10 @@ func runStreams(ctx context.Context, o options, env *localenv.Env, gw *gatewayAd
 		}
 	}
 	for _, k := range streamKinds {
-		path := streamProfilePath(o, k.Key)
-		if o.GatewayProfile == "" || k.Key == "pf8" {
+		if o.GatewayProfile == "" || !k.Profiled {
 			continue
 		}
+		path := streamProfilePath(o, k.Key)
 		top, perr := pprofTop(ctx, o.Go, "-nodecount=15", path)
 		if perr != nil {
 			logf("streams: cannot read the gateway profile %s: %v", path, perr)
@@ -180,7 +185,7 @@ func runStreams(ctx context.Context, o options, env *localenv.Env, gw *gatewayAd
 // streamProfilePath is where the gateway's CPU profile during the first
 // round of kind over the gateway port goes.
 func streamProfilePath(o options, kind string) string {
-	return fmt.Sprintf("%s/gateway-streams-%s.pprof", o.StateDir, kind)
+	return filepath.Join(o.StateDir, "gateway-streams-"+kind+".pprof")
 }
 
 // measure runs kind over p once and adds what it moved and the CPU of p's

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -192,9 +191,10 @@ func execCat(ctx context.Context, p *streamPath, d time.Duration) (float64, time
 	if err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: in, Stdout: &out}); err != nil {
 		return 0, 0, fmt.Errorf("exec cat: %w", err)
 	}
-	elapsed := time.Since(in.first)
-	if out.n != in.n {
-		return 0, 0, fmt.Errorf("exec cat: %d bytes on stdin, %d came back on stdout", in.n, out.n)
+	first, sent := in.sent()
+	elapsed := time.Since(first)
+	if out.n != sent {
+		return 0, 0, fmt.Errorf("exec cat: %d bytes on stdin, %d came back on stdout", sent, out.n)
 	}
 	return float64(out.n) / 1e6, elapsed, nil
 }
@@ -207,14 +207,19 @@ func executor(p *streamPath, u *url.URL) (remotecommand.Executor, error) {
 	return remotecommand.NewSPDYExecutor(p.cfg, http.MethodPost, u)
 }
 
-// timedSource is stdin that gives payload for d after its first Read, then EOF.
+// timedSource is stdin that gives payload for d after its first Read, then
+// EOF. remotecommand reads it in a goroutine it does not wait for: the
+// fields are read under mu.
 type timedSource struct {
 	d     time.Duration
+	mu    sync.Mutex
 	first time.Time
 	n     int64
 }
 
 func (s *timedSource) Read(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.first.IsZero() {
 		s.first = time.Now()
 	}
@@ -224,6 +229,13 @@ func (s *timedSource) Read(b []byte) (int, error) {
 	m := copy(b, payload)
 	s.n += int64(m)
 	return m, nil
+}
+
+// sent is the time of the first Read and the bytes given.
+func (s *timedSource) sent() (time.Time, int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.first, s.n
 }
 
 type countingWriter struct{ n int64 }
@@ -253,11 +265,10 @@ func followLogs(ctx context.Context, p *streamPath, d time.Duration) (float64, t
 	}
 	start := time.Now()
 	stopAt := start.Add(d)
-	r := bufio.NewReaderSize(resp.Body, chunk)
 	buf := make([]byte, chunk)
 	var lines int
 	for time.Now().Before(stopAt) {
-		n, err := r.Read(buf)
+		n, err := resp.Body.Read(buf)
 		lines += bytes.Count(buf[:n], []byte{'\n'})
 		if err != nil {
 			return 0, 0, fmt.Errorf("logs -f ended after %d lines: %w", lines, err)

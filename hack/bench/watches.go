@@ -111,12 +111,12 @@ func runWatches(ctx context.Context, o options, env *localenv.Env, gw *gatewayAd
 	}
 	defer func() { err = errors.Join(err, restartGateway(ctx, env, nil)) }()
 	res.GatewayArgs = env.Gateway.Args
-	names, err := watchUserNames(env, users)
+	hubUsers, err := createWatchUsers(env, users)
 	if err != nil {
 		return nil, err
 	}
 	holders := []func() (*watchHolder, error){
-		func() (*watchHolder, error) { return gatewayHolder(o, env, gw, names) },
+		func() (*watchHolder, error) { return gatewayHolder(o, env, gw, hubUsers) },
 		func() (*watchHolder, error) { return bareHolder(ctx, env, users) },
 	}
 	for _, newHolder := range holders {
@@ -135,10 +135,10 @@ func runWatches(ctx context.Context, o options, env *localenv.Env, gw *gatewayAd
 	return res, nil
 }
 
-// watchUserNames creates the hub users, bound to
+// createWatchUsers creates the hub users, bound to
 // cluster-gateway:proxy-reader (a watch is a GET of the proxy subresource),
 // and returns them.
-func watchUserNames(env *localenv.Env, n int) ([]*localenv.User, error) {
+func createWatchUsers(env *localenv.Env, n int) ([]*localenv.User, error) {
 	var out []*localenv.User
 	for i := range n {
 		u, err := env.NewUser(fmt.Sprintf("%s-watch-%d", benchUser, i+1))
