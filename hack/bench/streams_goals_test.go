@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -63,5 +64,27 @@ func TestWatchGoalComparesHeapAndStacks(t *testing.T) {
 	g := goalNamed(t, r.goals(), "Idle watches")
 	if g.Missing != "" || !near(g.Value, 5000.0/6500) || !g.met() {
 		t.Fatalf("value %v met %v (missing %q), want %v met", g.Value, g.met(), g.Missing, 5000.0/6500)
+	}
+}
+
+// A missed bandwidth goal says in how many interleaved rounds the gateway
+// fell short of its baseline; a met one has no line.
+func TestStreamLimitsCountRoundsBelow(t *testing.T) {
+	r := &report{Streams: &streamsResult{Paths: []*streamPath{
+		streamRun("bare-konn", 30, nil),
+		streamRun("konn", 24, nil),
+		streamRun("direct", 100, nil),
+		streamRun("gateway", 95, nil),
+	}}}
+	r.Streams.path("bare-konn").res["exec"].Rounds = []float64{30, 30, 30}
+	r.Streams.path("konn").res["exec"].Rounds = []float64{20, 29, 23}
+	var b strings.Builder
+	r.streamLimits(&b)
+	out := b.String()
+	if want := "exec, stdin → `cat` → stdout, Konnectivity: the gateway reaches 0.80× the bare proxy over the same tunnel; below 0.90× in 2 of 3 rounds (0.67× / 0.97× / 0.77×)."; !strings.Contains(out, want) {
+		t.Errorf("want %q in:\n%s", want, out)
+	}
+	if strings.Contains(out, "Direct:") {
+		t.Errorf("a met goal has a line:\n%s", out)
 	}
 }
