@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -284,6 +285,7 @@ func (r *report) streamLimit(c streamComparison, kind string) string {
 	fmt.Fprintf(&b, "- %s, %s: the gateway reaches %.2f× %s; %s.", kindOf(kind).Name, c.where, gw.rate()/base.rate(), c.baseName, roundsBelow(gw, base))
 	if c.base == "direct" {
 		r.directLimit(&b, kind, gw, base)
+		s.profileLimit(&b, kind)
 	} else {
 		gc, _ := gw.cpuPerUnit("gateway")
 		bc, _ := base.cpuPerUnit("bare-proxy")
@@ -335,4 +337,54 @@ func tunnelCPUPerUnit(r *streamResult) time.Duration {
 	s, _ := r.cpuPerUnit("proxy-server")
 	a, _ := r.cpuPerUnit("proxy-agent")
 	return s + a
+}
+
+// profileFor is the gateway's CPU profile during kind over its port, if
+// one was taken; port-forward with 8 connections runs the same code as with
+// one, whose profile stands for both.
+func (s *streamsResult) profileFor(kind string) *pathProfile {
+	if kind == "pf8" {
+		kind = "pf1"
+	}
+	for i := range s.Profiles {
+		if s.Profiles[i].Key == kind && s.Profiles[i].Top != "" {
+			return &s.Profiles[i]
+		}
+	}
+	return nil
+}
+
+// flatShare is the share (%) of a pprof -top's samples that functions
+// whose names contain any of parts spent in their own code; only the
+// functions the top lists are counted.
+func flatShare(top string, parts ...string) float64 {
+	var sum float64
+	for _, line := range strings.Split(top, "\n") {
+		f := strings.Fields(line)
+		if len(f) != 6 || !strings.HasSuffix(f[1], "%") {
+			continue
+		}
+		pct, err := strconv.ParseFloat(strings.TrimSuffix(f[1], "%"), 64)
+		if err != nil {
+			continue
+		}
+		for _, p := range parts {
+			if strings.Contains(f[5], p) {
+				sum += pct
+				break
+			}
+		}
+	}
+	return sum
+}
+
+// profileLimit says how much of the gateway's profiled CPU went to what
+// any proxy of a stream pays: system calls and TLS.
+func (s *streamsResult) profileLimit(b *strings.Builder, kind string) {
+	p := s.profileFor(kind)
+	if p == nil {
+		return
+	}
+	fmt.Fprintf(b, " In the gateway's CPU profile during %s (the functions its top lists, by their own CPU), %.0f%% of the samples are system calls and %.0f%% TLS (crypto/): "+
+		"costs of the copy that any TLS-terminating proxy pays, not the gateway's own code.", kindOf(p.Key).Name, flatShare(p.Top, "syscall", "Syscall"), flatShare(p.Top, "crypto/"))
 }

@@ -88,3 +88,22 @@ func TestStreamLimitsCountRoundsBelow(t *testing.T) {
 		t.Errorf("a met goal has a line:\n%s", out)
 	}
 }
+
+// flatShare adds the own-CPU percentages of the listed functions whose
+// names match, from pprof -top's lines, and skips its header.
+func TestFlatShareOfProfileTop(t *testing.T) {
+	top := `Duration: 2.02s, Total samples = 740ms (36.62%)
+Showing nodes accounting for 700ms, 94.59% of 740ms total
+      flat  flat%   sum%        cum   cum%
+     390ms 52.70% 52.70%      390ms 52.70%  internal/runtime/syscall/linux.Syscall6
+      80ms 10.81% 63.51%       80ms 10.81%  crypto/internal/fips140/aes/gcm.gcmAesDec
+      30ms  4.05% 78.38%      410ms 55.41%  syscall.RawSyscall6
+      10ms  1.35% 85.14%      450ms 60.81%  crypto/tls.(*Conn).writeRecordLocked
+      10ms  1.35% 90.54%      290ms 39.19%  net.(*netFD).Write`
+	if got := flatShare(top, "syscall", "Syscall"); !near(got, 56.75) {
+		t.Errorf("system calls: %v, want 56.75", got)
+	}
+	if got := flatShare(top, "crypto/"); !near(got, 12.16) {
+		t.Errorf("TLS: %v, want 12.16", got)
+	}
+}
