@@ -175,14 +175,16 @@ local-down: ## Stop the background local environment and wait for it to exit.
 	echo "pid $$pid still running after 60s; see $(LOCAL_STATE)/local-env.log"; exit 1
 
 # Benchmarks of the proxied request path: the in-process Go benchmarks of
-# pkg/proxy, then loads side by side, memory per pooled cluster, and a slow
-# saturated cluster next to a steady one (isolation) in a fresh local
-# environment under _output/bench. Writes and prints docs/performance.md.
-# BENCH_FLAGS passes more flags to hack/bench (e.g. -duration 20s); with
-# BENCH_FLAGS="-only loads" (or isolation, or scan) only that section runs, and
-# its report goes to _output/bench/performance-<section>.md, not docs/.
+# pkg/proxy, then loads side by side, memory per pooled cluster, a slow
+# saturated cluster next to a steady one (isolation), port-forward, exec and
+# logs -f throughput (streams) and 10,000 idle watches (watches) in a fresh
+# local environment under _output/bench. Writes and prints docs/performance.md.
+# BENCH_FLAGS passes more flags to hack/bench (e.g. -duration 20s, -watches
+# 2000); with BENCH_FLAGS="-only loads" (or ab, isolation, streams, watches,
+# or scan) only that section runs, and its report goes to
+# _output/bench/performance-<section>.md, not docs/.
 .PHONY: bench
-bench: tools build ## Benchmark the proxy path (about 20 minutes: in-process, loads, isolation, a 10,000-gateway scan); writes docs/performance.md.
+bench: tools build ## Benchmark the proxy path (about 25 minutes: in-process, loads, isolation, streams, 10,000 idle watches, a 10,000-gateway scan); writes docs/performance.md.
 	cd hack && $(GO) build -o $(BIN)/bench ./bench
 	$(BIN)/bench -go $(GO) -bin $(patsubst $(CURDIR)/%,%,$(BIN)) -state-dir $(patsubst $(CURDIR)/%,%,$(OUTPUT))/bench -out docs/performance.md $(BENCH_FLAGS)
 

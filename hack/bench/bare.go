@@ -18,6 +18,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"k8s.io/apimachinery/pkg/util/httpstream"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client"
 
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
@@ -78,8 +79,16 @@ func bareChildMain(args []string) error {
 		ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 25, IdleConnTimeout: 90 * time.Second, DisableCompression: true,
 	}
 	defer upTr.CloseIdleConnections()
+	// Upgrades (exec, attach, port-forward) need HTTP/1.1: Go's transport
+	// keeps only WebSocket upgrades off HTTP/2, and a SPDY upgrade sent on
+	// an HTTP/2 connection fails. httputil.ReverseProxy then copies the
+	// switched connection both ways.
+	h1TLS := upTLS.Clone()
+	h1TLS.NextProtos = []string{"http/1.1"}
+	upgradeTr := &http.Transport{TLSClientConfig: h1TLS, DisableCompression: true}
 	if tunnel != nil {
 		upTr.DialContext = tunnel.DialContext
+		upgradeTr.DialContext = tunnel.DialContext
 	}
 	var h http.Handler = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -89,13 +98,13 @@ func bareChildMain(args []string) error {
 			}
 			pr.SetURL(target)
 		},
-		Transport: upTr,
+		Transport: upgradeSplit{ordinary: upTr, upgrade: upgradeTr},
 	}
 	var names []string
 	if *aggregated {
 		h, names = aggregatedBare(h), []string{bareServiceDNS}
 	}
-	srv, err := testfrontend.StartNamed(h, names...)
+	srv, err := testfrontend.StartNamed(withBareStats(h), names...)
 	if err != nil {
 		return err
 	}
@@ -105,6 +114,17 @@ func bareChildMain(args []string) error {
 	}
 	_, _ = io.Copy(io.Discard, os.Stdin) // until the bench closes it, or dies
 	return nil
+}
+
+// upgradeSplit sends upgrade requests over HTTP/1.1, everything else over
+// the shared HTTP/2 transport.
+type upgradeSplit struct{ ordinary, upgrade http.RoundTripper }
+
+func (u upgradeSplit) RoundTrip(req *http.Request) (*http.Response, error) {
+	if httpstream.IsUpgradeRequest(req) {
+		return u.upgrade.RoundTrip(req)
+	}
+	return u.ordinary.RoundTrip(req)
 }
 
 // bareProxy is the running child.

@@ -25,6 +25,7 @@ const (
 	mOpenConns  = "cluster_gateway_pool_open_connections"
 	mGoroutines = "go_goroutines"
 	mHeapInuse  = "go_memstats_heap_inuse_bytes"
+	mStackInuse = "go_memstats_stack_inuse_bytes"
 	mProbes     = "cluster_gateway_health_probes_total"
 	mClusters   = "cluster_gateway_health_clusters"
 	mMallocs    = "go_memstats_mallocs_total"

@@ -31,7 +31,7 @@ type options struct {
 	BenchTime                 string
 	SkipGoBench, SkipEnv      bool
 	GatewayProfile            string
-	Only                      string // one section alone: "loads", "ab", "isolation" or "scan"
+	Only                      string // one section alone: "loads", "ab", "isolation", "streams", "watches" or "scan"
 	Isolation                 isolationOptions
 	GatewayBin                string // default: BinDir/cluster-gateway
 	ScanGateways              int    // scan.go; 0 skips the scan
@@ -70,7 +70,7 @@ func main() {
 	flag.BoolVar(&o.SkipGoBench, "skip-go-bench", false, "skip the in-process Go benchmarks")
 	flag.BoolVar(&o.SkipEnv, "skip-env", false, "skip the local environment (loads and memory)")
 	flag.StringVar(&o.GatewayProfile, "gateway-profile", "gateway-cpu.pprof", "CPU profile of the gateway during the first gateway-port round, in the state dir; the hub and Konnectivity rounds' go to <name>-hub.pprof and <name>-konn.pprof (empty: none)")
-	flag.StringVar(&o.Only, "only", "", `run one section alone ("loads", "ab", "isolation" or "scan"); its report goes into the state dir, not -out`)
+	flag.StringVar(&o.Only, "only", "", `run one section alone ("loads", "ab", "isolation", "streams", "watches" or "scan"); its report goes into the state dir, not -out`)
 	flag.StringVar(&o.GatewayBin, "gateway-bin", "", "the gateway binary (default: cluster-gateway in -bin), e.g. one built from this checkout")
 	flag.IntVar(&o.ScanGateways, "scan-gateways", 10000, "scan: ClusterGateways with the default pool (0 skips the scan)")
 	flag.DurationVar(&o.Isolation.Delay, "isolation-delay", time.Second, "isolation: delay the slow cluster's forward proxy adds to everything the cluster sends")
@@ -174,6 +174,18 @@ func runEnv(ctx context.Context, o options, rep *report) (err error) {
 			return err
 		}
 	}
+	if o.Only == "" || o.Only == "streams" {
+		logf("streams: port-forward, exec and logs -f over every path")
+		if rep.Streams, err = runStreams(ctx, o, env, gw); err != nil {
+			return err
+		}
+	}
+	if (o.Only == "" || o.Only == "watches") && *watchCount > 0 {
+		logf("watches: %d idle watches through the gateway, then through bare proxies", *watchCount)
+		if rep.Watches, err = runWatches(ctx, o, env, gw); err != nil {
+			return err
+		}
+	}
 	if o.Only == "" || o.Only == "scan" {
 		// Last: it restarts the gateway with the default pool.
 		return runScanStep(ctx, o, env, gw, rep)
@@ -214,20 +226,33 @@ func runLoadsAndPooled(ctx context.Context, o options, env *localenv.Env, gw *ga
 	return nil
 }
 
-// buildTargets are the paths to the same object, side by side.
-func buildTargets(ctx context.Context, env *localenv.Env) ([]*target, func(), error) {
-	m1 := env.Managed[0]
+// envPids are the processes of env whose CPU the loads read, by role: the
+// gateway, the hub, managed-1, and the konnectivity cluster, proxy-server
+// and agent.
+func envPids(env *localenv.Env) map[string]int {
 	pids := map[string]int{
 		"gateway":   env.Gateway.Process.Pid(),
 		"hub":       env.Hub.Process.Pid(),
-		"managed-1": m1.Process.Pid(),
+		"managed-1": env.Managed[0].Process.Pid(),
 	}
-	k := env.Konnectivity
-	if k != nil {
+	if k := env.Konnectivity; k != nil {
 		pids[k.Cluster.Name] = k.Cluster.Process.Pid()
 		pids["proxy-server"] = k.Servers[0].Process.Pid()
 		pids["proxy-agent"] = k.Agent.Pid()
 	}
+	return pids
+}
+
+// proxyPrefix is the path of c's ClusterGateway's proxy subresource, on the
+// hub or on the gateway's own port.
+func proxyPrefix(c *localenv.Cluster) string {
+	return "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/" + c.GatewayName + "/proxy"
+}
+
+// buildTargets are the paths to the same object, side by side.
+func buildTargets(ctx context.Context, env *localenv.Env) ([]*target, func(), error) {
+	m1, k := env.Managed[0], env.Konnectivity
+	pids := envPids(env)
 	direct, err := mtlsClient(m1.CA.CertPEM, m1.GatewayUser)
 	if err != nil {
 		return nil, nil, err
@@ -261,9 +286,7 @@ func buildTargets(ctx context.Context, env *localenv.Env) ([]*target, func(), er
 		stopBares()
 		return nil, nil, err
 	}
-	proxyPath := func(c *localenv.Cluster) string {
-		return "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/" + c.GatewayName + "/proxy" + requestPath
-	}
+	proxyPath := func(c *localenv.Cluster) string { return proxyPrefix(c) + requestPath }
 	bh, err := startBareProxy(ctx, m1, nil, true)
 	if err != nil {
 		stopBares()

@@ -14,8 +14,10 @@ type report struct {
 	Targets    []*target
 	Pooled     *pooledResult
 	Isolation  *isolationResult
-	AB         *abResultSet // ab.go
-	Scan       *scanResult  // scan.go, report_scan.go
+	AB         *abResultSet   // ab.go
+	Scan       *scanResult    // scan.go, report_scan.go
+	Streams    *streamsResult // streams.go, report_streams.go
+	Watches    *watchesResult // watches.go, report_watches.go
 	EnvStartup time.Duration
 	Capacity   int
 	Total      time.Duration
@@ -62,6 +64,12 @@ func (r *report) markdown() string {
 	}
 	if r.Scan != nil {
 		r.scanSection(&b)
+	}
+	if r.Streams != nil {
+		r.streamsSection(&b)
+	}
+	if r.Watches != nil {
+		r.watchesSection(&b)
 	}
 	r.interpretation(&b)
 	return b.String()
@@ -250,7 +258,14 @@ func (r *report) interpretation(b *strings.Builder) {
 	if len(r.Targets) > 0 && r.target("konn") == nil { // not with -only
 		b.WriteString("- Konnectivity was not measured in this run (TODO row above).\n")
 	}
-	b.WriteString("- Not measured: watch and exec streams, large lists through the real clusters, many distinct clusters under load at once, and a dedicated machine.\n")
+	notMeasured := "large lists through the real clusters, many distinct clusters under load at once, and a dedicated machine"
+	if r.Watches == nil {
+		notMeasured = "idle watches (section 7 not run), " + notMeasured
+	}
+	if r.Streams == nil {
+		notMeasured = "streams (section 6 not run), " + notMeasured
+	}
+	b.WriteString("- Not measured: " + notMeasured + ".\n")
 }
 
 func (r *report) firstErr() *target {

@@ -28,9 +28,9 @@ func onlySection(o *options) {
 	switch o.Only {
 	case "loads":
 		o.Gateways = 0 // section 2 alone, without memory per pooled cluster
-	case "ab", "isolation", "scan":
+	case "ab", "isolation", "streams", "watches", "scan":
 	default:
-		log.Fatalf("-only %q: the sections that run alone are \"loads\", \"ab\", \"isolation\" and \"scan\"", o.Only)
+		log.Fatalf("-only %q: the sections that run alone are \"loads\", \"ab\", \"isolation\", \"streams\", \"watches\" and \"scan\"", o.Only)
 	}
 	o.SkipGoBench = true
 	o.Out = filepath.Join(o.StateDir, "performance-"+o.Only+".md")
@@ -142,9 +142,15 @@ type scanResult struct {
 // so).
 func heapTop(ctx context.Context, goBin, dir, step, base string) string {
 	prof := func(s string) string { return filepath.Join(dir, "gateway-heap-scan-"+s+".pprof") }
-	out, err := pprofTop(ctx, goBin, "-sample_index=inuse_space", "-nodecount=12", "-diff_base="+prof(base), prof(step))
+	return heapDiffTop(ctx, goBin, prof(step), prof(base))
+}
+
+// heapDiffTop is `go tool pprof -top` of the in-use heap of the profile at
+// path less the one at base, its first lines; empty when pprof fails.
+func heapDiffTop(ctx context.Context, goBin, path, base string) string {
+	out, err := pprofTop(ctx, goBin, "-sample_index=inuse_space", "-nodecount=12", "-diff_base="+base, path)
 	if err != nil {
-		logf("scan: pprof of %s: %v", step, err)
+		logf("pprof of %s: %v", path, err)
 	}
 	return out
 }

@@ -144,8 +144,10 @@ func (k *FakeKubelet) PortForward(ctx context.Context, pod, uid string, port int
 const logLines = 10
 
 // serveLogs writes numbered lines (honouring tailLines); with follow=true one more per second until
-// the client leaves. Container "slow" sleeps before answering a non-follow
-// request, to show that ordinary requests are still cut by timeouts.
+// the client leaves, or for container "bulk" as fast as the client reads them
+// (each line flushed, as the kubelet flushes each write). Container "slow"
+// sleeps before answering a non-follow request, to show that ordinary
+// requests are still cut by timeouts.
 func (k *FakeKubelet) serveLogs(w http.ResponseWriter, r *http.Request) {
 	container := r.PathValue("container")
 	follow, _ := strconv.ParseBool(r.URL.Query().Get("follow"))
@@ -175,6 +177,14 @@ func (k *FakeKubelet) serveLogs(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if !follow {
+		return
+	}
+	if container == "bulk" {
+		for n := logLines + 1; r.Context().Err() == nil; n++ {
+			if !line(n) {
+				return
+			}
+		}
 		return
 	}
 	tick := time.NewTicker(time.Second)

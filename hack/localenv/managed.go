@@ -16,6 +16,7 @@ const (
 	FakeNodeName = "fake-node"
 	DemoPod      = "demo" // container "main"
 	SlowPod      = "slow" // container "slow": non-follow logs hang, to test request timeouts
+	BulkPod      = "bulk" // container "bulk": `logs -f` writes lines as fast as the client reads them (hack/bench)
 )
 
 // setupManaged starts c's fake kubelet and creates, as c's admin, the Node
@@ -38,7 +39,7 @@ func (e *Env) setupManaged(ctx context.Context, c *Cluster) error {
 		if err := ensure(ctx, cs.CoreV1().ServiceAccounts("default").Create, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}); err != nil {
 			return fmt.Errorf("default ServiceAccount: %w", err)
 		}
-		for pod, container := range map[string]string{DemoPod: "main", SlowPod: "slow"} {
+		for pod, container := range map[string]string{DemoPod: "main", SlowPod: "slow", BulkPod: "bulk"} {
 			if err := ensureRunningPod(ctx, cs, pod, container); err != nil {
 				return err
 			}

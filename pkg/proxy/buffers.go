@@ -27,3 +27,26 @@ func (b *copyBuffers) Put(buf []byte) {
 	}
 	b.pool.Put((*[copyBufferSize]byte)(buf))
 }
+
+// watchCopyBufferSize is the copy buffer of a watch: an idle watch holds its
+// buffer while it waits for the next event, for as long as it lives, and
+// with 32 KiB that buffer was most of what an idle watch cost the gateway
+// (docs/performance.md, section 7). A watch event larger than this takes
+// more than one read and write, each flushed; kube-apiserver writes one
+// event at a time.
+const watchCopyBufferSize = 8 << 10
+
+// watchCopyBuffers lends the watches' reverse proxy its smaller buffers.
+type watchCopyBuffers struct{ pool sync.Pool }
+
+func newWatchCopyBuffers() *watchCopyBuffers {
+	return &watchCopyBuffers{pool: sync.Pool{New: func() any { return new([watchCopyBufferSize]byte) }}}
+}
+
+func (b *watchCopyBuffers) Get() []byte { return b.pool.Get().(*[watchCopyBufferSize]byte)[:] }
+
+func (b *watchCopyBuffers) Put(buf []byte) {
+	if len(buf) == watchCopyBufferSize {
+		b.pool.Put((*[watchCopyBufferSize]byte)(buf))
+	}
+}

@@ -5,7 +5,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -63,4 +65,57 @@ func TestCopyBuffersTakeBackOnlyWhatTheyLent(t *testing.T) {
 	if got := len(b.Get()); got != copyBufferSize {
 		t.Fatalf("lent %d bytes after foreign returns, want %d", got, copyBufferSize)
 	}
+}
+
+// An idle watch holds its copy buffer for as long as it lives: watches
+// borrow the small buffers, ordinary requests the 32 KiB ones, and a watch
+// event larger than a small buffer still arrives whole.
+func TestWatchesBorrowSmallCopyBuffers(t *testing.T) {
+	event := `{"type":"ADDED","object":{"data":"` + strings.Repeat("x", 3*watchCopyBufferSize) + `"}}` + "\n"
+	up := newTLSUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("watch") == "true" {
+			_, _ = io.WriteString(w, event)
+			return
+		}
+		_, _ = io.WriteString(w, "{}")
+	}))
+	px := newFixtureProxy(t, tokenSecret("c", up.URL, upstreamCA(up), "t", ""))
+	lent := map[string]*sizedBuffers{"ordinary": {BufferPool: px.reverse.BufferPool}, "watch": {BufferPool: px.watches.BufferPool}}
+	px.reverse.BufferPool, px.watches.BufferPool = lent["ordinary"], lent["watch"]
+	alice := &user.DefaultInfo{Name: "alice"}
+
+	rec := serveAs(px, "c", "/api/v1/namespaces/default/configmaps", alice, httptest.NewRequest(http.MethodGet, "/?watch=true", nil))
+	if rec.Code != http.StatusOK || rec.Body.String() != event {
+		t.Fatalf("watch: got %d and %d bytes, want 200 and the %d-byte event whole", rec.Code, rec.Body.Len(), len(event))
+	}
+	rec = serveAs(px, "c", "/api/v1/namespaces/default/configmaps", alice, httptest.NewRequest(http.MethodGet, "/", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("list: got %d", rec.Code)
+	}
+	for kind, want := range map[string]int{"watch": watchCopyBufferSize, "ordinary": copyBufferSize} {
+		if got := lent[kind].sizes(); len(got) != 1 || got[0] != want {
+			t.Errorf("the %s request borrowed buffers of %v bytes, want one of %d", kind, got, want)
+		}
+	}
+}
+
+// sizedBuffers notes the length of every buffer it lends.
+type sizedBuffers struct {
+	httputil.BufferPool
+	mu   sync.Mutex
+	lens []int
+}
+
+func (s *sizedBuffers) Get() []byte {
+	b := s.BufferPool.Get()
+	s.mu.Lock()
+	s.lens = append(s.lens, len(b))
+	s.mu.Unlock()
+	return b
+}
+
+func (s *sizedBuffers) sizes() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.lens)
 }

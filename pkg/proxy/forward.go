@@ -43,13 +43,14 @@ func forwardedFrom(ctx context.Context) *forwarded {
 	return f
 }
 
-// newReverseProxy is built once per Proxy. It does for ordinary requests
+// newReverseProxy is built once per Proxy, and once more for watches with
+// buffers of their own (newWatchCopyBuffers). It does for ordinary requests
 // what UpgradeAwareHandler (which upgrades still go through) does with a
 // new httputil.ReverseProxy per request and UseRequestLocation and
 // UseLocationHost: the same Director-mode reverse proxy (hop-by-hop headers
 // removed, X-Forwarded-For appended), errors to the same responder. Built once, it saves the proxy, its logger and two
 // copies of the headers per request.
-func newReverseProxy() *httputil.ReverseProxy {
+func newReverseProxy(buffers httputil.BufferPool) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Director: func(out *http.Request) {
 			f := forwardedFrom(out.Context())
@@ -65,7 +66,7 @@ func newReverseProxy() *httputil.ReverseProxy {
 		},
 		Transport:     forwardTransport{},
 		FlushInterval: flushInterval,
-		BufferPool:    newCopyBuffers(),
+		BufferPool:    buffers,
 		ErrorLog:      log.New(abortNoise{}, "", 0),
 		ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
 			forwardedFrom(req.Context()).responder.Error(w, req, err)

@@ -100,6 +100,7 @@ type Proxy struct {
 	metrics *Metrics
 	streams *streams
 	reverse *httputil.ReverseProxy // every ordinary request's, see forward.go
+	watches *httputil.ReverseProxy // every watch's: the same, with smaller copy buffers
 }
 
 // New returns the proxy, and its prober when Options.Health is set. Store,
@@ -113,7 +114,8 @@ func New(opts Options) (*Proxy, error) {
 	case opts.Authorizer == nil:
 		return nil, fmt.Errorf("proxy: Options.Authorizer is required (exec, attach and port-forward are authorized as create)")
 	}
-	p := &Proxy{opts: opts, metrics: NewMetrics(), streams: newStreams(), reverse: newReverseProxy()}
+	p := &Proxy{opts: opts, metrics: NewMetrics(), streams: newStreams(),
+		reverse: newReverseProxy(newCopyBuffers()), watches: newReverseProxy(newWatchCopyBuffers())}
 	if opts.Health != nil {
 		pr, err := health.New(*opts.Health, opts.Store, p.ProbeCluster)
 		if err != nil {
@@ -274,7 +276,11 @@ func (p *Proxy) Serve(w http.ResponseWriter, req *http.Request, name, subpath st
 	}
 
 	if !upgrade {
-		p.reverse.ServeHTTP(w, req.WithContext(f))
+		rp := p.reverse
+		if f.watch {
+			rp = p.watches
+		}
+		rp.ServeHTTP(w, req.WithContext(f))
 		return
 	}
 

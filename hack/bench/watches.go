@@ -1,0 +1,396 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/clustergateway/cluster-gateway/hack/localenv"
+)
+
+// Flags of the watches section, registered beside main's.
+var (
+	watchCount   = flag.Int("watches", 10000, "watches: idle watches held at once through the gateway, then through the bare proxy (0 skips the section)")
+	watchUsers   = flag.Int("watch-users", 20, "watches: hub users the watches are spread over (each its own client, as separate programs would be)")
+	watchOpeners = flag.Int("watch-openers", 64, "watches: watches being opened at once")
+)
+
+// watchHolder is a proxy that holds the watches: the gateway, or the bare
+// proxies (one per managed cluster).
+type watchHolder struct {
+	Key, Name string
+	bases     []string                                                  // per managed cluster: what /api/v1/... is appended to
+	client    func(user, cluster int) *http.Client                      // user's client to the proxy for cluster
+	sample    func(ctx context.Context, when string) (memSample, error) // when: "before" or "after"
+	cleanup   func() error
+}
+
+// memSample is the holder's process(es) at one moment, after a GC: RSS,
+// the Go heap and goroutine stacks in use, and the goroutines.
+type memSample struct {
+	RSS, Heap, Stacks, Goroutines float64
+}
+
+func (a memSample) minus(b memSample) memSample {
+	return memSample{RSS: a.RSS - b.RSS, Heap: a.Heap - b.Heap, Stacks: a.Stacks - b.Stacks, Goroutines: a.Goroutines - b.Goroutines}
+}
+
+// per is the sample divided by n.
+func (a memSample) per(n int) memSample {
+	f := float64(max(1, n))
+	return memSample{RSS: a.RSS / f, Heap: a.Heap / f, Stacks: a.Stacks / f, Goroutines: a.Goroutines / f}
+}
+
+// watchResult is one holder's measurement.
+type watchResult struct {
+	Key, Name     string
+	Watches       int
+	Before, After memSample
+	Open          time.Duration // to open all of them
+	Deliver       time.Duration // from creating one object per cluster until every watch had its event
+}
+
+// perWatch is the growth per watch.
+func (w *watchResult) perWatch() memSample {
+	return w.After.minus(w.Before).per(w.Watches)
+}
+
+// watchesResult is the watches section.
+type watchesResult struct {
+	N, Users, Clusters int
+	GatewayArgs        []string
+	Holders            []*watchResult
+	HeapTop            string // what the gateway's heap grew by with the watches (pprof)
+}
+
+func (s *watchesResult) holder(key string) *watchResult {
+	if s == nil {
+		return nil
+	}
+	for _, h := range s.Holders {
+		if h.Key == key {
+			return h
+		}
+	}
+	return nil
+}
+
+// watchNamespace is where the watched ConfigMaps live on each managed
+// cluster; each holder watches its own, empty until its event.
+func watchNamespace(holder string) string { return "bench-watch-" + holder }
+
+// runWatches holds -watches idle watches of ConfigMaps, spread over
+// -watch-users users and the Direct managed clusters, first through the
+// gateway's port, then through bare reverse proxies, and measures what each
+// costs per watch and how long one event takes to reach all of them. The
+// gateway is restarted with stream limits that admit them all, and
+// restarted as it was afterwards.
+func runWatches(ctx context.Context, o options, env *localenv.Env, gw *gatewayAdmin) (res *watchesResult, err error) {
+	n, users := *watchCount, max(1, *watchUsers)
+	clusters := env.Managed
+	res = &watchesResult{N: n, Users: users, Clusters: len(clusters)}
+	perCluster := (n + len(clusters) - 1) / len(clusters)
+	args := append(slices.Clone(env.GatewayArgs),
+		fmt.Sprintf("--max-streams-per-cluster=%d", perCluster),
+		fmt.Sprintf("--max-streams-per-user-per-cluster=%d", perCluster))
+	if err := restartGateway(ctx, env, args); err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, restartGateway(ctx, env, nil)) }()
+	res.GatewayArgs = env.Gateway.Args
+	hubUsers, err := createWatchUsers(env, users)
+	if err != nil {
+		return nil, err
+	}
+	holders := []func() (*watchHolder, error){
+		func() (*watchHolder, error) { return gatewayHolder(o, env, gw, hubUsers) },
+		func() (*watchHolder, error) { return bareHolder(ctx, env, users) },
+	}
+	for _, newHolder := range holders {
+		h, err := newHolder()
+		if err != nil {
+			return nil, err
+		}
+		r, err := holdWatches(ctx, env, h, n, users)
+		err = errors.Join(err, h.cleanup())
+		if err != nil {
+			return nil, err
+		}
+		res.Holders = append(res.Holders, r)
+	}
+	res.HeapTop = heapDiffTop(ctx, o.Go, watchHeapPath(o, "after"), watchHeapPath(o, "before"))
+	return res, nil
+}
+
+// createWatchUsers creates the hub users, bound to
+// cluster-gateway:proxy-reader (a watch is a GET of the proxy subresource),
+// and returns them.
+func createWatchUsers(env *localenv.Env, n int) ([]*localenv.User, error) {
+	var out []*localenv.User
+	for i := range n {
+		u, err := env.NewUser(fmt.Sprintf("%s-watch-%d", benchUser, i+1))
+		if err != nil {
+			return nil, err
+		}
+		if _, err := env.Kubectl(env.Hub.Kubeconfig, "create", "clusterrolebinding", u.Name+":proxy-reader",
+			"--clusterrole=cluster-gateway:proxy-reader", "--user="+u.Name); err != nil {
+			return nil, err
+		}
+		out = append(out, u)
+	}
+	return out, nil
+}
+
+// watchClient is c without its overall timeout, which would end a watch.
+func watchClient(c *http.Client) *http.Client {
+	cc := *c
+	cc.Timeout = 0
+	return &cc
+}
+
+// watchHeapPath is the gateway's heap profile before or after the watches
+// were opened.
+func watchHeapPath(o options, when string) string {
+	return filepath.Join(o.StateDir, "gateway-heap-watches-"+when+".pprof")
+}
+
+func gatewayHolder(o options, env *localenv.Env, gw *gatewayAdmin, users []*localenv.User) (*watchHolder, error) {
+	h := &watchHolder{Key: "gateway", Name: "gateway port", cleanup: func() error { return nil }}
+	for _, c := range env.Managed {
+		h.bases = append(h.bases, env.Gateway.URL+proxyPrefix(c))
+	}
+	var clients []*http.Client
+	for _, u := range users {
+		c, err := mtlsClient(env.Gateway.CA.CertPEM, u.Cert)
+		if err != nil {
+			return nil, err
+		}
+		clients = append(clients, watchClient(c))
+	}
+	h.client = func(u, _ int) *http.Client { return clients[u] }
+	h.sample = func(ctx context.Context, when string) (memSample, error) {
+		if err := gw.gc(ctx, watchHeapPath(o, when)); err != nil {
+			return memSample{}, err
+		}
+		m, err := gw.metrics(ctx)
+		if err != nil {
+			return memSample{}, err
+		}
+		rss, err := procRSS(env.Gateway.Process.Pid())
+		return memSample{RSS: rss, Heap: m[mHeapInuse], Stacks: m[mStackInuse], Goroutines: m[mGoroutines]}, err
+	}
+	return h, nil
+}
+
+// bareHolder starts a bare proxy per managed cluster; its users are as
+// many clients without a client certificate (the bare proxy has no users).
+func bareHolder(ctx context.Context, env *localenv.Env, users int) (h *watchHolder, err error) {
+	var bares []*bareProxy
+	h = &watchHolder{Key: "bare", Name: fmt.Sprintf("bare reverse proxies (one per cluster, %d processes)", len(env.Managed))}
+	h.cleanup = func() error {
+		var errs []error
+		for _, b := range bares {
+			errs = append(errs, b.stop())
+		}
+		return errors.Join(errs...)
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, h.cleanup())
+		}
+	}()
+	var admin []*http.Client // one per bare proxy, for its stats
+	for _, c := range env.Managed {
+		b, err := startBareProxy(ctx, c, nil, false)
+		if err != nil {
+			return nil, err
+		}
+		bares = append(bares, b)
+		h.bases = append(h.bases, b.URL)
+		ac, err := mtlsClient(b.CAPEM, nil)
+		if err != nil {
+			return nil, err
+		}
+		admin = append(admin, ac)
+	}
+	// Every bare proxy has its own CA: a client per user and proxy.
+	var clients []*http.Client
+	for range users {
+		for _, b := range bares {
+			c, err := mtlsClient(b.CAPEM, nil)
+			if err != nil {
+				return nil, err
+			}
+			clients = append(clients, watchClient(c))
+		}
+	}
+	h.client = func(u, i int) *http.Client { return clients[u*len(bares)+i] }
+	h.sample = func(ctx context.Context, _ string) (memSample, error) {
+		var sum memSample
+		for i, b := range bares {
+			st, err := b.stats(ctx, admin[i])
+			if err != nil {
+				return memSample{}, err
+			}
+			rss, err := procRSS(b.Pid())
+			if err != nil {
+				return memSample{}, err
+			}
+			sum.RSS += rss
+			sum.Heap += st.HeapInuse
+			sum.Stacks += st.StackInuse
+			sum.Goroutines += st.Goroutines
+		}
+		return sum, nil
+	}
+	return h, nil
+}
+
+// holdWatches opens n watches through h (watch k: user k mod users,
+// cluster k/users mod clusters), samples h before and after, creates one
+// ConfigMap per cluster and times its delivery to every watch, then ends
+// them all.
+func holdWatches(ctx context.Context, env *localenv.Env, h *watchHolder, n, users int) (*watchResult, error) {
+	ns := watchNamespace(h.Key)
+	admins := make([]kubernetes.Interface, len(env.Managed))
+	for i, c := range env.Managed {
+		cs, err := kubernetes.NewForConfig(c.RESTConfig())
+		if err != nil {
+			return nil, err
+		}
+		admins[i] = cs
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			return nil, fmt.Errorf("namespace %s on %s: %w", ns, c.Name, err)
+		}
+	}
+	res := &watchResult{Key: h.Key, Name: h.Name, Watches: n}
+	var err error
+	if res.Before, err = h.sample(ctx, "before"); err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	var held sync.WaitGroup
+	defer func() { cancel(); held.Wait() }()
+	delivered := newCountdown(n)
+	logf("watches: opening %d watches through the %s", n, h.Name)
+	start := time.Now()
+	opened, errs := make(chan int, n), make(chan error, 1)
+	for k := range n {
+		opened <- k
+	}
+	close(opened)
+	var openers sync.WaitGroup
+	for range *watchOpeners {
+		openers.Go(func() {
+			for k := range opened {
+				u, i := k%users, (k/users)%len(h.bases)
+				body, err := openWatch(wctx, h.client(u, i), h.bases[i]+"/api/v1/namespaces/"+ns+"/configmaps?watch=true&timeoutSeconds=3600")
+				if err != nil {
+					select {
+					case errs <- fmt.Errorf("watch %d through the %s: %w", k, h.Name, err):
+					default:
+					}
+					cancel()
+					return
+				}
+				held.Go(func() { awaitEvent(body, delivered) })
+			}
+		})
+	}
+	openers.Wait()
+	select {
+	case err := <-errs:
+		return nil, err
+	default:
+	}
+	res.Open = time.Since(start)
+	logf("watches: %d open through the %s in %s", n, h.Name, res.Open.Round(time.Millisecond))
+	if res.After, err = h.sample(ctx, "after"); err != nil {
+		return nil, err
+	}
+	start = time.Now()
+	for i, cs := range admins {
+		if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "event"}}, metav1.CreateOptions{}); err != nil {
+			return nil, fmt.Errorf("the event's ConfigMap on %s: %w", env.Managed[i].Name, err)
+		}
+	}
+	select {
+	case <-delivered.done:
+		res.Deliver = time.Since(start)
+	case <-time.After(2 * time.Minute):
+		return nil, fmt.Errorf("watches: %d of %d watches through the %s had the event after 2 minutes", n-delivered.left(), n, h.Name)
+	}
+	logf("watches: the event reached all %d watches through the %s in %s", n, h.Name, res.Deliver.Round(time.Millisecond))
+	return res, nil
+}
+
+// openWatch sends the watch and returns its body once the answer's headers
+// came: kube-apiserver sends them when the watch is registered.
+func openWatch(ctx context.Context, c *http.Client, url string) (io.ReadCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		resp.Body.Close()
+		return nil, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	return resp.Body, nil
+}
+
+// awaitEvent counts the watch down at its first event (the namespace is
+// empty until the event), then reads it until it ends.
+func awaitEvent(body io.ReadCloser, delivered *countdown) {
+	defer body.Close()
+	buf := make([]byte, 512)
+	for {
+		n, err := body.Read(buf)
+		if n > 0 {
+			delivered.dec()
+			break
+		}
+		if err != nil {
+			return
+		}
+	}
+	_, _ = io.Copy(io.Discard, body)
+}
+
+// countdown closes done when it has been decremented n times.
+type countdown struct {
+	n    atomic.Int64
+	done chan struct{}
+}
+
+func newCountdown(n int) *countdown {
+	c := &countdown{done: make(chan struct{})}
+	c.n.Store(int64(n))
+	return c
+}
+
+func (c *countdown) dec() {
+	if c.n.Add(-1) == 0 {
+		close(c.done)
+	}
+}
+
+func (c *countdown) left() int { return int(c.n.Load()) }
