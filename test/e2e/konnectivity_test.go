@@ -134,6 +134,10 @@ func TestKonnectivityOneConnection(t *testing.T) {
 			}
 		}
 	}()
+	// Stopped on every way out: a sampler left running after a failure
+	// would read env.Gateway while a later test restarts it.
+	stopSampling := sync.OnceValue(func() [2]int { close(stop); return <-sampled })
+	defer stopSampling()
 	const workers, each = 10, 100
 	var wg sync.WaitGroup
 	errs := make(chan error, workers*each)
@@ -159,8 +163,7 @@ func TestKonnectivityOneConnection(t *testing.T) {
 			t.Fatalf("watch %d: %v", i, err)
 		}
 	}
-	close(stop)
-	span := <-sampled
+	span := stopSampling()
 
 	m := gatewayMetrics(t)
 	if span != [2]int{1, 1} {
