@@ -40,6 +40,10 @@ type Outcome struct {
 type AddressOutcome struct {
 	Address         string
 	Reason, Message string
+	// Code is the HTTP status it answered /readyz with (0: no answer), and
+	// Latency how long that answer took.
+	Code    int
+	Latency time.Duration
 }
 
 // ProbeFunc probes the named cluster within ctx.
