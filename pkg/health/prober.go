@@ -40,6 +40,10 @@ type Outcome struct {
 type AddressOutcome struct {
 	Address         string
 	Reason, Message string
+	// Code is the HTTP status it answered /readyz with (0: no answer), and
+	// Latency how long that answer took.
+	Code    int
+	Latency time.Duration
 }
 
 // ProbeFunc probes the named cluster within ctx.
@@ -82,6 +86,7 @@ type state struct {
 	successes, failures  int
 	interval             time.Duration // until the next probe, backed off while failing
 	generation, probedAt uint64        // a probe's outcome counts only for the generation it started in
+	addresses            int           // the gateway's addresses (address and additionalAddresses)
 }
 
 // New returns a prober of the store's gateways: it follows the store from
@@ -105,7 +110,7 @@ func New(opts Options, store *gateways.Store, probe ProbeFunc) (*Prober, error) 
 		case new == nil:
 			p.remove(old.Name())
 		case old == nil, old.Ready != new.Ready, !gateways.SameTransport(old, new):
-			p.reset(new.Name()) // reached differently: what was known no longer holds
+			p.reset(new.Name(), 1+len(new.Conn.Endpoint.AdditionalAddresses)) // reached differently: what was known no longer holds
 		case old.Conn.Token != new.Conn.Token:
 			p.ProbeNow(new.Name()) // a new token may fix what the old one could not
 		}
@@ -165,9 +170,9 @@ func (p *Prober) ProbeNow(name string) {
 	}
 }
 
-// reset starts a cluster over as Unknown (new, or its gateway changed) and
-// probes it at once.
-func (p *Prober) reset(name string) {
+// reset starts a cluster over as Unknown (new, or its gateway changed, now
+// with addresses addresses) and probes it at once.
+func (p *Prober) reset(name string, addresses int) {
 	p.mu.Lock()
 	st, ok := p.states[name]
 	if !ok {
@@ -175,7 +180,7 @@ func (p *Prober) reset(name string) {
 		p.states[name] = st
 	}
 	gen := st.generation + 1
-	*st = state{generation: gen, interval: p.opts.Interval, result: Result{
+	*st = state{generation: gen, interval: p.opts.Interval, addresses: addresses, result: Result{
 		Status: metav1.ConditionUnknown, Reason: v1alpha1.ReasonNotProbed,
 		Message: "the cluster has not been probed since the gateway was created or changed", LastTransitionTime: p.now(),
 	}}

@@ -12,7 +12,7 @@ func (p *Pool) Collector() metrics.StableCollector {
 }
 
 type descs struct {
-	live, retiring, created, retired, streams, conns, dials, dialFailures, refused *metrics.Desc
+	live, retiring, created, retired, streams, conns, dials, dialFailures, refused, failovers *metrics.Desc
 }
 
 func newDescs() descs {
@@ -28,6 +28,7 @@ func newDescs() descs {
 		conns:        d("open_connections", "Connections to managed clusters dialed by the pool and not yet closed."),
 		dials:        d("connection_dials_total", "Connection dials to managed clusters (direct, proxied or tunneled)."),
 		dialFailures: d("dial_failures_total", "Connection dials to managed clusters that failed (TLS handshake failures not included)."),
+		failovers:    d("address_failovers_total", "Requests to a cluster with several addresses sent to another address after their connection to one failed (dial or TLS handshake; nothing of them had been sent)."),
 		refused:      d("dials_refused_total", "Connection dials to managed clusters the pool refused because the cluster did not keep its connections, by reason (redials: one request had it dialed 4 times; capped: --pool-max-connections-per-cluster HTTP/2 connections open).", "reason"),
 	}
 }
@@ -40,7 +41,7 @@ type collector struct {
 
 func (c *collector) DescribeWithStability(ch chan<- *metrics.Desc) {
 	d := c.descs
-	for _, x := range []*metrics.Desc{d.live, d.retiring, d.created, d.retired, d.streams, d.conns, d.dials, d.dialFailures, d.refused} {
+	for _, x := range []*metrics.Desc{d.live, d.retiring, d.created, d.retired, d.streams, d.conns, d.dials, d.dialFailures, d.refused, d.failovers} {
 		ch <- x
 	}
 }
@@ -63,6 +64,7 @@ func (c *collector) CollectWithStability(ch chan<- metrics.Metric) {
 	gauge(d.conns, s.OpenConns)
 	counter(d.dials, s.Dials)
 	counter(d.dialFailures, s.DialFailures)
+	counter(d.failovers, s.AddressFailovers)
 	for _, r := range []string{RefusedRedials, RefusedCapped} {
 		counter(d.refused, s.RefusedDials[r], r)
 	}

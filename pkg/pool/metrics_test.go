@@ -33,6 +33,7 @@ func TestMetricsRegistered(t *testing.T) {
 		"cluster_gateway_pool_connection_dials_total":  false,
 		"cluster_gateway_pool_dial_failures_total":     false,
 		"cluster_gateway_pool_dials_refused_total":     false,
+		"cluster_gateway_pool_address_failovers_total": false,
 	}
 	for _, f := range families {
 		name := f.GetName()
@@ -62,5 +63,42 @@ func TestMetricsRegistered(t *testing.T) {
 		if !seen {
 			t.Errorf("metric %s not gathered", name)
 		}
+	}
+}
+
+// cluster_gateway_pool_address_failovers_total counts the requests moved to
+// another address after their connection to one failed, without labels:
+// of ten requests to a cluster whose second address refuses connections,
+// one dials it and goes to the first.
+func TestAddressFailoversMetric(t *testing.T) {
+	s := newAPIServers(t, "127.0.0.1", "127.0.0.2")
+	s.srvs[1].Close()
+	p := newTestPool(t, Options{})
+	reg := metrics.NewKubeRegistry()
+	reg.CustomMustRegister(p.Collector())
+	l := acquire(t, p, s.target(t, "ha"))
+	for range 10 {
+		mustGet(t, l.Transport(), s.urls[0], "/hello")
+	}
+	l.Release()
+
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []float64
+	for _, f := range families {
+		if f.GetName() != "cluster_gateway_pool_address_failovers_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if len(m.GetLabel()) != 0 {
+				t.Errorf("%s has labels %v", f.GetName(), m.GetLabel())
+			}
+			got = append(got, m.GetCounter().GetValue())
+		}
+	}
+	if len(got) != 1 || got[0] != 1 {
+		t.Fatalf("cluster_gateway_pool_address_failovers_total: %v, want one series at 1", got)
 	}
 }

@@ -17,7 +17,8 @@ func (e *addressDialError) Unwrap() error { return e.err }
 // spread is the lease's transport of an entry with several addresses. It
 // sends each request that names one of them to the next address in turn
 // that is up (round robin), and one whose dial failed to the next, while the
-// request can be sent again (no body, or GetBody). A connection serves many
+// request can be sent again (no body, or GetBody), counting each move
+// (Stats.AddressFailovers). A connection serves many
 // requests (HTTP/2), so a request goes to the address picked for it, over
 // that address's connections.
 type spread struct{ e *entry }
@@ -46,13 +47,14 @@ func (s spread) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		resp, err := a.cold.RoundTrip(out)
 		var dialErr *addressDialError
-		if err == nil || !errors.As(err, &dialErr) || tried == all {
-			return resp, err
+		if err == nil || !errors.As(err, &dialErr) || tried == all || req.Context().Err() != nil {
+			return resp, err // the caller's cancellation is no address's failure
 		}
 		var ok bool
 		if body, ok = replay(req); !ok {
 			return resp, err
 		}
+		e.pool.noteFailover()
 	}
 }
 

@@ -124,14 +124,14 @@ func TestSpreadSkipsFailedAddress(t *testing.T) {
 	for range 10 {
 		mustGet(t, l.Transport(), s.urls[0], "/hello")
 	}
-	if a, f := s.served[0].Load(), p.Stats().DialFailures; a != 10 || f != 1 {
-		t.Fatalf("with the second address down: %d of 10 requests served by the first, %d failed dials; want 10 and 1", a, f)
+	if a, f, m := s.served[0].Load(), p.Stats().DialFailures, p.Stats().AddressFailovers; a != 10 || f != 1 || m != 1 {
+		t.Fatalf("with the second address down: %d of 10 requests served by the first, %d failed dials, %d moved; want 10, 1 and 1", a, f, m)
 	}
 	clk.Step(addressRetryAfter)
 	mustGet(t, l.Transport(), s.urls[0], "/hello")
 	mustGet(t, l.Transport(), s.urls[0], "/hello")
-	if f := p.Stats().DialFailures; f != 2 {
-		t.Fatalf("after addressRetryAfter the down address is tried once more: %d failed dials, want 2", f)
+	if f, m := p.Stats().DialFailures, p.Stats().AddressFailovers; f != 2 || m != 2 {
+		t.Fatalf("after addressRetryAfter the down address is tried once more: %d failed dials, %d requests moved; want 2 and 2", f, m)
 	}
 	if a := s.served[0].Load(); a != 12 {
 		t.Fatalf("%d of 12 requests served, want all", a)
@@ -267,6 +267,10 @@ func TestSpreadSendsBodyAgainOnlyWithGetBody(t *testing.T) {
 		l.Release()
 		if want := map[bool]int{true: 0, false: 1}[rewindable]; failed != want {
 			t.Fatalf("rewindable body %v: %d of 2 POSTs failed, want %d", rewindable, failed, want)
+		}
+		// Only a request that was sent again counts as moved.
+		if m, want := p.Stats().AddressFailovers, map[bool]int64{true: 1, false: 0}[rewindable]; m != want {
+			t.Fatalf("rewindable body %v: %d requests moved to the other address, want %d", rewindable, m, want)
 		}
 	}
 }

@@ -16,6 +16,9 @@ type Stats struct {
 	Dials         int64            // dial attempts
 	DialFailures  int64            // dial attempts that failed (before TLS)
 	RefusedDials  map[string]int64 // dials refused by reason (Refused* constants): the cluster does not keep its connections
+	// AddressFailovers counts requests sent to another of a cluster's
+	// addresses after their connection to one failed (spread).
+	AddressFailovers int64
 }
 
 type counters struct {
@@ -27,6 +30,7 @@ type counters struct {
 	dialFailures   atomic.Int64
 	refusedRedials atomic.Int64
 	refusedCapped  atomic.Int64
+	failovers      atomic.Int64
 	sweeps         atomic.Int64 // janitor passes, for tests
 }
 
@@ -37,15 +41,16 @@ func (p *Pool) Stats() Stats {
 	retired := maps.Clone(p.retiredBy)
 	p.mu.Unlock()
 	return Stats{
-		Live:          live,
-		Retiring:      int(p.retiring.Load()),
-		Created:       p.created.Load(),
-		Retired:       retired,
-		ActiveStreams: p.activeStreams.Load(),
-		OpenConns:     p.openConns.Load(),
-		Dials:         p.dials.Load(),
-		DialFailures:  p.dialFailures.Load(),
-		RefusedDials:  map[string]int64{RefusedRedials: p.refusedRedials.Load(), RefusedCapped: p.refusedCapped.Load()},
+		Live:             live,
+		Retiring:         int(p.retiring.Load()),
+		Created:          p.created.Load(),
+		Retired:          retired,
+		ActiveStreams:    p.activeStreams.Load(),
+		OpenConns:        p.openConns.Load(),
+		Dials:            p.dials.Load(),
+		DialFailures:     p.dialFailures.Load(),
+		RefusedDials:     map[string]int64{RefusedRedials: p.refusedRedials.Load(), RefusedCapped: p.refusedCapped.Load()},
+		AddressFailovers: p.failovers.Load(),
 	}
 }
 
@@ -63,6 +68,7 @@ func (p *Pool) noteConnOpened()    { p.openConns.Add(1) }
 func (p *Pool) noteConnClosed()    { p.openConns.Add(-1) }
 func (p *Pool) noteDial()          { p.dials.Add(1) }
 func (p *Pool) noteDialFailure()   { p.dialFailures.Add(1) }
+func (p *Pool) noteFailover()      { p.failovers.Add(1) }
 
 // noteDialRefused counts a dial the guard refused, by its Refused* reason.
 func (p *Pool) noteDialRefused(reason string) {

@@ -68,6 +68,21 @@ func (p *Proxy) Probe(ctx context.Context, name string) (*v1alpha1.ClusterGatewa
 	if !h.Healthy {
 		h.Message = r.message
 	}
+	if len(rss) > 1 {
+		// What the prober's probe finds at each address (the same
+		// outcomes), as the API shows them. Not told to the pool: in
+		// Caller mode the answer is the caller's, not the address's.
+		for _, a := range addressOutcomes(gw, rss) {
+			ah := v1alpha1.AddressHealth{Address: a.Address, Reachable: a.Reason == v1alpha1.ReasonReachable, Reason: a.Reason, Code: int32(a.Code)}
+			if !ah.Reachable {
+				ah.Message = a.Message
+			}
+			if a.Latency > 0 {
+				ah.Latency = &metav1.Duration{Duration: a.Latency.Round(100 * time.Microsecond)}
+			}
+			h.Addresses = append(h.Addresses, ah)
+		}
+	}
 	return h, nil
 }
 
@@ -85,7 +100,8 @@ func (p *Proxy) ProbeCluster(ctx context.Context, name string) health.Outcome {
 	r := rs[0]
 	out := health.Outcome{Reason: r.reason, Message: r.message, Latency: r.latency}
 	if len(rss) > 1 {
-		out.Addresses = p.addressOutcomes(gw, rss)
+		out.Addresses = addressOutcomes(gw, rss)
+		p.reportAddresses(gw, rss)
 	}
 	if len(rs) == 2 {
 		if v := rs[1]; v.reason == v1alpha1.ReasonReachable {
@@ -111,21 +127,30 @@ func firstReachable(rss [][]probeResult) int {
 	return 0
 }
 
-// addressOutcomes are each address's probe, as the status shows them;
-// each is also told to the pool, whose spreading leaves out the addresses
-// that did not answer.
-func (p *Proxy) addressOutcomes(gw *gateways.Gateway, rss [][]probeResult) []health.AddressOutcome {
-	target, err := p.target(gw)
+// addressOutcomes are what getEach found at each of gw's addresses
+// (address first), as the status and the health subresource show them.
+func addressOutcomes(gw *gateways.Gateway, rss [][]probeResult) []health.AddressOutcome {
 	names := append([]string{gw.Conn.Endpoint.Address}, gw.Conn.Endpoint.AdditionalAddresses...)
-	urls := append([]*url.URL{gw.Address}, gw.AdditionalAddresses...)
 	out := make([]health.AddressOutcome, len(rss))
 	for i, rs := range rss {
-		out[i] = health.AddressOutcome{Address: names[i], Reason: rs[0].reason, Message: rs[0].message}
-		if err == nil {
-			p.opts.Pool.ReportAddress(target, urls[i], rs[0].reason == v1alpha1.ReasonReachable)
-		}
+		r := rs[0]
+		out[i] = health.AddressOutcome{Address: names[i], Reason: r.reason, Message: r.message, Code: r.code, Latency: r.latency}
 	}
 	return out
+}
+
+// reportAddresses tells the pool what the prober's probe found at each of
+// gw's addresses: its spreading leaves out the addresses that did not
+// answer.
+func (p *Proxy) reportAddresses(gw *gateways.Gateway, rss [][]probeResult) {
+	target, err := p.target(gw)
+	if err != nil {
+		return
+	}
+	urls := append([]*url.URL{gw.Address}, gw.AdditionalAddresses...)
+	for i, rs := range rss {
+		p.opts.Pool.ReportAddress(target, urls[i], rs[0].reason == v1alpha1.ReasonReachable)
+	}
 }
 
 // getEach is get at each of gw's addresses at once, address first: a

@@ -371,4 +371,33 @@ type ClusterGatewayHealth struct {
 	Message string `json:"message,omitempty"`
 	// ProbeTime is when the probe ran.
 	ProbeTime metav1.Time `json:"probeTime"`
+	// Addresses has what the probe found at each address, for a gateway
+	// with additionalAddresses (address first): each is probed at once, and
+	// the cluster is healthy when any address is (code and message are then
+	// that address's).
+	// +optional
+	// +listType=atomic
+	Addresses []AddressHealth `json:"addresses,omitempty"`
+}
+
+// AddressHealth is what the health subresource's probe found at one of a
+// cluster's addresses.
+type AddressHealth struct {
+	// Address is spec.endpoint.address or one of spec.endpoint.additionalAddresses.
+	Address string `json:"address"`
+	// Reachable is true when the address answered /readyz with 200.
+	Reachable bool `json:"reachable"`
+	// Reason is Reachable, DialFailed, TLSFailed, HTTPError or NoAnswer.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Code is the HTTP status the address answered /readyz with; 0 when it
+	// could not be reached.
+	// +optional
+	Code int32 `json:"code,omitempty"`
+	// Message says why the address is not reachable.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Latency is how long the address took to answer /readyz, when it answered.
+	// +optional
+	Latency *metav1.Duration `json:"latency,omitempty"`
 }

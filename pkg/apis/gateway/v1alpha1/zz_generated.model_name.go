@@ -22,6 +22,11 @@ limitations under the License.
 package v1alpha1
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in AddressHealth) OpenAPIModelName() string {
+	return "com.github.clustergateway.cluster-gateway.pkg.apis.gateway.v1alpha1.AddressHealth"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in AddressReachability) OpenAPIModelName() string {
 	return "com.github.clustergateway.cluster-gateway.pkg.apis.gateway.v1alpha1.AddressReachability"
 }

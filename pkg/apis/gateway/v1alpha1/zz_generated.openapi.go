@@ -31,6 +31,7 @@ import (
 
 func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
 	return map[string]common.OpenAPIDefinition{
+		AddressHealth{}.OpenAPIModelName():                schema_pkg_apis_gateway_v1alpha1_AddressHealth(ref),
 		AddressReachability{}.OpenAPIModelName():          schema_pkg_apis_gateway_v1alpha1_AddressReachability(ref),
 		ClusterGateway{}.OpenAPIModelName():               schema_pkg_apis_gateway_v1alpha1_ClusterGateway(ref),
 		ClusterGatewayHealth{}.OpenAPIModelName():         schema_pkg_apis_gateway_v1alpha1_ClusterGatewayHealth(ref),
@@ -100,6 +101,65 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		runtime.TypeMeta{}.OpenAPIModelName():             schema_k8sio_apimachinery_pkg_runtime_TypeMeta(ref),
 		runtime.Unknown{}.OpenAPIModelName():              schema_k8sio_apimachinery_pkg_runtime_Unknown(ref),
 		version.Info{}.OpenAPIModelName():                 schema_k8sio_apimachinery_pkg_version_Info(ref),
+	}
+}
+
+func schema_pkg_apis_gateway_v1alpha1_AddressHealth(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "AddressHealth is what the health subresource's probe found at one of a cluster's addresses.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"address": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Address is spec.endpoint.address or one of spec.endpoint.additionalAddresses.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"reachable": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Reachable is true when the address answered /readyz with 200.",
+							Default:     false,
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"reason": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Reason is Reachable, DialFailed, TLSFailed, HTTPError or NoAnswer.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"code": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Code is the HTTP status the address answered /readyz with; 0 when it could not be reached.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Message says why the address is not reachable.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"latency": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Latency is how long the address took to answer /readyz, when it answered.",
+							Ref:         ref(v1.Duration{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"address", "reachable"},
+			},
+		},
+		Dependencies: []string{
+			v1.Duration{}.OpenAPIModelName()},
 	}
 }
 
@@ -262,12 +322,30 @@ func schema_pkg_apis_gateway_v1alpha1_ClusterGatewayHealth(ref common.ReferenceC
 							Ref:         ref(v1.Time{}.OpenAPIModelName()),
 						},
 					},
+					"addresses": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Addresses has what the probe found at each address, for a gateway with additionalAddresses (address first): each is probed at once, and the cluster is healthy when any address is (code and message are then that address's).",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(AddressHealth{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
 				},
 				Required: []string{"healthy", "probeTime"},
 			},
 		},
 		Dependencies: []string{
-			v1.ObjectMeta{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
+			AddressHealth{}.OpenAPIModelName(), v1.ObjectMeta{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
 	}
 }
 
