@@ -40,6 +40,11 @@ func providers(t *testing.T, timeout time.Duration, ps ...Provider) *Providers {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Error(err)
+		}
+	})
 	return p
 }
 

@@ -152,5 +152,6 @@ func fromProvider(obj *v1alpha1.ClusterGateway, st *credentials.State) resolutio
 	}
 	r.conn.Token, r.conn.Cert, r.conn.Key = st.Token, st.Cert, st.Key
 	r.tokenExpiry = jwtExpiry(st.Token)
+	r.expires = st.Expires // the certificate's notAfter when the ExecCredential said nothing: the same
 	return r
 }

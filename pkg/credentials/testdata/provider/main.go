@@ -8,6 +8,8 @@
 //	PROVIDER_KEY_FILE     ... and its key (PEM)
 //	PROVIDER_EXPIRED      set: the credential has expired already, so
 //	                      client-go runs the provider for every request
+//	PROVIDER_EXPIRES      the expirationTimestamp (RFC 3339), or a file
+//	                      (an absolute path) that holds it; empty: none
 package main
 
 import (
@@ -37,6 +39,17 @@ func main() {
 			fail(err)
 		}
 		status["clientCertificateData"], status["clientKeyData"] = string(cert), string(key)
+	}
+	if e := os.Getenv("PROVIDER_EXPIRES"); strings.HasPrefix(e, "/") {
+		raw, err := os.ReadFile(e)
+		if err != nil {
+			fail(err)
+		}
+		if ts := strings.TrimSpace(string(raw)); ts != "" {
+			status["expirationTimestamp"] = ts
+		}
+	} else if e != "" {
+		status["expirationTimestamp"] = e
 	}
 	if os.Getenv("PROVIDER_EXPIRED") != "" {
 		status["expirationTimestamp"] = "2000-01-01T00:00:00Z"
