@@ -214,20 +214,45 @@ func (p *Providers) unconfigured(name string) *State {
 // gateway, bounded by the provider's timeout. A caller whose ctx ends first
 // gets ctx's error; the run goes on for the next caller.
 func (p *Providers) Get(ctx context.Context, c *Cluster) (*State, error) {
-	return p.get(ctx, p.entry(c), "")
+	return p.get(ctx, p.entry(c), refused{})
 }
 
-// Unauthorized tells c's provider that the cluster refused token: unless it
-// has been replaced already, client-go runs the provider again.
-func (p *Providers) Unauthorized(ctx context.Context, c *Cluster, token string) {
-	_, _ = p.get(ctx, p.entry(c), token)
+// Unauthorized tells c's provider that the cluster refused its credential:
+// token, or when that is empty the client certificate cert (PEM, as
+// State.Cert has it). Unless it has been replaced already, client-go runs
+// the provider again.
+func (p *Providers) Unauthorized(ctx context.Context, c *Cluster, token string, cert []byte) {
+	r := refused{token: token}
+	if token == "" {
+		r.cert = string(cert)
+	}
+	if r == (refused{}) {
+		return
+	}
+	_, _ = p.get(ctx, p.entry(c), r)
 }
 
-func (p *Providers) get(ctx context.Context, e *cluster, refused string) (*State, error) {
+// refused is the credential a cluster refused: a token, or a client
+// certificate (PEM) with no token; zero: none.
+type refused struct{ token, cert string }
+
+// key is r's singleflight key: the fetches for one refused credential are one.
+func (r refused) key() string {
+	switch {
+	case r.token != "":
+		return "token:" + r.token
+	case r.cert != "":
+		sum := sha256.Sum256([]byte(r.cert))
+		return fmt.Sprintf("cert:%x", sum)
+	}
+	return ""
+}
+
+func (p *Providers) get(ctx context.Context, e *cluster, r refused) (*State, error) {
 	if e.auth == nil {
 		return e.state.Load(), nil
 	}
-	ch := e.flight.DoChan(refused, func() (interface{}, error) { return p.fetch(e, refused), nil })
+	ch := e.flight.DoChan(r.key(), func() (interface{}, error) { return p.fetch(e, r), nil })
 	select {
 	case r := <-ch:
 		return r.Val.(*State), nil
@@ -242,8 +267,9 @@ func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { r
 
 // fetch asks the Authenticator for its credential the one way client-go
 // offers: a round trip through its wrapper, which sets the token (running
-// the plugin if needed) and runs it again on a 401 for the token refused.
-func (p *Providers) fetch(e *cluster, refused string) *State {
+// the plugin if needed) and runs it again on a 401 for the credential
+// refused (its token, or its certificate when it has no token).
+func (p *Providers) fetch(e *cluster, ref refused) *State {
 	e.runMu.Lock() // the expiry read below is of the runs of this fetch
 	defer e.runMu.Unlock()
 	start := time.Now()
@@ -251,7 +277,7 @@ func (p *Providers) fetch(e *cluster, refused string) *State {
 	capture := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
 		token = strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
 		code := http.StatusOK
-		if refused != "" && token == refused {
+		if ref.token != "" && token == ref.token || ref.cert != "" && token == "" && e.certIs(ref.cert) {
 			code = http.StatusUnauthorized
 		}
 		return &http.Response{StatusCode: code, Body: http.NoBody, Request: r}, nil
@@ -262,7 +288,7 @@ func (p *Providers) fetch(e *cluster, refused string) *State {
 		return err
 	}
 	err := ask()
-	if refused != "" && err == nil {
+	if ref != (refused{}) && err == nil {
 		err = ask() // the refreshed one
 	}
 	var cert *tls.Certificate
@@ -346,6 +372,17 @@ func certPEM(c *tls.Certificate) (certs, key []byte) {
 		key = pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
 	}
 	return certs, key
+}
+
+// certIs tells whether client-go's current client certificate is pem (as
+// State.Cert has it).
+func (e *cluster) certIs(pem string) bool {
+	c, err := e.getCert()
+	if err != nil || c == nil {
+		return false
+	}
+	certs, _ := certPEM(c)
+	return string(certs) == pem
 }
 
 // certNotAfter is when c's leaf expires (zero: unknown).

@@ -217,7 +217,7 @@ func TestProviderExpiry(t *testing.T) {
 	c := &Cluster{Gateway: secretName + "-opaque", Provider: "opaque"}
 	before := p.Latest(c)
 	setExpires("")
-	p.Unauthorized(context.Background(), c, "opaque-token")
+	p.Unauthorized(context.Background(), c, "opaque-token", nil)
 	after := p.Latest(c)
 	if after == before || !after.Expires.IsZero() || !after.Rotated.Equal(before.Rotated) {
 		t.Errorf("after a run without expirationTimestamp: a new State %v, Expires %v, Rotated moved %v; want a new State, zero, not moved",

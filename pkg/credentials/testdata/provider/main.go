@@ -4,6 +4,7 @@
 //
 //	PROVIDER_ENV_DUMP     write the whole environment there first (NUL-separated)
 //	PROVIDER_TOKEN        the token (a literal)
+//	PROVIDER_TOKEN_FILE   a file that holds the token (read each run)
 //	PROVIDER_CERT_FILE    a client certificate (PEM) ...
 //	PROVIDER_KEY_FILE     ... and its key (PEM)
 //	PROVIDER_EXPIRED      set: the credential has expired already, so
@@ -28,6 +29,13 @@ func main() {
 	status := map[string]string{}
 	if t := os.Getenv("PROVIDER_TOKEN"); t != "" {
 		status["token"] = t
+	}
+	if f := os.Getenv("PROVIDER_TOKEN_FILE"); f != "" {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			fail(err)
+		}
+		status["token"] = strings.TrimSpace(string(raw))
 	}
 	if c := os.Getenv("PROVIDER_CERT_FILE"); c != "" {
 		cert, err := os.ReadFile(c)
