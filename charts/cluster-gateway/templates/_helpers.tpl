@@ -81,7 +81,7 @@ app.kubernetes.io/name: {{ include "cluster-gateway.name" . }}
 {{- if and .Values.gateway.konnectivity.enabled (or (not .Values.gateway.konnectivity.serverAddress) (not .Values.gateway.konnectivity.secretName)) }}
 {{- fail "gateway.konnectivity.enabled needs gateway.konnectivity.serverAddress and gateway.konnectivity.secretName" }}
 {{- end }}
-{{- if and .Values.inventorySync.clusterProfile (not .Values.inventorySync.providers) }}
-{{- fail "inventorySync.clusterProfile needs inventorySync.providers: the credential providers a ClusterProfile may name" }}
+{{- if and .Values.inventorySync.clusterProfile (not .Values.inventorySync.providers) (not (regexMatch "(?m)^--credential-providers-file(=|$)" (join "\n" .Values.gateway.extraArgs))) }}
+{{- fail "inventorySync.clusterProfile needs credential providers: pass --credential-providers-file in gateway.extraArgs (every provider it configures may then be named), or list some in inventorySync.providers" }}
 {{- end }}
 {{- end }}
