@@ -117,9 +117,10 @@ func runLauncher(args []string, stdout io.Writer) int {
 		return exitNotCredential
 	}
 	// Noted before client-go has the credential: by the time it returns
-	// it, its expiry is in the file.
+	// it, its expiry is in the file. A credential whose expiry cannot be
+	// noted is still one: the gateway then knows no expiry for it.
 	if expiryFile != "" && writeExpiry(expiryFile, expires) != nil {
-		return exitNotRun
+		_ = os.Remove(expiryFile)
 	}
 	_, _ = stdout.Write(cred)
 	return 0

@@ -231,3 +231,44 @@ func TestProviderExpiry(t *testing.T) {
 		t.Errorf("after Release the private directory holds %d files, want none", len(entries))
 	}
 }
+
+// A cluster's 401 to a certificate-only credential runs the provider again
+// when the refused certificate is the current one, not for an older one.
+func TestProviderCertificateRefused(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := testpki.NewCA("provider-refused-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := filepath.Join(dir, "crt"), filepath.Join(dir, "key")
+	issue := func(cn string) {
+		pair := ca.MustIssue(t, testpki.Spec{CommonName: cn, Client: true})
+		if err := os.WriteFile(certFile, pair.CertPEM, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(keyFile, pair.KeyPEM, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := providers(t, 10*time.Second, Provider{Name: "p", Exec: execOf(providerBin,
+		envVar("PROVIDER_CERT_FILE", certFile), envVar("PROVIDER_KEY_FILE", keyFile))})
+	c := &Cluster{Gateway: "c", Provider: "p"}
+	issue("first")
+	first, err := p.Get(context.Background(), c)
+	if err != nil || len(first.Cert) == 0 {
+		t.Fatalf("Get = %+v, %v", first, err)
+	}
+	issue("second")
+	if st, _ := p.Get(context.Background(), c); st != first {
+		t.Fatalf("no expiry, no 401: the provider ran again")
+	}
+	p.Unauthorized(context.Background(), c, "", []byte("-----BEGIN CERTIFICATE-----\nnot the current one\n-----END CERTIFICATE-----\n"))
+	if st := p.Latest(c); st != first {
+		t.Fatalf("a 401 to another certificate ran the provider")
+	}
+	p.Unauthorized(context.Background(), c, "", first.Cert)
+	st := p.Latest(c)
+	if st == first || len(st.Cert) == 0 || bytes.Equal(st.Cert, first.Cert) {
+		t.Fatalf("after a 401 to the current certificate: the same State (%v), want the provider's new certificate", st == first)
+	}
+}
