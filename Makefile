@@ -203,8 +203,10 @@ SOAK_REPORT_EVERY ?= 10
 SOAK_TIMEOUT      ?= 3h
 
 .PHONY: soak
-soak: tools build ## Churn the proxy path for SOAK_DURATION (default 10m), rotate a credential Secret for SOAK_ROTATION (30m), and check that nothing leaked.
+soak: tools build ## Churn the proxy path for SOAK_DURATION (default 10m), rotate a credential Secret, then a provider's one-minute tokens, for SOAK_ROTATION (30m) each, and check that nothing leaked.
 	cd test && KUBE_BIN=$(BIN) $(GO) test -race -count=1 -timeout $(SOAK_TIMEOUT) -run '^TestChurn$$' -v ./e2e/ \
 		-churn.duration=$(SOAK_DURATION) -churn.report-every=$(SOAK_REPORT_EVERY) $(SOAK_FLAGS)
 	cd test && KUBE_BIN=$(BIN) $(GO) test -race -count=1 -timeout $(SOAK_TIMEOUT) -run '^TestSecretSourceRotation$$' -v ./e2e/ \
 		-source-rotation.duration=$(SOAK_ROTATION) $(SOAK_FLAGS)
+	cd test && KUBE_BIN=$(BIN) $(GO) test -race -count=1 -timeout $(SOAK_TIMEOUT) -run '^TestCredentialProviderShortLivedTokens$$' -v ./e2e/ \
+		-provider-tokens.duration=$(SOAK_ROTATION) $(SOAK_FLAGS)

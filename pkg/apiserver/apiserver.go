@@ -107,6 +107,9 @@ type Server struct {
 	Tunnel  *konnectivity.Manager // nil without a proxy-server
 	Limiter *fairness.Limiter
 	Prober  *health.Prober
+	// Providers run gateways' credential providers; nil without a
+	// --credential-providers-file.
+	Providers *credentials.Providers
 	// Inventory syncs gateways from inventories; nil when off.
 	Inventory *inventory.Controller
 	// CertCache verifies client-certificate chains once; nil when off.
@@ -176,11 +179,16 @@ func (c CompletedConfig) New() (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
+		s.Providers = providers
 		if err := s.Store.SetProviders(providers); err != nil {
+			_ = providers.Close()
 			return nil, err
 		}
 	}
 	if s.Pool, err = pool.New(c.Extra.Pool); err != nil {
+		if s.Providers != nil {
+			_ = s.Providers.Close()
+		}
 		return nil, err
 	}
 	if s.Limiter, err = fairness.New(c.Extra.Fairness); err != nil {
@@ -334,6 +342,9 @@ func (s *Server) Run(ctx context.Context) error {
 
 func (s *Server) stop() {
 	s.Pool.Close()
+	if s.Providers != nil {
+		_ = s.Providers.Close() // and their private directory
+	}
 	if s.Tunnel != nil {
 		s.Tunnel.Stop()
 	}

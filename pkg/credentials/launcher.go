@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -49,20 +50,23 @@ func RunLauncherIfAsked() {
 }
 
 // launcherArgs are client-go's exec args for provider p: the launcher's
-// own, then the provider's command and args.
-func launcherArgs(p *Provider) []string {
+// own (the timeout, the names of the variables to pass, the file where it
+// notes the credential's expiry), then the provider's command and args.
+func launcherArgs(p *Provider, expiryFile string) []string {
 	names := make([]string, len(p.Exec.Env))
 	for i, e := range p.Exec.Env {
 		names[i] = e.Name
 	}
-	out := []string{launcherArg, p.timeout.String(), strings.Join(names, ","), "--", p.Exec.Command}
+	out := []string{launcherArg, p.timeout.String(), strings.Join(names, ","), expiryFile, "--", p.Exec.Command}
 	return append(out, p.Exec.Args...)
 }
 
 func runLauncher(args []string, stdout io.Writer) int {
-	if len(args) < 4 || args[2] != "--" {
+	if len(args) < 5 || args[3] != "--" {
 		return exitNotRun
 	}
+	expiryFile := args[2]
+	args = append(args[:2:2], args[3:]...)
 	timeout, err := time.ParseDuration(args[0])
 	if err != nil {
 		return exitNotRun
@@ -108,45 +112,97 @@ func runLauncher(args []string, stdout io.Writer) int {
 	case err != nil:
 		return exitNotRun
 	}
-	cred, ok := refreshEarly(out.Bytes(), time.Now())
+	cred, expires, ok := refreshEarly(out.Bytes(), time.Now())
 	if !ok {
 		return exitNotCredential
+	}
+	// Noted before client-go has the credential: by the time it returns
+	// it, its expiry is in the file. A credential whose expiry cannot be
+	// noted is still one: the gateway then knows no expiry for it.
+	if expiryFile != "" && writeExpiry(expiryFile, expires) != nil {
+		_ = os.Remove(expiryFile)
 	}
 	_, _ = stdout.Write(cred)
 	return 0
 }
 
+// writeExpiry notes a credential's expiry in file for the gateway, which
+// client-go does not tell it: only the time (RFC 3339), nothing of the
+// credential; no file when the credential has none. A reader sees the
+// old file or the new one, never part of one.
+func writeExpiry(file string, expires time.Time) error {
+	if expires.IsZero() {
+		if err := os.Remove(file); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(file), ".expiry-*")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.WriteString(expires.UTC().Format(time.RFC3339))
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), file)
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+	}
+	return err
+}
+
+// readExpiry is what the launcher last noted in file: zero when the
+// credential has no expiry (or the file cannot be read).
+func readExpiry(file string) time.Time {
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339, strings.TrimSpace(string(raw)))
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}
+
 // refreshEarly moves an ExecCredential's expirationTimestamp to refreshAt
-// of its remaining life. ok is false when raw is no ExecCredential: it is
-// not passed on, for client-go's decoding error would quote it.
-func refreshEarly(raw []byte, now time.Time) (cred []byte, ok bool) {
+// of its remaining life; expires is the original one (zero: none). ok is
+// false when raw is no ExecCredential: it is not passed on, for
+// client-go's decoding error would quote it.
+func refreshEarly(raw []byte, now time.Time) (cred []byte, expires time.Time, ok bool) {
 	js, err := yaml.YAMLToJSON(raw)
 	if err != nil {
-		return nil, false
+		return nil, time.Time{}, false
 	}
 	dec := json.NewDecoder(bytes.NewReader(js))
 	dec.UseNumber()
 	var obj map[string]interface{}
 	if dec.Decode(&obj) != nil || obj["kind"] != "ExecCredential" {
-		return nil, false
+		return nil, time.Time{}, false
 	}
 	if _, ok := obj["apiVersion"].(string); !ok {
-		return nil, false
+		return nil, time.Time{}, false
 	}
 	status, ok := obj["status"].(map[string]interface{})
 	if !ok {
-		return nil, false
+		return nil, time.Time{}, false
 	}
 	ts, _ := status["expirationTimestamp"].(string)
 	exp, err := time.Parse(time.RFC3339, ts)
-	if err != nil || !exp.After(now) {
-		return js, true
+	if err != nil {
+		return js, time.Time{}, true // client-go refuses it with its own error
+	}
+	if !exp.After(now) {
+		return js, exp, true
 	}
 	status["expirationTimestamp"] = now.Add(exp.Sub(now) * refreshNum / refreshDen).UTC().Format(time.RFC3339)
 	if js, err = json.Marshal(obj); err != nil {
-		return nil, false
+		return nil, time.Time{}, false
 	}
-	return js, true
+	return js, exp, true
 }
 
 // boundedBuffer keeps up to max bytes and notes whether more came.

@@ -2,12 +2,14 @@ package credentials
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -21,6 +23,7 @@ import (
 	"k8s.io/client-go/plugin/pkg/client/auth/exec"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/transport"
+	"k8s.io/klog/v2"
 )
 
 // Cluster is what a ClusterGateway gives its provider: the provider's name
@@ -49,6 +52,12 @@ type State struct {
 	Token     string
 	Cert, Key []byte // PEM, when the provider returned a client certificate
 	Rotated   time.Time
+	// Expires is when the credential expires, where the provider said or
+	// its certificate does: the ExecCredential's expirationTimestamp as the
+	// provider printed it (not as moved for client-go's early refresh), else
+	// the client certificate's notAfter; zero when neither is known (a JWT's
+	// exp is read by the gateway).
+	Expires time.Time
 	// Problem says why there is no usable credential; it never holds the
 	// provider's output.
 	Problem string
@@ -56,11 +65,16 @@ type State struct {
 
 // Providers runs the configured providers for the gateways that name one.
 type Providers struct {
-	cfg      *Config
-	self     string // the launcher: this binary
+	cfg  *Config
+	self string // the launcher: this binary
+	// dir is private to this Providers (0700): the launcher notes there
+	// each gateway's credential's expiry, which client-go does not tell
+	// ("": none could be made).
+	dir      string
 	metrics  *Metrics
 	mu       sync.Mutex
 	clusters map[string]*cluster
+	seq      uint64 // numbers the clusters' expiry files
 	onChange atomic.Pointer[func(gateway string)]
 	unknown  sync.Map // provider name -> *State of a provider not configured
 }
@@ -71,7 +85,27 @@ func New(cfg *Config) (*Providers, error) {
 	if err != nil {
 		return nil, fmt.Errorf("credential providers run this binary as their launcher, but its path is unknown: %w", err)
 	}
-	return &Providers{cfg: cfg, self: self, metrics: DefaultMetrics, clusters: map[string]*cluster{}}, nil
+	dir, err := os.MkdirTemp("", "cluster-gateway-credentials-") // 0700
+	if err != nil {
+		// Providers still work; an opaque token's expiry is not known.
+		klog.InfoS("Warning: no private directory for credential providers' expiry notes: status.credential.expirationTime will not show an ExecCredential's expirationTimestamp (give the gateway a writable $TMPDIR)", "err", err)
+		dir = ""
+	}
+	return &Providers{cfg: cfg, self: self, dir: dir, metrics: DefaultMetrics, clusters: map[string]*cluster{}}, nil
+}
+
+// Close releases every gateway and removes the private directory.
+func (p *Providers) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for name, e := range p.clusters {
+		e.release()
+		delete(p.clusters, name)
+	}
+	if p.dir == "" {
+		return nil
+	}
+	return os.RemoveAll(p.dir)
 }
 
 // OnChange has fn called with a gateway's name whenever its State changes
@@ -87,6 +121,9 @@ type cluster struct {
 	wrap    transport.WrapperFunc
 	getCert func() (*tls.Certificate, error)
 	flight  singleflight.Group // one run at a time; waiters share its State
+	runMu   sync.Mutex         // a fetch's runs and its reading of expiry are one
+	expiry  string             // the file where the launcher notes the credential's expiry
+	gone    atomic.Bool        // released: a run that ends after removes its file
 	state   atomic.Pointer[State]
 }
 
@@ -109,7 +146,14 @@ func (p *Providers) entry(c *Cluster) *cluster {
 		return e
 	}
 	e.timeout = prov.timeout
-	a, err := newOwnedAuthenticator(p.execConfig(prov), &clientauthentication.Cluster{
+	// Named for the gateway (hashed: its name is never a path) and this
+	// version of it: a replaced version's run cannot write the new one's.
+	if p.dir != "" {
+		p.seq++
+		sum := sha256.Sum256([]byte(c.Gateway))
+		e.expiry = filepath.Join(p.dir, fmt.Sprintf("%x-%d", sum[:16], p.seq))
+	}
+	a, err := newOwnedAuthenticator(p.execConfig(prov, e.expiry), &clientauthentication.Cluster{
 		Server: c.Server, TLSServerName: c.ServerName, InsecureSkipTLSVerify: c.Insecure,
 		CertificateAuthorityData: c.CAData, ProxyURL: c.ProxyURL, Config: clusterConfig(c.Config),
 	})
@@ -132,13 +176,13 @@ func describeNames(names []string) string {
 	return strings.Join(names, ", ")
 }
 
-func (p *Providers) execConfig(prov *Provider) *clientcmdapi.ExecConfig {
+func (p *Providers) execConfig(prov *Provider, expiryFile string) *clientcmdapi.ExecConfig {
 	env := make([]clientcmdapi.ExecEnvVar, len(prov.Exec.Env))
 	for i, e := range prov.Exec.Env {
 		env[i] = clientcmdapi.ExecEnvVar{Name: e.Name, Value: e.Value}
 	}
 	return &clientcmdapi.ExecConfig{
-		Command: p.self, Args: launcherArgs(prov), Env: env, APIVersion: prov.Exec.APIVersion,
+		Command: p.self, Args: launcherArgs(prov, expiryFile), Env: env, APIVersion: prov.Exec.APIVersion,
 		ProvideClusterInfo: true, InteractiveMode: clientcmdapi.NeverExecInteractiveMode,
 	}
 }
@@ -170,20 +214,45 @@ func (p *Providers) unconfigured(name string) *State {
 // gateway, bounded by the provider's timeout. A caller whose ctx ends first
 // gets ctx's error; the run goes on for the next caller.
 func (p *Providers) Get(ctx context.Context, c *Cluster) (*State, error) {
-	return p.get(ctx, p.entry(c), "")
+	return p.get(ctx, p.entry(c), refused{})
 }
 
-// Unauthorized tells c's provider that the cluster refused token: unless it
-// has been replaced already, client-go runs the provider again.
-func (p *Providers) Unauthorized(ctx context.Context, c *Cluster, token string) {
-	_, _ = p.get(ctx, p.entry(c), token)
+// Unauthorized tells c's provider that the cluster refused its credential:
+// token, or when that is empty the client certificate cert (PEM, as
+// State.Cert has it). Unless it has been replaced already, client-go runs
+// the provider again.
+func (p *Providers) Unauthorized(ctx context.Context, c *Cluster, token string, cert []byte) {
+	r := refused{token: token}
+	if token == "" {
+		r.cert = string(cert)
+	}
+	if r == (refused{}) {
+		return
+	}
+	_, _ = p.get(ctx, p.entry(c), r)
 }
 
-func (p *Providers) get(ctx context.Context, e *cluster, refused string) (*State, error) {
+// refused is the credential a cluster refused: a token, or a client
+// certificate (PEM) with no token; zero: none.
+type refused struct{ token, cert string }
+
+// key is r's singleflight key: the fetches for one refused credential are one.
+func (r refused) key() string {
+	switch {
+	case r.token != "":
+		return "token:" + r.token
+	case r.cert != "":
+		sum := sha256.Sum256([]byte(r.cert))
+		return fmt.Sprintf("cert:%x", sum)
+	}
+	return ""
+}
+
+func (p *Providers) get(ctx context.Context, e *cluster, r refused) (*State, error) {
 	if e.auth == nil {
 		return e.state.Load(), nil
 	}
-	ch := e.flight.DoChan(refused, func() (interface{}, error) { return p.fetch(e, refused), nil })
+	ch := e.flight.DoChan(r.key(), func() (interface{}, error) { return p.fetch(e, r), nil })
 	select {
 	case r := <-ch:
 		return r.Val.(*State), nil
@@ -198,14 +267,17 @@ func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { r
 
 // fetch asks the Authenticator for its credential the one way client-go
 // offers: a round trip through its wrapper, which sets the token (running
-// the plugin if needed) and runs it again on a 401 for the token refused.
-func (p *Providers) fetch(e *cluster, refused string) *State {
+// the plugin if needed) and runs it again on a 401 for the credential
+// refused (its token, or its certificate when it has no token).
+func (p *Providers) fetch(e *cluster, ref refused) *State {
+	e.runMu.Lock() // the expiry read below is of the runs of this fetch
+	defer e.runMu.Unlock()
 	start := time.Now()
 	var token string
 	capture := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
 		token = strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
 		code := http.StatusOK
-		if refused != "" && token == refused {
+		if ref.token != "" && token == ref.token || ref.cert != "" && token == "" && e.certIs(ref.cert) {
 			code = http.StatusUnauthorized
 		}
 		return &http.Response{StatusCode: code, Body: http.NoBody, Request: r}, nil
@@ -216,7 +288,7 @@ func (p *Providers) fetch(e *cluster, refused string) *State {
 		return err
 	}
 	err := ask()
-	if refused != "" && err == nil {
+	if ref != (refused{}) && err == nil {
 		err = ask() // the refreshed one
 	}
 	var cert *tls.Certificate
@@ -233,14 +305,27 @@ func (p *Providers) fetch(e *cluster, refused string) *State {
 		return p.publish(e, &State{Problem: problem, Rotated: time.Now()})
 	}
 	next := &State{Token: token}
+	if e.expiry != "" {
+		next.Expires = readExpiry(e.expiry)
+	}
+	if e.expiry != "" && e.gone.Load() {
+		_ = os.Remove(e.expiry) // a run of a released gateway leaves nothing
+	}
 	if cert != nil {
 		next.Cert, next.Key = certPEM(cert)
+		if next.Expires.IsZero() {
+			next.Expires = certNotAfter(cert)
+		}
 	}
-	if prev != nil && prev.Problem == "" && prev.Token == next.Token && string(prev.Cert) == string(next.Cert) {
+	same := prev != nil && prev.Problem == "" && prev.Token == next.Token && string(prev.Cert) == string(next.Cert)
+	if same && prev.Expires.Equal(next.Expires) {
 		return prev // client-go's cached credential
 	}
 	p.metrics.providerCall(e.name, "ok", time.Since(start))
 	next.Rotated = time.Now()
+	if same { // the same credential, with a new expiry: no rotation
+		next.Rotated = prev.Rotated
+	}
 	return p.publish(e, next)
 }
 
@@ -266,6 +351,10 @@ func (e *cluster) release() {
 	if e.auth != nil {
 		released(e.auth)
 	}
+	if e.expiry != "" {
+		e.gone.Store(true)
+		_ = os.Remove(e.expiry)
+	}
 }
 
 // Len is how many gateways hold an Authenticator, for tests.
@@ -283,6 +372,32 @@ func certPEM(c *tls.Certificate) (certs, key []byte) {
 		key = pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
 	}
 	return certs, key
+}
+
+// certIs tells whether client-go's current client certificate is pem (as
+// State.Cert has it).
+func (e *cluster) certIs(pem string) bool {
+	c, err := e.getCert()
+	if err != nil || c == nil {
+		return false
+	}
+	certs, _ := certPEM(c)
+	return string(certs) == pem
+}
+
+// certNotAfter is when c's leaf expires (zero: unknown).
+func certNotAfter(c *tls.Certificate) time.Time {
+	if c.Leaf != nil {
+		return c.Leaf.NotAfter
+	}
+	if len(c.Certificate) == 0 {
+		return time.Time{}
+	}
+	leaf, err := x509.ParseCertificate(c.Certificate[0])
+	if err != nil {
+		return time.Time{}
+	}
+	return leaf.NotAfter
 }
 
 var exitCode = regexp.MustCompile(`failed with exit code (-?\d+)`)

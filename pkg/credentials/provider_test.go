@@ -40,6 +40,11 @@ func providers(t *testing.T, timeout time.Duration, ps ...Provider) *Providers {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Error(err)
+		}
+	})
 	return p
 }
 
@@ -155,11 +160,11 @@ func TestProviderCachesAndRefreshesOn401(t *testing.T) {
 	if a.Token != "t1" || b != a {
 		t.Fatalf("second Get = %+v, want the cached %+v", b, a)
 	}
-	p.Unauthorized(context.Background(), c, "t1")
+	p.Unauthorized(context.Background(), c, "t1", nil)
 	if st := p.Latest(c); st.Token != "t2" || st.Rotated.Before(a.Rotated) {
 		t.Fatalf("after a 401: %+v, want t2", st)
 	}
-	p.Unauthorized(context.Background(), c, "t1") // already replaced: no run
+	p.Unauthorized(context.Background(), c, "t1", nil) // already replaced: no run
 	if st := p.Latest(c); st.Token != "t2" || changes != 2 {
 		t.Fatalf("a 401 for a replaced token ran the provider: %+v, %d changes", st, changes)
 	}

@@ -95,10 +95,11 @@ func (s *Store) GetForRequest(ctx context.Context, name string) (*Gateway, error
 }
 
 // Unauthorized tells a Provider gateway's provider that its cluster
-// refused token; client-go runs it again unless it was replaced already.
+// refused token, or g's client certificate when token is empty; client-go
+// runs it again unless it was replaced already.
 func (s *Store) Unauthorized(ctx context.Context, g *Gateway, token string) {
 	if c := s.providerCluster(g); c != nil {
-		s.providers.Unauthorized(ctx, c, token)
+		s.providers.Unauthorized(ctx, c, token, g.Conn.Cert)
 	}
 }
 
@@ -152,5 +153,6 @@ func fromProvider(obj *v1alpha1.ClusterGateway, st *credentials.State) resolutio
 	}
 	r.conn.Token, r.conn.Cert, r.conn.Key = st.Token, st.Cert, st.Key
 	r.tokenExpiry = jwtExpiry(st.Token)
+	r.expires = st.Expires // the certificate's notAfter when the ExecCredential said nothing: the same
 	return r
 }

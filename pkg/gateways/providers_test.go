@@ -12,7 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/component-base/metrics"
 
+	"github.com/clustergateway/cluster-gateway/internal/testmetrics"
 	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/credentials"
@@ -20,7 +22,7 @@ import (
 
 // testProviders configures provider "ok" (prints a token) and "fail"
 // (exits 3) from a providers file, as the gateway reads it.
-func testProviders(t *testing.T) *credentials.Providers {
+func testProviders(t *testing.T, extra ...string) *credentials.Providers {
 	t.Helper()
 	dir := t.TempDir()
 	write := func(name, body string, mode os.FileMode) string {
@@ -32,6 +34,12 @@ func testProviders(t *testing.T) *credentials.Providers {
 	}
 	ok := write("ok", "#!/bin/sh\nprintf '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\"status\":{\"token\":\"tok-1\"}}'\n", 0o755)
 	fail := write("fail", "#!/bin/sh\necho tok-secret; exit 3\n", 0o755)
+	// extra: name and ExecCredential status (JSON) of providers more
+	var more strings.Builder
+	for i := 0; i+1 < len(extra); i += 2 {
+		cmd := write(extra[i], "#!/bin/sh\nprintf '%s' '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\"status\":"+extra[i+1]+"}'\n", 0o755)
+		fmt.Fprintf(&more, "- name: %s\n  exec: {apiVersion: client.authentication.k8s.io/v1, command: %s}\n", extra[i], cmd)
+	}
 	file := write("providers.yaml", fmt.Sprintf(`apiVersion: gateway.clustergateway.io/v1alpha1
 kind: CredentialProviderConfig
 providers:
@@ -40,7 +48,7 @@ providers:
 - name: fail
   timeout: 10s
   exec: {apiVersion: client.authentication.k8s.io/v1, command: %s}
-`, ok, fail), 0o644)
+`, ok, fail)+more.String(), 0o644)
 	cfg, err := credentials.LoadConfig(file, time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -49,6 +57,7 @@ providers:
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = p.Close() })
 	return p
 }
 
@@ -123,4 +132,61 @@ func TestProviderGateways(t *testing.T) {
 	testpoll.EventuallyTrue(t, 10*time.Second, "the deleted gateway's provider state to be released", func() bool {
 		return providers.Len() == before-1
 	})
+}
+
+// status.credential.expirationTime of a Provider gateway is what its
+// provider said (an opaque token's expirationTimestamp; before a
+// certificate's notAfter), else the certificate's notAfter, and the
+// next-expiry metric follows it.
+func TestProviderExpirationTime(t *testing.T) {
+	inHour := time.Now().Add(time.Hour).Truncate(time.Second).UTC()
+	inTwo := inHour.Add(time.Hour)
+	cred := validCredential(t)
+	pemJSON := func(b []byte) string { return strings.ReplaceAll(strings.TrimSpace(string(b)), "\n", `\n`) }
+	certStatus := `"clientCertificateData":"` + pemJSON(cred.certPEM) + `","clientKeyData":"` + pemJSON(cred.keyPEM) + `"`
+	providers := testProviders(t,
+		"opaque", `{"token":"opaque-token","expirationTimestamp":"`+inTwo.Format(time.RFC3339)+`"}`,
+		"cert-expires", `{`+certStatus+`,"expirationTimestamp":"`+inHour.Format(time.RFC3339)+`"}`,
+		"cert", `{`+certStatus+`}`)
+	leaf, err := v1alpha1.ParseKeyPair(cred.certPEM, cred.keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs []runtime.Object
+	for i, name := range []string{"opaque", "cert-expires", "cert", "ok"} {
+		s := mustToSecret(t, providerGateway(t, name, name), nil)
+		s.ResourceVersion = fmt.Sprint(i + 1)
+		objs = append(objs, s)
+	}
+	store := NewStore(fake.NewClientset(objs...), testNamespace)
+	if err := store.SetProviders(providers); err != nil {
+		t.Fatal(err)
+	}
+	reg := metrics.NewKubeRegistry()
+	store.Metrics().Register(reg)
+	startStore(t, store)
+	for name, want := range map[string]time.Time{"opaque": inTwo, "cert-expires": inHour, "cert": leaf.Leaf.NotAfter, "ok": {}} {
+		g, err := store.GetForRequest(context.Background(), name)
+		if err != nil || !g.Ready {
+			t.Fatalf("%s = %+v, %v; want Ready", name, g, err)
+		}
+		c := g.Object.Status.Credential
+		switch {
+		case want.IsZero() && c.ExpirationTime != nil:
+			t.Errorf("%s: expirationTime %v, want none (an opaque token without expirationTimestamp)", name, c.ExpirationTime)
+		case !want.IsZero() && (c.ExpirationTime == nil || !c.ExpirationTime.Time.Equal(want.Truncate(time.Second))):
+			t.Errorf("%s: expirationTime %v, want %v", name, c.ExpirationTime, want)
+		}
+	}
+	samples, err := testmetrics.Gather(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := inHour
+	if leaf.Leaf.NotAfter.Before(first) {
+		first = leaf.Leaf.NotAfter
+	}
+	if got := samples.Sum("cluster_gateway_credential_next_expiry_timestamp_seconds"); got != float64(first.Unix()) {
+		t.Errorf("next expiry = %v, want %d", got, first.Unix())
+	}
 }

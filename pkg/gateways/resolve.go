@@ -16,6 +16,10 @@ type resolution struct {
 	source      string      // "" when the credential is stored in the gateway
 	rotated     metav1.Time // when the source last changed the credential
 	tokenExpiry time.Time   // a JWT's exp, when the token is one
+	// expires is when the credential expires as its provider said (an
+	// ExecCredential's expirationTimestamp): it comes before the
+	// certificate's notAfter and the JWT's exp. Zero: not said.
+	expires time.Time
 	// Why the credential's source cannot be used (Ready=False); empty when it can.
 	reason, message string
 }

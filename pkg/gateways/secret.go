@@ -199,6 +199,15 @@ func computeStatus(gw *v1alpha1.ClusterGateway, problems []string, changed metav
 		cred.ExpirationTime = &exp
 		v, what = validity{notAfter: res.tokenExpiry}, "token"
 	}
+	// What the credential's provider said comes first: an opaque token's
+	// only expiry, and a certificate's or JWT's may be earlier.
+	if !res.expires.IsZero() {
+		exp := metav1.NewTime(res.expires)
+		cred.ExpirationTime = &exp
+		if v.notAfter.IsZero() || res.expires.Before(v.notAfter) {
+			v.notAfter, what = res.expires, "credential"
+		}
+	}
 	if *cred != (v1alpha1.CredentialStatus{}) {
 		st.Credential = cred
 	}

@@ -3,6 +3,7 @@ package inventory
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -17,7 +18,10 @@ type Options struct {
 	Sources []string
 	// Providers are the credential providers a ClusterProfile's access
 	// providers may name; a profile naming none of them gets no gateway.
+	// Empty: all the configured ones (CompleteProviders).
 	Providers []string
+	// defaulted: Providers are CompleteProviders' default, not the flag's.
+	defaulted bool
 	// The Lease: how long a leader holds it unrenewed, how long the leader
 	// keeps trying to renew before it gives up, and how often candidates try.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
@@ -31,7 +35,7 @@ func NewOptions() *Options {
 // AddFlags adds the sync's flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.Sources, "inventory-sync", o.Sources, "Inventories to keep ClusterGateways in sync with: capi (Cluster API kubeconfig Secrets) and clusterprofile (multicluster.x-k8s.io ClusterProfiles), read in --secret-namespace and --credential-source-namespaces. One replica syncs at a time (a Lease in --secret-namespace). Empty: off.")
-	fs.StringSliceVar(&o.Providers, "inventory-sync-providers", o.Providers, "Credential providers (names of the gateway's configured providers) that a ClusterProfile's status.accessProviders may name for --inventory-sync=clusterprofile; the first one a profile names is used.")
+	fs.StringSliceVar(&o.Providers, "inventory-sync-providers", o.Providers, "Credential providers that a ClusterProfile's status.accessProviders may name for --inventory-sync=clusterprofile; the first one a profile names is used. Default: every provider of --credential-providers-file; set it to allow only some of them (each must be in that file).")
 	fs.DurationVar(&o.LeaseDuration, "inventory-sync-lease-duration", o.LeaseDuration, "How long the syncing replica's Lease lasts unrenewed: another replica takes over this long after the leader died.")
 	fs.DurationVar(&o.RenewDeadline, "inventory-sync-renew-deadline", o.RenewDeadline, "How long the syncing replica tries to renew its Lease before it stops syncing.")
 	fs.DurationVar(&o.RetryPeriod, "inventory-sync-retry-period", o.RetryPeriod, "How often replicas try to take or renew the Lease.")
@@ -43,6 +47,28 @@ func (o *Options) Enabled() bool { return len(o.Sources) > 0 }
 // Syncs tells whether the inventory src is synced.
 func (o *Options) Syncs(src Source) bool { return slices.Contains(o.Sources, string(src)) }
 
+// CompleteProviders has Providers default to configured, the names of the
+// credential providers of --credential-providers-file, and refuses a name
+// given in --inventory-sync-providers that is not among them. Call it
+// before Validate, once the providers file is read.
+func (o *Options) CompleteProviders(configured []string) []error {
+	if o.defaulted || len(o.Providers) == 0 {
+		o.Providers, o.defaulted = slices.Clone(configured), len(configured) > 0
+		return nil
+	}
+	var errs []error
+	for _, p := range o.Providers {
+		if !slices.Contains(configured, p) {
+			has := "configures none"
+			if len(configured) > 0 {
+				has = "has " + strings.Join(configured, ", ")
+			}
+			errs = append(errs, fmt.Errorf("--inventory-sync-providers: %q is not a provider of --credential-providers-file (which %s): add it to that file, or leave it out of --inventory-sync-providers (without the flag, every provider of the file may be named)", p, has))
+		}
+	}
+	return errs
+}
+
 // Validate refuses unknown inventories, a ClusterProfile sync without
 // providers, and Lease timing that client-go's leader election refuses.
 func (o *Options) Validate() []error {
@@ -53,7 +79,7 @@ func (o *Options) Validate() []error {
 		}
 	}
 	if o.Syncs(SourceClusterProfile) && len(o.Providers) == 0 {
-		errs = append(errs, fmt.Errorf("--inventory-sync=clusterprofile needs --inventory-sync-providers: the credential providers a ClusterProfile may name"))
+		errs = append(errs, fmt.Errorf("--inventory-sync=clusterprofile needs credential providers for the ClusterProfiles to name: configure them in --credential-providers-file (all of them may then be named, or those --inventory-sync-providers lists)"))
 	}
 	for _, p := range o.Providers {
 		if msgs := apivalidation.NameIsDNSSubdomain(p, false); len(msgs) > 0 {

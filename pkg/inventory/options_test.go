@@ -25,7 +25,7 @@ func TestOptionsValidate(t *testing.T) {
 		want string
 	}{
 		{on(func(o *Options) { o.Sources = []string{"capi", "cluster-api"} }), `"cluster-api" is not an inventory`},
-		{on(func(o *Options) { o.Sources = []string{"clusterprofile"} }), "needs --inventory-sync-providers"},
+		{on(func(o *Options) { o.Sources = []string{"clusterprofile"} }), "needs credential providers"},
 		{on(func(o *Options) { o.Providers = []string{"Not_A_Name"} }), "is not a provider name"},
 		{on(func(o *Options) { o.LeaseDuration = o.RenewDeadline }), "--inventory-sync-lease-duration"},
 		{on(func(o *Options) { o.RetryPeriod = 9 * time.Second }), "--inventory-sync-renew-deadline"},
@@ -34,5 +34,42 @@ func TestOptionsValidate(t *testing.T) {
 		if err := errors.Join(c.o.Validate()...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want an error saying %q", c.o, err, c.want)
 		}
+	}
+}
+
+// --inventory-sync-providers defaults to every configured provider; given,
+// it may only narrow them.
+func TestCompleteProviders(t *testing.T) {
+	o := NewOptions()
+	o.Sources = []string{"clusterprofile"}
+	if errs := o.CompleteProviders([]string{"eks", "gke"}); len(errs) > 0 || strings.Join(o.Providers, ",") != "eks,gke" {
+		t.Errorf("no flag: %v, %v; want every configured provider", o.Providers, errs)
+	}
+	if errs := o.CompleteProviders([]string{"aks"}); len(errs) > 0 || strings.Join(o.Providers, ",") != "aks" {
+		t.Errorf("completed again for another file: %v, %v; want its providers", o.Providers, errs)
+	}
+	if errs := o.Validate(); len(errs) > 0 {
+		t.Errorf("Validate after the default: %v", errs)
+	}
+
+	o = NewOptions()
+	o.Sources, o.Providers = []string{"clusterprofile"}, []string{"gke"}
+	if errs := o.CompleteProviders([]string{"eks", "gke"}); len(errs) > 0 || strings.Join(o.Providers, ",") != "gke" {
+		t.Errorf("--inventory-sync-providers=gke: %v, %v; want gke alone", o.Providers, errs)
+	}
+	o.Providers = []string{"gke", "aks"}
+	err := errors.Join(o.CompleteProviders([]string{"eks", "gke"})...)
+	if err == nil || !strings.Contains(err.Error(), `"aks" is not a provider of --credential-providers-file (which has eks, gke): add it`) || strings.Contains(err.Error(), `"gke"`) {
+		t.Errorf("--inventory-sync-providers=gke,aks: %v, want aks refused and what to do", err)
+	}
+	if err := errors.Join(o.CompleteProviders(nil)...); err == nil || !strings.Contains(err.Error(), "configures none") {
+		t.Errorf("no providers file: %v, want the names refused", err)
+	}
+
+	o = NewOptions()
+	o.Sources = []string{"clusterprofile"}
+	o.CompleteProviders(nil)
+	if err := errors.Join(o.Validate()...); err == nil || !strings.Contains(err.Error(), "configure them in --credential-providers-file") {
+		t.Errorf("clusterprofile without providers: %v, want it to say where to configure them", err)
 	}
 }

@@ -28,9 +28,9 @@ type upstreamTransport struct {
 	base    http.RoundTripper
 	id      identity
 	cluster string
-	// provided is the gateway when its token comes from a credential
-	// provider, which a 401 asks for a new one (in the background: the
-	// answer goes to the client as it is).
+	// provided is the gateway when its credential (token or client
+	// certificate) comes from a credential provider, which a 401 asks for
+	// a new one (in the background: the answer goes to the client as it is).
 	provided *gateways.Gateway
 	store    *gateways.Store
 }
@@ -52,7 +52,7 @@ func (t *upstreamTransport) checked(req *http.Request, resp *http.Response, err 
 	if err != nil {
 		return nil, err
 	}
-	if resp.StatusCode == http.StatusUnauthorized && t.provided != nil && t.id.token != "" {
+	if resp.StatusCode == http.StatusUnauthorized && t.provided != nil && (t.id.token != "" || len(t.provided.Conn.Cert) > 0) {
 		go t.store.Unauthorized(context.Background(), t.provided, t.id.token)
 	}
 	if where, ok := redirectLocation(resp); ok {

@@ -529,7 +529,11 @@ func TestChartInventorySync(t *testing.T) {
 			t.Errorf("capi only: %s rules %s, want it without clusterprofiles", k, rules)
 		}
 	}
-	if _, err := helmTemplateErr(t, "inventorySync.clusterProfile=true"); err == nil || !strings.Contains(err.Error(), "needs inventorySync.providers") {
+	if _, err := helmTemplateErr(t, "inventorySync.clusterProfile=true"); err == nil || !strings.Contains(err.Error(), "needs credential providers: pass --credential-providers-file") {
 		t.Errorf("clusterProfile without providers: err %v, want it to say it needs providers", err)
+	}
+	// Every provider of the gateway's providers file, without the list.
+	if _, err := helmTemplateErr(t, "inventorySync.clusterProfile=true", "gateway.extraArgs={--credential-providers-file=/etc/cluster-gateway/providers.yaml}"); err != nil {
+		t.Errorf("clusterProfile with a providers file and no list: %v", err)
 	}
 }

@@ -25,8 +25,9 @@ import (
 )
 
 // e2eProvider is the credential provider ClusterProfiles name in this test.
-// No provider is configured on the gateway, so its gateways are
-// Ready=False ProviderFailed; the test checks what the sync wrote.
+// The gateway configures it as a command that fails (--inventory-sync-providers
+// may name only providers of --credential-providers-file), so its gateways
+// are Ready=False ProviderFailed; the test checks what the sync wrote.
 const e2eProvider = "e2e-provider"
 
 // TestInventorySync runs two gateway replicas with the inventory sync on,
@@ -82,7 +83,15 @@ func TestInventorySync(t *testing.T) {
 	for _, n := range []string{"c1", "c2", "p1"} {
 		cleanupGateway(t, inventory.GatewayName(ns, n))
 	}
+	providersFile := filepath.Join(t.TempDir(), "providers.yaml")
+	writeFile(t, providersFile, `apiVersion: gateway.clustergateway.io/v1alpha1
+kind: CredentialProviderConfig
+providers:
+- name: `+e2eProvider+`
+  exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/false}
+`)
 	args := append(haArgs(), "--credential-source-namespaces="+ns, "--inventory-sync=capi,clusterprofile",
+		"--credential-providers-file="+providersFile,
 		"--inventory-sync-providers="+e2eProvider,
 		"--inventory-sync-lease-duration=4s", "--inventory-sync-renew-deadline=2s", "--inventory-sync-retry-period=500ms")
 	restartGateway(t, args)
@@ -186,7 +195,7 @@ func TestInventorySync(t *testing.T) {
 			t.Fatal(err)
 		}
 		name := inventory.GatewayName(ns, "p1")
-		// No provider is configured in this gateway: its Ready says so.
+		// Its provider fails (once a probe runs it): its Ready says so.
 		gw := awaitReadyOn(t, rc, name, metav1.ConditionFalse, gatewayv1alpha1.ReasonProviderFailed)
 		pr := gw.Spec.Credential.Provider
 		if gw.Spec.Credential.Type != gatewayv1alpha1.CredentialProvider || pr == nil || pr.Name != e2eProvider ||

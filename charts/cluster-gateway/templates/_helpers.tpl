@@ -84,8 +84,8 @@ app.kubernetes.io/name: {{ include "cluster-gateway.name" . }}
 {{- if and .Values.konnectivityServer.enabled (or (not .Values.konnectivityServer.secretName) (lt (int .Values.konnectivityServer.replicas) 1)) }}
 {{- fail "konnectivityServer.enabled needs konnectivityServer.secretName and at least 1 replica" }}
 {{- end }}
-{{- if and .Values.inventorySync.clusterProfile (not .Values.inventorySync.providers) }}
-{{- fail "inventorySync.clusterProfile needs inventorySync.providers: the credential providers a ClusterProfile may name" }}
+{{- if and .Values.inventorySync.clusterProfile (not .Values.inventorySync.providers) (not (regexMatch "(?m)^--credential-providers-file(=|$)" (join "\n" .Values.gateway.extraArgs))) }}
+{{- fail "inventorySync.clusterProfile needs credential providers: pass --credential-providers-file in gateway.extraArgs (every provider it configures may then be named), or list some in inventorySync.providers" }}
 {{- end }}
 {{- end }}
 

@@ -130,6 +130,12 @@ func (o *Options) Validate() error {
 			errs = append(errs, err)
 		}
 		o.credentialProviders = cfg
+		if cfg != nil {
+			errs = append(errs, o.Inventory.CompleteProviders(cfg.Names())...)
+		}
+	}
+	if o.CredentialProvidersFile == "" {
+		errs = append(errs, o.Inventory.CompleteProviders(nil)...)
 	}
 	if o.CertCacheSize < 0 {
 		errs = append(errs, fmt.Errorf("--authentication-certificate-cache-size must not be negative, not %d", o.CertCacheSize))

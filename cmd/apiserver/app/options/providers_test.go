@@ -48,3 +48,52 @@ providers:
 		t.Errorf("a missing file: Validate() = %v", err)
 	}
 }
+
+// --inventory-sync=clusterprofile lets ClusterProfiles name every provider
+// of --credential-providers-file, or those --inventory-sync-providers
+// lists, and refuses a listed one the file does not configure.
+func TestInventorySyncProvidersFollowTheProvidersFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "providers.yaml")
+	body := `apiVersion: gateway.clustergateway.io/v1alpha1
+kind: CredentialProviderConfig
+providers:
+- name: eks
+  exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh}
+- name: gke
+  exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh}
+`
+	if err := os.WriteFile(file, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	validate := func(args ...string) (*Options, error) {
+		o := NewOptions()
+		fss := o.Flags()
+		for _, a := range args {
+			name := strings.TrimPrefix(strings.SplitN(a, "=", 2)[0], "--")
+			for _, fs := range fss.FlagSets {
+				if fs.Lookup(name) != nil {
+					if err := fs.Parse([]string{a}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+		return o, o.Validate()
+	}
+	o, err := validate("--credential-providers-file="+file, "--inventory-sync=clusterprofile")
+	if err != nil || strings.Join(o.Inventory.Providers, ",") != "eks,gke" {
+		t.Errorf("without --inventory-sync-providers: %v, %v; want eks,gke", o.Inventory.Providers, err)
+	}
+	o, err = validate("--credential-providers-file="+file, "--inventory-sync=clusterprofile", "--inventory-sync-providers=gke")
+	if err != nil || strings.Join(o.Inventory.Providers, ",") != "gke" {
+		t.Errorf("--inventory-sync-providers=gke: %v, %v; want gke", o.Inventory.Providers, err)
+	}
+	_, err = validate("--credential-providers-file="+file, "--inventory-sync=clusterprofile", "--inventory-sync-providers=gke,aks")
+	if err == nil || !strings.Contains(err.Error(), `--inventory-sync-providers: "aks" is not a provider of --credential-providers-file (which has eks, gke)`) {
+		t.Errorf("--inventory-sync-providers=gke,aks: %v, want aks refused", err)
+	}
+	_, err = validate("--inventory-sync=clusterprofile")
+	if err == nil || !strings.Contains(err.Error(), "--inventory-sync=clusterprofile needs credential providers") {
+		t.Errorf("no providers file: %v, want it to say providers are needed", err)
+	}
+}

@@ -4,10 +4,13 @@
 //
 //	PROVIDER_ENV_DUMP     write the whole environment there first (NUL-separated)
 //	PROVIDER_TOKEN        the token (a literal)
+//	PROVIDER_TOKEN_FILE   a file that holds the token (read each run)
 //	PROVIDER_CERT_FILE    a client certificate (PEM) ...
 //	PROVIDER_KEY_FILE     ... and its key (PEM)
 //	PROVIDER_EXPIRED      set: the credential has expired already, so
 //	                      client-go runs the provider for every request
+//	PROVIDER_EXPIRES      the expirationTimestamp (RFC 3339), or a file
+//	                      (an absolute path) that holds it; empty: none
 package main
 
 import (
@@ -27,6 +30,13 @@ func main() {
 	if t := os.Getenv("PROVIDER_TOKEN"); t != "" {
 		status["token"] = t
 	}
+	if f := os.Getenv("PROVIDER_TOKEN_FILE"); f != "" {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			fail(err)
+		}
+		status["token"] = strings.TrimSpace(string(raw))
+	}
 	if c := os.Getenv("PROVIDER_CERT_FILE"); c != "" {
 		cert, err := os.ReadFile(c)
 		if err != nil {
@@ -37,6 +47,17 @@ func main() {
 			fail(err)
 		}
 		status["clientCertificateData"], status["clientKeyData"] = string(cert), string(key)
+	}
+	if e := os.Getenv("PROVIDER_EXPIRES"); strings.HasPrefix(e, "/") {
+		raw, err := os.ReadFile(e)
+		if err != nil {
+			fail(err)
+		}
+		if ts := strings.TrimSpace(string(raw)); ts != "" {
+			status["expirationTimestamp"] = ts
+		}
+	} else if e != "" {
+		status["expirationTimestamp"] = e
 	}
 	if os.Getenv("PROVIDER_EXPIRED") != "" {
 		status["expirationTimestamp"] = "2000-01-01T00:00:00Z"
