@@ -35,7 +35,8 @@ type entry struct {
 	upgrade   atomic.Pointer[http.Transport]
 	upgradeMu sync.Mutex // builds it once
 
-	rawDial dialFunc // direct, tunnel or proxy; wrapped by dialContext
+	rawDial   dialFunc // direct, tunnel or proxy; wrapped by dialContext
+	tunnelled bool     // rawDial goes through a tunnel (Target.Tunnel)
 
 	lastUsed atomic.Int64 // by users; pool clock, see Pool.now
 	// lastActive is when a request or a health probe last ended on the
@@ -69,14 +70,15 @@ func (p *Pool) newEntry(t *Target, fp string) (*entry, error) {
 		return nil, err
 	}
 	e := &entry{
-		pool:    p,
-		cluster: t.Cluster,
-		fp:      fp,
-		shape:   shape,
-		tls:     tlsm,
-		rawDial: raw,
-		drained: make(chan struct{}),
-		conns:   make(map[*trackedConn]struct{}),
+		pool:      p,
+		cluster:   t.Cluster,
+		fp:        fp,
+		shape:     shape,
+		tls:       tlsm,
+		rawDial:   raw,
+		tunnelled: t.Tunnel != nil,
+		drained:   make(chan struct{}),
+		conns:     make(map[*trackedConn]struct{}),
 	}
 	for i, u := range t.addresses() {
 		e.addrs = append(e.addrs, newAddress(e, i, u))

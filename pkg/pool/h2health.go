@@ -144,6 +144,22 @@ func (h *h2health) closeIdle() {
 	(&http2.Transport{ConnPool: h.ClientConnPool}).CloseIdleConnections()
 }
 
+// renew has new requests take new connections: each connection is marked
+// not to be reused (x/net closes it once its last stream ends) and the idle
+// ones are closed now. Running streams go on where they are.
+func (h *h2health) renew() {
+	h.mu.Lock()
+	ccs := make([]*http2.ClientConn, 0, len(h.checks))
+	for cc := range h.checks {
+		ccs = append(ccs, cc)
+	}
+	h.mu.Unlock()
+	for _, cc := range ccs {
+		cc.SetDoNotReuse()
+	}
+	h.closeIdle()
+}
+
 // stop ends every health check, for good: the entry is closing all of its
 // connections, and nothing of them may stay reachable from a timer.
 func (h *h2health) stop() {

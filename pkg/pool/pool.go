@@ -170,6 +170,27 @@ func (p *Pool) Remove(cluster, reason string) {
 	}
 }
 
+// RenewTunnelled has the next requests of entries that dial through a
+// tunnel take new connections. A konnectivity proxy-server that misses a
+// health check calls it: its tunnel takes no new dials from then on, but a
+// pooled HTTP/2 connection riding it (shared with a watch, say) would still
+// be given new requests, which would hang until the tunnel is given up.
+// Each connection is marked not to be reused (and closed once its streams
+// end; idle ones now), so a new request dials anew, through a tunnel that
+// answers. Running streams stay: the tunnel's failure threshold decides
+// about them. It costs each tunnelled cluster one new connection.
+func (p *Pool) RenewTunnelled() {
+	p.mu.Lock()
+	entries := p.lru.Values()
+	p.mu.Unlock()
+	for _, e := range entries {
+		if e.tunnelled {
+			e.h2.renew()
+			e.rt.CloseIdleConnections() // HTTP/1.1 ones, if any
+		}
+	}
+}
+
 // Len is the number of live (not retiring) entries.
 func (p *Pool) Len() int {
 	p.mu.Lock()

@@ -606,3 +606,54 @@ func TestAcquireInto(t *testing.T) {
 		t.Fatalf("AcquireInto and Release of a pooled entry allocate %v times, want 0", n)
 	}
 }
+
+// RenewTunnelled (a konnectivity proxy-server missed a health check) gives
+// the next requests of tunnelled entries new connections: an idle one is
+// closed, one carrying a stream keeps its stream but takes no new request
+// and closes once the stream ends; a direct entry's connection is kept.
+func TestRenewTunnelled(t *testing.T) {
+	u := newUpstream(t)
+	p := newTestPool(t, Options{Capacity: 8})
+	tunnelled := func(name string) *Target {
+		tg := u.target(t, name, "client")
+		tg.Tunnel, tg.TunnelID = &countingDialer{}, "tunnel-1"
+		return tg
+	}
+	open := func(l *Lease) int {
+		l.e.mu.Lock()
+		defer l.e.mu.Unlock()
+		return len(l.e.conns)
+	}
+	direct := acquire(t, p, u.target(t, "direct", "client"))
+	defer direct.Release()
+	mustGet(t, direct.Transport(), u.url, "/hello")
+	idle := acquire(t, p, tunnelled("idle"))
+	defer idle.Release()
+	mustGet(t, idle.Transport(), u.url, "/hello")
+	streaming := acquire(t, p, tunnelled("streaming"))
+	defer streaming.Release()
+	s := startStream(t, streaming.Transport(), u)
+	defer s.stop()
+
+	p.RenewTunnelled()
+	eventually(t, "the idle tunnelled connection to close", func() bool { return open(idle) == 0 })
+	lines := s.lines.Load()
+	eventually(t, "the tunnelled watch to go on", func() bool { return s.lines.Load() > lines+2 })
+	if s.ended() || open(streaming) != 1 {
+		t.Fatalf("a tunnelled connection with a stream was cut (watch ended: %v, its connections %d)", s.ended(), open(streaming))
+	}
+	if n := open(direct); n != 1 {
+		t.Fatalf("the direct entry has %d connections after RenewTunnelled; want its 1", n)
+	}
+	// New requests take new connections; the watch's ends with the watch.
+	mustGet(t, idle.Transport(), u.url, "/hello")
+	if n := open(idle); n != 1 {
+		t.Fatalf("after a new request the idle tunnelled entry has %d connections; want 1 (a new one)", n)
+	}
+	mustGet(t, streaming.Transport(), u.url, "/hello")
+	if n := open(streaming); n != 2 {
+		t.Fatalf("after a new request the streaming tunnelled entry has %d connections; want 2 (the watch's and a new one)", n)
+	}
+	s.stop()
+	eventually(t, "the watch's connection to close once its stream ended", func() bool { return open(streaming) == 1 })
+}

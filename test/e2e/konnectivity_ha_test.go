@@ -23,7 +23,8 @@ import (
 // silent; only the gateway's health check notices). Each time the one
 // taken away is the one carrying the gateway's connection to cluster-3, and
 //   - requests to cluster-3 succeed again after a short failover and keep
-//     succeeding, through the other proxy-server;
+//     succeeding, through the other proxy-server; after SIGSTOP, the first
+//     request sent once the gateway saw a health check missed succeeds;
 //   - the watch either ends (it was on the lost proxy-server), and a new
 //     watch works, or goes on delivering: it never hangs;
 //   - the gateway's tunnel_up shows the lost proxy-server down and the other
@@ -93,6 +94,18 @@ func failover(t *testing.T, k *localenv.Konnectivity, direct, via kubernetes.Int
 
 	lose(i)
 	lostAt := time.Now()
+	if what == "stop" {
+		// A silent proxy-server shows at its first missed health check
+		// (tunnel_up 0; its tunnel is given up only at the failure
+		// threshold). From then on a new request goes through the other
+		// at once: the pool closed its idle connections riding the silent
+		// one, so it does not wait on them.
+		waitTunnelUp(t, p, 0)
+		if code, body := timedGet(t, proxyPath(name, "/api/v1/namespaces/default")); code != http.StatusOK {
+			t.Fatalf("the first request once %s missed a health check: %d %.300s; want 200 through the other proxy-server", p.ID, code, body)
+		}
+		t.Logf("%s %s: seen silent after %s", what, p.ID, time.Since(lostAt).Round(100*time.Millisecond))
+	}
 	eventually(t, "requests to cluster-3 succeed through the other proxy-server", func() error {
 		if code, body := timedGet(t, proxyPath(name, "/api/v1/namespaces/default")); code != http.StatusOK {
 			return fmt.Errorf("%d %.300s", code, body)

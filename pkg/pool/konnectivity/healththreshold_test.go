@@ -2,6 +2,7 @@ package konnectivity
 
 import (
 	"errors"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -17,6 +18,8 @@ import (
 // stream goes on.
 func TestUnansweredChecksBelowTheThreshold(t *testing.T) {
 	h := newHAStackWith(t, func(o *Options) { o.HealthFailureThreshold = 1 << 20 })
+	var missedCalls atomic.Int32 // the pool renews its tunnelled connections then
+	h.m.OnMissedCheck(func() { missedCalls.Add(1) })
 	slow := h.addresses()[0]
 	pid := h.servers[0].cmd.Process.Pid
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
@@ -25,7 +28,16 @@ func TestUnansweredChecksBelowTheThreshold(t *testing.T) {
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
 
 	h.waitUp(slow, 0)
+	testpoll.Eventually(t, 10*time.Second, "OnMissedCheck's function called", func() error {
+		if missedCalls.Load() == 0 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
 	h.requestsSucceed(t, 10, "one proxy-server not answering its health checks")
+	if n := missedCalls.Load(); n != 1 {
+		t.Errorf("OnMissedCheck's function ran %d times during one run of missed checks; want once", n)
+	}
 	select {
 	case <-h.streams[slow].done:
 		t.Fatalf("the stream on the proxy-server that missed checks below the threshold ended: %v", h.streams[slow].err)

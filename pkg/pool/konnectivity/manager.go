@@ -42,7 +42,15 @@ type Manager struct {
 	stopOnce sync.Once
 
 	dials, dialFailures, failovers, rejectedReloads atomic.Int64
+
+	onMissedCheck atomic.Pointer[func()] // see OnMissedCheck
 }
+
+// OnMissedCheck has fn called (in a goroutine of its own, which ends with
+// it) when a tunnel first misses a health check: the pool has new requests
+// take new connections then, so that they dial anew through a proxy-server
+// that answers instead of waiting on one that went silent.
+func (m *Manager) OnMissedCheck(fn func()) { m.onMissedCheck.Store(&fn) }
 
 // Stats are this Manager's counters (its metrics, see Metrics), summed
 // over its proxy-servers; ServerStats has them per proxy-server.
