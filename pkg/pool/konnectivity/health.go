@@ -61,7 +61,13 @@ func (s *server) healthLoop(ctx context.Context, ticker clock.Ticker) {
 		cause := fmt.Errorf("proxy-server %s did not answer a health check within %v: %w", s.addr, s.m.opts.HealthTimeout, err)
 		missed := int(t.missed.Add(1))
 		if fn := s.m.onMissedCheck.Load(); fn != nil && missed == 1 {
-			go (*fn)()
+			// Not in this loop: closing connections through the silent
+			// tunnel may wait for it. Owned like the loop, so Stop waits.
+			s.m.wg.Add(1)
+			go func() {
+				defer s.m.wg.Done()
+				(*fn)()
+			}()
 		}
 		if missed < s.m.opts.HealthFailureThreshold {
 			klog.ErrorS(cause, "New dials go to the other proxy-servers until it answers; its tunnel and streams stay", "proxyServer", s.addr, "missed", missed, "threshold", s.m.opts.HealthFailureThreshold)

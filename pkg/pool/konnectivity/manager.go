@@ -46,8 +46,8 @@ type Manager struct {
 	onMissedCheck atomic.Pointer[func()] // see OnMissedCheck
 }
 
-// OnMissedCheck has fn called (in a goroutine of its own, which ends with
-// it) when a tunnel first misses a health check: the pool has new requests
+// OnMissedCheck has fn called (in a goroutine of its own, which Stop waits
+// for) when a tunnel first misses a health check: the pool has new requests
 // take new connections then, so that they dial anew through a proxy-server
 // that answers instead of waiting on one that went silent.
 func (m *Manager) OnMissedCheck(fn func()) { m.onMissedCheck.Store(&fn) }
