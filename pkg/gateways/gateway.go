@@ -37,17 +37,8 @@ type Gateway struct {
 	// spec's, completed from the credential's source.
 	Conn Conn
 
-	// Not the Secret it was read from: with 10,000 gateways its metadata and
-	// data map were a quarter of the cache's memory. Writes start from the
-	// Secret as the hub has it now (Store.GetCurrent); the cache's key is
-	// the Secret's namespace and name (GetObjectMeta).
-	namespace string
-
-	// What the status is computed from (see at): the problems the Secret
-	// itself shows and when it was last written.
-	problems []string
-	written  metav1.Time
-	res      resolution
+	stored
+	res resolution
 
 	// Of a gateway whose credential has a source, as the informer caches it:
 	// its latest resolution against that source (see Store.resolve).
@@ -58,6 +49,24 @@ type Gateway struct {
 	validity validity
 	phase    int      // of the validity, when parsed
 	later    sync.Map // phase -> *Gateway as of that phase
+}
+
+// stored is what a gateway keeps of its Secret besides the ClusterGateway,
+// the same for every phase and resolution of one resourceVersion.
+type stored struct {
+	// Not the Secret it was read from: with 10,000 gateways its metadata and
+	// data map were a quarter of the cache's memory. Writes start from the
+	// Secret as the hub has it now (Store.GetCurrent); the cache's key is
+	// the Secret's namespace and name (GetObjectMeta).
+	namespace string
+
+	// What the status is computed from (see at): the problems the Secret
+	// itself shows and when it was last written.
+	problems []string
+	written  metav1.Time
+
+	// The inventory sync's record that the gateway is its own (nil: none).
+	owner *Owner
 }
 
 // Name is the gateway's name.
@@ -78,7 +87,7 @@ func Parse(s *corev1.Secret) *Gateway {
 
 func parseAt(s *corev1.Secret, now time.Time) *Gateway {
 	obj, problems := fromSecret(s)
-	return withStatus(s.Namespace, obj, problems, lastWrite(s), inline(obj), now)
+	return withStatus(stored{namespace: s.Namespace, problems: problems, written: lastWrite(s), owner: readOwner(s.Data)}, obj, inline(obj), now)
 }
 
 // Conn is where a gateway's requests go and the credential they carry.
@@ -89,10 +98,10 @@ type Conn struct {
 }
 
 // withStatus completes obj, which it owns, with its status as of now.
-func withStatus(namespace string, obj *v1alpha1.ClusterGateway, problems []string, written metav1.Time, res resolution, now time.Time) *Gateway {
+func withStatus(st stored, obj *v1alpha1.ClusterGateway, res resolution, now time.Time) *Gateway {
 	var v validity
-	obj.Status, v = computeStatus(obj, problems, written, res, now)
-	g := &Gateway{Object: obj, Conn: res.conn, namespace: namespace, problems: problems, written: written, res: res, validity: v, phase: v.phase(now)}
+	obj.Status, v = computeStatus(obj, st.problems, st.written, res, now)
+	g := &Gateway{Object: obj, Conn: res.conn, stored: st, res: res, validity: v, phase: v.phase(now)}
 	for _, cond := range obj.Status.Conditions {
 		if cond.Type == v1alpha1.ConditionReady {
 			g.Ready = cond.Status == metav1.ConditionTrue
@@ -151,7 +160,7 @@ func (g *Gateway) at(now time.Time) *Gateway {
 		return v.(*Gateway)
 	}
 	obj := *g.Object // the same gateway but for its status: shares what it does not change
-	v, _ := g.later.LoadOrStore(p, withStatus(g.namespace, &obj, g.problems, g.written, g.res, now))
+	v, _ := g.later.LoadOrStore(p, withStatus(g.stored, &obj, g.res, now))
 	return v.(*Gateway)
 }
 

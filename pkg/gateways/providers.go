@@ -127,7 +127,7 @@ func (s *Store) resolveProvider(g *Gateway, c *credentials.Cluster, now time.Tim
 		return prev.gw.at(now)
 	}
 	obj := *g.Object // the same gateway but for its status
-	r := &resolvedGateway{prov: st, gw: withStatus(g.namespace, &obj, g.problems, g.written, fromProvider(&obj, st), now)}
+	r := &resolvedGateway{prov: st, gw: withStatus(g.stored, &obj, fromProvider(&obj, st), now)}
 	switch {
 	case st == nil:
 	case st.Problem != "":

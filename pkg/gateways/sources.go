@@ -138,7 +138,7 @@ func (s *Store) resolve(g *Gateway, now time.Time) *Gateway {
 // resolveWith is g completed from one version of its source.
 func resolveWith(g *Gateway, src *Source, acc access, now time.Time) *Gateway {
 	obj := *g.Object // the same gateway but for its status
-	return withStatus(g.namespace, &obj, g.problems, g.written, fromSource(&obj, src, acc), now)
+	return withStatus(g.stored, &obj, fromSource(&obj, src, acc), now)
 }
 
 // sourceKey is the informer key of a gateway's credential Secret ("" when

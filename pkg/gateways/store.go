@@ -151,7 +151,14 @@ func (s *Store) List(selector labels.Selector) ([]*Gateway, string, error) {
 
 // Create writes a new gateway's Secret. With dryRun nothing is stored.
 func (s *Store) Create(ctx context.Context, gw *v1alpha1.ClusterGateway, dryRun []string) (*Gateway, error) {
+	return s.create(ctx, gw, nil, dryRun)
+}
+
+func (s *Store) create(ctx context.Context, gw *v1alpha1.ClusterGateway, owner *Owner, dryRun []string) (*Gateway, error) {
 	sec, err := toSecret(gw, nil, s.namespace)
+	if err == nil {
+		err = setOwner(sec.Data, owner)
+	}
 	if err != nil {
 		return nil, apierrors.NewInternalError(err)
 	}
@@ -166,9 +173,17 @@ func (s *Store) Create(ctx context.Context, gw *v1alpha1.ClusterGateway, dryRun 
 }
 
 // Update rewrites existing's Secret with gw. Keys and metadata of the Secret
-// that the gateway does not model are kept.
+// that the gateway does not model are kept, the inventory sync's owner
+// record (KeyOwner) included.
 func (s *Store) Update(ctx context.Context, gw *v1alpha1.ClusterGateway, existing *Current, dryRun []string) (*Gateway, error) {
+	return s.update(ctx, gw, existing, nil, dryRun)
+}
+
+func (s *Store) update(ctx context.Context, gw *v1alpha1.ClusterGateway, existing *Current, owner *Owner, dryRun []string) (*Gateway, error) {
 	sec, err := toSecret(gw, existing.secret, s.namespace)
+	if err == nil {
+		err = setOwner(sec.Data, owner)
+	}
 	if err != nil {
 		return nil, apierrors.NewInternalError(err)
 	}

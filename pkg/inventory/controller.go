@@ -14,8 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -41,7 +40,9 @@ type Config struct {
 	// the Secrets directly, as the gateway's own identity, not through the
 	// API: the API's rule that a writer naming a credential Secret may get
 	// it guards users, and the gateway reads every Secret of its source
-	// namespaces anyway. Its Lease is in the Store's namespace.
+	// namespaces anyway. Only the sync writes through CreateOwned and
+	// UpdateOwned, which record what it owns where API writes cannot.
+	// Its Lease is in the Store's namespace.
 	Store *gateways.Store
 	// Client is the hub; Dynamic reads ClusterProfiles (needed only for that sync).
 	Client  kubernetes.Interface
@@ -106,11 +107,10 @@ func New(cfg Config) (*Controller, error) {
 	// A synced gateway changed or deleted by someone else is put back.
 	if err := cfg.Store.OnChange(func(old, new *gateways.Gateway) {
 		for _, g := range []*gateways.Gateway{old, new} {
-			if g == nil {
-				continue
-			}
-			if from := Source(g.Object.Labels[LabelSyncedFrom]); cfg.Syncs(from) && g.Object.Annotations[AnnotationSource] != "" {
-				c.enqueue(key(from, g.Object.Annotations[AnnotationSource]))
+			if g != nil {
+				for _, k := range c.keysOf(g) {
+					c.enqueue(k)
+				}
 			}
 		}
 	}); err != nil {
@@ -124,6 +124,23 @@ func (c *Controller) Metrics() *Metrics { return c.metrics }
 
 // key is a work item: an inventory and one of its objects' namespace/name.
 func key(src Source, namespacedName string) string { return string(src) + "/" + namespacedName }
+
+// keysOf is the work items a gateway may concern: the object its owner
+// record names, and the one its labels name (a gateway an earlier version
+// synced, which had no record: see ownershipOf). Queuing one decides
+// nothing: sync reads the record.
+func (c *Controller) keysOf(g *gateways.Gateway) []string {
+	var keys []string
+	if o, ok := g.Owner(); ok && c.cfg.Syncs(Source(o.Source)) {
+		keys = append(keys, key(Source(o.Source), o.Object))
+	}
+	if from := Source(g.Object.Labels[LabelSyncedFrom]); c.cfg.Syncs(from) && g.Object.Annotations[AnnotationSource] != "" {
+		if k := key(from, g.Object.Annotations[AnnotationSource]); len(keys) == 0 || keys[0] != k {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
 
 func splitKey(k string) (src Source, namespace, name string) {
 	parts := strings.SplitN(k, "/", 3)
@@ -262,14 +279,10 @@ func (c *Controller) enqueueAll(q workqueue.TypedRateLimitingInterface[string]) 
 			}
 		}
 	}
-	sel := labels.NewSelector()
-	if r, err := labels.NewRequirement(LabelSyncedFrom, selection.Exists, nil); err == nil {
-		sel = sel.Add(*r)
-	}
-	gws, _, _ := c.cfg.Store.List(sel)
+	gws, _, _ := c.cfg.Store.List(nil)
 	for _, g := range gws {
-		if from := Source(g.Object.Labels[LabelSyncedFrom]); c.cfg.Syncs(from) && g.Object.Annotations[AnnotationSource] != "" {
-			q.Add(key(from, g.Object.Annotations[AnnotationSource]))
+		for _, k := range c.keysOf(g) {
+			q.Add(k)
 		}
 	}
 }
@@ -293,8 +306,8 @@ func (c *Controller) processNext(ctx context.Context, q workqueue.TypedRateLimit
 
 // sync makes the gateway of one inventory object what the object asks for:
 // created, updated in the fields the sync owns, or deleted when the object
-// is gone or asks for none. A gateway that is not the sync's own for this
-// object is never written.
+// is gone, asks for none or was replaced. A gateway whose owner record does
+// not name this object is never written.
 func (c *Controller) sync(ctx context.Context, k string) error {
 	src, ns, name := splitKey(k)
 	want, err := c.desired(src, ns, name)
@@ -304,6 +317,7 @@ func (c *Controller) sync(ctx context.Context, k string) error {
 		klog.ErrorS(err, "Inventory sync: no gateway for this object; fix it in the inventory", "inventory", src, "object", ns+"/"+name)
 		return nil
 	}
+	object := ns + "/" + name
 	gwName := gatewayNameFor(src, ns, name)
 	existing, err := c.cfg.Store.Get(gwName)
 	if apierrors.IsNotFound(err) {
@@ -312,68 +326,74 @@ func (c *Controller) sync(ctx context.Context, k string) error {
 	if err != nil {
 		return err
 	}
-	if existing != nil && !owns(existing.Object, src, ns+"/"+name) {
-		c.setCollision(k, want != nil, gwName, existing.Object)
-		return nil
+	adopt := false
+	if existing != nil {
+		switch ownershipOf(existing, src, object, want) {
+		case notOwned:
+			c.setCollision(k, want != nil, gwName, existing)
+			return nil
+		case stale:
+			c.setCollision(k, false, "", nil)
+			if err := c.deleteOwned(ctx, src, object, existing); err != nil || want == nil {
+				return err
+			}
+			existing = nil // and the object as it is now gets a gateway of its own
+		case adoptable:
+			adopt = true
+		}
 	}
 	c.setCollision(k, false, "", nil)
 	switch {
-	case want == nil && existing == nil:
-		return nil
 	case want == nil:
-		return c.deleteOwned(ctx, src, ns, name)
+		return nil
 	case existing == nil:
 		if errs := v1alpha1.ValidateClusterGateway(want); len(errs) > 0 {
 			c.metrics.errors.WithLabelValues(string(src), "InvalidSource").Inc()
-			klog.ErrorS(errs.ToAggregate(), "Inventory sync: the gateway this object asks for is not valid; fix it in the inventory", "inventory", src, "object", ns+"/"+name, "gateway", gwName)
+			klog.ErrorS(errs.ToAggregate(), "Inventory sync: the gateway this object asks for is not valid; fix it in the inventory", "inventory", src, "object", object, "gateway", gwName)
 			return nil
 		}
-		if _, err := c.cfg.Store.Create(ctx, want, nil); err != nil {
+		if _, err := c.cfg.Store.CreateOwned(ctx, want, ownerOf(src, object, want)); err != nil {
 			return fmt.Errorf("creating gateway %s: %w", gwName, err)
 		}
 		c.metrics.writes.WithLabelValues(string(src), "create").Inc()
-		klog.InfoS("Inventory sync: created a gateway", "gateway", gwName, "inventory", src, "object", ns+"/"+name)
+		klog.InfoS("Inventory sync: created a gateway", "gateway", gwName, "inventory", src, "object", object)
 		return nil
-	case upToDate(existing.Object, want):
+	case !adopt && upToDate(existing.Object, want):
 		return nil
 	}
 	cur, err := c.cfg.Store.GetCurrent(ctx, gwName)
 	if err != nil {
 		return err
 	}
-	if !owns(cur.Object, src, ns+"/"+name) {
+	if o := ownershipOf(cur.Gateway, src, object, want); o != owned && o != adoptable {
 		return fmt.Errorf("gateway %s changed hands while being synced; trying again", gwName)
 	}
 	gw := merge(cur.Object, want)
 	if errs := v1alpha1.ValidateClusterGateway(gw); len(errs) > 0 {
 		c.metrics.errors.WithLabelValues(string(src), "InvalidSource").Inc()
-		klog.ErrorS(errs.ToAggregate(), "Inventory sync: the gateway this object asks for is not valid; fix it in the inventory", "inventory", src, "object", ns+"/"+name, "gateway", gwName)
+		klog.ErrorS(errs.ToAggregate(), "Inventory sync: the gateway this object asks for is not valid; fix it in the inventory", "inventory", src, "object", object, "gateway", gwName)
 		return nil
 	}
-	if _, err := c.cfg.Store.Update(ctx, gw, cur, nil); err != nil {
+	if _, err := c.cfg.Store.UpdateOwned(ctx, gw, cur, ownerOf(src, object, want)); err != nil {
 		return fmt.Errorf("updating gateway %s: %w", gwName, err)
 	}
 	c.metrics.writes.WithLabelValues(string(src), "update").Inc()
-	klog.InfoS("Inventory sync: updated a gateway", "gateway", gwName, "inventory", src, "object", ns+"/"+name)
+	if adopt {
+		klog.InfoS("Inventory sync: adopted a gateway an earlier version synced (it was already what the sync writes; its owner record is now written)", "gateway", gwName, "inventory", src, "object", object)
+	} else {
+		klog.InfoS("Inventory sync: updated a gateway", "gateway", gwName, "inventory", src, "object", object)
+	}
 	return nil
 }
 
-// deleteOwned deletes the sync's gateway of an object that is gone or asks
-// for no gateway.
-func (c *Controller) deleteOwned(ctx context.Context, src Source, ns, name string) error {
-	gwName := gatewayNameFor(src, ns, name)
-	existing, err := c.cfg.Store.Get(gwName)
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil || !owns(existing.Object, src, ns+"/"+name) {
-		return err
-	}
-	if err := c.cfg.Store.Delete(ctx, existing, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &existing.Object.UID}}); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting gateway %s: %w", gwName, err)
+// deleteOwned deletes the sync's gateway g of an object that is gone, asks
+// for no gateway, or was replaced by another of its name.
+func (c *Controller) deleteOwned(ctx context.Context, src Source, object string, g *gateways.Gateway) error {
+	if err := c.cfg.Store.Delete(ctx, g, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &g.Object.UID}}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting gateway %s: %w", g.Name(), err)
 	}
 	c.metrics.writes.WithLabelValues(string(src), "delete").Inc()
-	klog.InfoS("Inventory sync: deleted a gateway whose source is gone", "gateway", gwName, "inventory", src, "object", ns+"/"+name)
+	klog.InfoS("Inventory sync: deleted a gateway whose source is gone or no longer asks for it", "gateway", g.Name(), "inventory", src, "object", object)
 	return nil
 }
 
@@ -406,10 +426,53 @@ func (c *Controller) lookup(src Source, ns, name string) (interface{}, bool) {
 	return nil, false
 }
 
-// owns tells whether gw is the sync's gateway of the object source of
-// inventory from.
-func owns(gw *v1alpha1.ClusterGateway, from Source, source string) bool {
-	return gw.Labels[LabelSyncedFrom] == string(from) && gw.Annotations[AnnotationSource] == source
+// ownership is what the sync may do with a gateway that has the name of an
+// inventory object's gateway.
+type ownership int
+
+const (
+	// notOwned: leave it alone (a collision).
+	notOwned ownership = iota
+	// owned: its owner record names the object as it is now: keep it in sync.
+	owned
+	// stale: its owner record names the object, which is gone, asks for no
+	// gateway, or is another object of that name (its UID): delete it.
+	stale
+	// adoptable: no owner record, but it is already exactly what the sync
+	// writes for the object, the labels and annotations naming the object
+	// and its UID included: a gateway an earlier version synced, before
+	// owner records. Adopting it writes the record and nothing else, so it
+	// gives the sync no power over where the gateway sends what: marks forged
+	// before API writes refused them cannot hand over a gateway that differs.
+	adoptable
+)
+
+// ownershipOf is the sync's ownership of g as the gateway of the object
+// (<namespace>/<name>) of inventory src, which asks for want (nil: none,
+// or the object is gone). It reads the owner record, which only the sync
+// writes, never the labels and annotations alone.
+func ownershipOf(g *gateways.Gateway, src Source, object string, want *v1alpha1.ClusterGateway) ownership {
+	o, ok := g.Owner()
+	switch {
+	case ok && o.Source == string(src) && o.Object == object:
+		if want == nil || o.UID != sourceUID(want) {
+			return stale
+		}
+		return owned
+	case !ok && want != nil && upToDate(g.Object, want):
+		return adoptable
+	}
+	return notOwned
+}
+
+// ownerOf is the owner record of the gateway want of the object of src.
+func ownerOf(src Source, object string, want *v1alpha1.ClusterGateway) gateways.Owner {
+	return gateways.Owner{Source: string(src), Object: object, UID: sourceUID(want)}
+}
+
+// sourceUID is the UID of the object a desired gateway is synced from.
+func sourceUID(want *v1alpha1.ClusterGateway) types.UID {
+	return types.UID(want.Annotations[AnnotationSourceUID])
 }
 
 // The fields the sync owns: the endpoint, the credential, its label and its
@@ -478,7 +541,7 @@ func merge(have, want *v1alpha1.ClusterGateway) *v1alpha1.ClusterGateway {
 
 // setCollision records whether the object k's gateway name is held by a
 // gateway that is not its own (logged once, counted in a gauge).
-func (c *Controller) setCollision(k string, collides bool, gwName string, holder *v1alpha1.ClusterGateway) {
+func (c *Controller) setCollision(k string, collides bool, gwName string, holder *gateways.Gateway) {
 	c.mu.Lock()
 	was := c.collisions[k]
 	if collides {
@@ -490,7 +553,7 @@ func (c *Controller) setCollision(k string, collides bool, gwName string, holder
 	if collides && !was {
 		src, ns, name := splitKey(k)
 		klog.InfoS("Inventory sync: a gateway that the sync does not own has this object's name; it is left alone and this object gets no gateway (rename or delete that gateway)",
-			"gateway", gwName, "inventory", src, "object", ns+"/"+name, "holderSyncedFrom", holder.Labels[LabelSyncedFrom], "holderSource", holder.Annotations[AnnotationSource])
+			"gateway", gwName, "inventory", src, "object", ns+"/"+name, "holderSyncedFrom", holder.Object.Labels[LabelSyncedFrom], "holderSource", holder.Object.Annotations[AnnotationSource])
 	}
 }
 

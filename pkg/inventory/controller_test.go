@@ -187,10 +187,11 @@ func TestSyncCAPI(t *testing.T) {
 	handmade := &v1alpha1.ClusterGateway{ObjectMeta: metav1.ObjectMeta{Name: GatewayName(srcNamespace, "taken"), Labels: map[string]string{"team": "a"}},
 		Spec: v1alpha1.ClusterGatewaySpec{Endpoint: v1alpha1.Endpoint{Address: "https://10.0.0.1:6443"}, Credential: v1alpha1.Credential{Type: v1alpha1.CredentialBearerToken, BearerToken: "t"}}}
 	v1alpha1.SetDefaults_ClusterGateway(handmade)
-	for _, gw := range []*v1alpha1.ClusterGateway{handmade, orphan} {
-		if _, err := h.store.Create(ctx, gw, nil); err != nil {
-			t.Fatal(err)
-		}
+	if _, err := h.store.Create(ctx, handmade, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.store.CreateOwned(ctx, orphan, ownerOf(SourceCAPI, srcNamespace+"/gone-kubeconfig", orphan)); err != nil {
+		t.Fatal(err)
 	}
 	hand, _ := h.store.Get(handmade.Name)
 

@@ -64,8 +64,16 @@ func (g *gaugesCollector) CollectWithStability(ch chan<- metrics.Metric) {
 		if !g.c.cfg.Syncs(src) {
 			continue
 		}
+		// The sync writes its label on every gateway it owns, and API writes
+		// cannot remove it: the label narrows, the owner record decides.
 		gws, _, _ := g.c.cfg.Store.List(labels.SelectorFromSet(labels.Set{LabelSyncedFrom: string(src)}))
-		ch <- metrics.NewLazyConstMetric(g.gateways, metrics.GaugeValue, float64(len(gws)), string(src))
+		n := 0
+		for _, gw := range gws {
+			if o, ok := gw.Owner(); ok && o.Source == string(src) {
+				n++
+			}
+		}
+		ch <- metrics.NewLazyConstMetric(g.gateways, metrics.GaugeValue, float64(n), string(src))
 		ch <- metrics.NewLazyConstMetric(g.collisions, metrics.GaugeValue, float64(collisions[src]), string(src))
 	}
 }

@@ -1,8 +1,8 @@
 // Package inventory keeps ClusterGateways in sync with the clusters an
 // inventory knows: Cluster API kubeconfig Secrets and ClusterProfiles
 // (sigs.k8s.io/cluster-inventory-api). One gateway replica syncs at a time,
-// elected with a Lease; it creates, updates and deletes only the gateways it
-// marked as its own.
+// elected with a Lease; it creates, updates and deletes only the gateways whose
+// owner record, which only it writes, names the object they are synced from.
 package inventory
 
 import (
@@ -10,7 +10,7 @@ import (
 	"encoding/hex"
 	"strings"
 
-	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 )
 
 // Source is an inventory the gateways are synced from.
@@ -23,15 +23,16 @@ const (
 	SourceClusterProfile Source = "clusterprofile"
 )
 
-// What marks a synced gateway (in the gateway's own metadata, which is kept
-// in its Secret's data, not on the Secret). A gateway is the sync's own when
-// LabelSyncedFrom names the inventory and AnnotationSource names the very
-// object it is synced from; no other gateway is ever written.
+// What shows, in a synced gateway's own labels and annotations, where it is
+// synced from. They are for people and selectors: the sync decides what it
+// owns from its owner record alone (gateways.Owner), which no API write can
+// set, and API writes may not add, change or remove these keys either
+// (gateways.SyncedKeyPrefix).
 const (
-	LabelSyncedFrom      = v1alpha1.GroupName + "/synced-from"       // capi | clusterprofile
-	AnnotationSource     = v1alpha1.GroupName + "/synced-source"     // <namespace>/<name> of the Secret or ClusterProfile
-	AnnotationSourceUID  = v1alpha1.GroupName + "/synced-source-uid" // its UID
-	maxGatewayNameLength = 253                                       // a Secret's name
+	LabelSyncedFrom      = gateways.SyncedKeyPrefix + "from"       // capi | clusterprofile
+	AnnotationSource     = gateways.SyncedKeyPrefix + "source"     // <namespace>/<name> of the Secret or ClusterProfile
+	AnnotationSourceUID  = gateways.SyncedKeyPrefix + "source-uid" // its UID
+	maxGatewayNameLength = 253                                     // a Secret's name
 )
 
 // GatewayName is the gateway synced from the object namespace/name: the

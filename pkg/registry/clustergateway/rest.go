@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"net/url"
 	"slices"
 	"strings"
@@ -202,7 +203,8 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 	}
 	gw = gw.DeepCopy()
 	prepareForCreate(gw)
-	if errs := r.validateWrite(gw, gw.Spec.Credential); len(errs) > 0 {
+	errs := syncedKeyChanges(gw, nil)
+	if errs = append(errs, r.validateWrite(gw, gw.Spec.Credential)...); len(errs) > 0 {
 		return nil, apierrors.NewInvalid(kind, gw.Name, errs)
 	}
 	if err := r.mayNameSource(ctx, gw); err != nil {
@@ -275,6 +277,7 @@ func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObje
 	kept := keepMaterial(gw, full)
 	gw.UID, gw.CreationTimestamp, gw.Status = full.UID, full.CreationTimestamp, v1alpha1.ClusterGatewayStatus{}
 	errs := apivalidation.ValidateObjectMetaUpdate(&gw.ObjectMeta, &full.ObjectMeta, field.NewPath("metadata"))
+	errs = append(errs, syncedKeyChanges(gw, full)...)
 	errs = append(errs, r.validateWrite(gw, sent)...)
 	if len(kept) > 0 {
 		// Report every problem at once; "required" for material that
@@ -332,6 +335,41 @@ func (r *REST) validateWrite(gw *v1alpha1.ClusterGateway, sent v1alpha1.Credenti
 				errs = append(errs, field.Forbidden(ep.Child("proxyURL"), err.Error()))
 			}
 		}
+	}
+	return errs
+}
+
+// syncedKeyChanges refuses a write that adds, changes or removes a label or
+// annotation of the inventory sync's (gateways.SyncedKeyPrefix; old is nil
+// on create). They show which inventory object a gateway is synced from;
+// only the sync, which does not write through the API, sets them, so they
+// never say what its owner record does not.
+func syncedKeyChanges(gw, old *v1alpha1.ClusterGateway) field.ErrorList {
+	var oldLabels, oldAnnotations map[string]string
+	if old != nil {
+		oldLabels, oldAnnotations = old.Labels, old.Annotations
+	}
+	meta := field.NewPath("metadata")
+	errs := syncedKeysChanged(meta.Child("labels"), gw.Labels, oldLabels)
+	return append(errs, syncedKeysChanged(meta.Child("annotations"), gw.Annotations, oldAnnotations)...)
+}
+
+func syncedKeysChanged(p *field.Path, m, old map[string]string) field.ErrorList {
+	var errs field.ErrorList
+	keys := slices.Sorted(maps.Keys(m))
+	for k := range old {
+		if _, ok := m[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	for _, k := range keys {
+		v, in := m[k]
+		ov, inOld := old[k]
+		if !gateways.IsSyncedKey(k) || (in == inOld && v == ov) {
+			continue
+		}
+		errs = append(errs, field.Forbidden(p.Key(k), fmt.Sprintf(
+			"is set only by the inventory sync, to show which inventory object the gateway is synced from: keys starting with %s cannot be added, changed or removed through the API", gateways.SyncedKeyPrefix)))
 	}
 	return errs
 }
