@@ -3,9 +3,11 @@ package clustergateway
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"net/url"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -22,6 +24,7 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
+	sigsjson "sigs.k8s.io/json"
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
@@ -374,24 +377,74 @@ func syncedKeysChanged(p *field.Path, m, old map[string]string) field.ErrorList 
 	return errs
 }
 
-// movesSource tells whether an update names a credential Secret and changes
-// which one, where its credential is sent, or whom it acts for: what needs
-// the writer to be allowed to read that Secret. A label edit does not.
+// movesSource tells whether an update names a credential source and changes
+// which one, which credential it mints or gives, where that credential is
+// sent, or whom it acts for: what needs the writer to be allowed to name
+// that source (mayNameSource). A label edit does not.
 func movesSource(gw, old *v1alpha1.ClusterGateway) bool {
 	c, oc := gw.Spec.Credential, old.Spec.Credential
 	switch {
 	case c.Type == v1alpha1.CredentialSecretRef && c.SecretRef != nil:
+		// Namespace, name and format: the format decides which keys of
+		// the Secret are read.
 		if oc.Type != c.Type || oc.SecretRef == nil || *oc.SecretRef != *c.SecretRef {
 			return true
 		}
 	case c.Type == v1alpha1.CredentialProvider && c.Provider != nil:
-		if oc.Type != c.Type || oc.Provider == nil || oc.Provider.Name != c.Provider.Name {
+		// The config decides what the provider mints, as its name does.
+		if oc.Type != c.Type || oc.Provider == nil || oc.Provider.Name != c.Provider.Name || !sameProviderConfig(c.Provider.Config, oc.Provider.Config) {
 			return true
 		}
 	default:
 		return false
 	}
-	return len(routeChanges(gw, old)) > 0
+	// The proxy's user info too: for a source's credential it is not
+	// material the writer must carry (keepMaterial), but it decides how the
+	// credential travels and is passed to a provider.
+	return len(routeChanges(gw, old)) > 0 || gw.Spec.Endpoint.ProxyURL != old.Spec.Endpoint.ProxyURL
+}
+
+// sameProviderConfig tells whether a provider would be given the same
+// config. Byte for byte after compaction, or the same JSON value: a patch
+// or an apply re-encodes the stored config (its keys sorted), which must not
+// count as a change. Numbers are compared as written (1 and 1.0 differ, and
+// no two large integers are rounded to one), and a config with a key twice
+// never equals another: providers differ in which of the two they read.
+func sameProviderConfig(a, b *runtime.RawExtension) bool {
+	ar, br := rawConfig(a), rawConfig(b)
+	if len(ar) == 0 || len(br) == 0 {
+		return len(ar) == len(br)
+	}
+	var ac, bc bytes.Buffer
+	if json.Compact(&ac, ar) == nil && json.Compact(&bc, br) == nil && bytes.Equal(ac.Bytes(), bc.Bytes()) {
+		return true
+	}
+	av, aok := configValue(ar)
+	bv, bok := configValue(br)
+	return aok && bok && reflect.DeepEqual(av, bv)
+}
+
+func rawConfig(c *runtime.RawExtension) []byte {
+	if c == nil || bytes.Equal(bytes.TrimSpace(c.Raw), []byte("null")) {
+		return nil
+	}
+	return bytes.TrimSpace(c.Raw)
+}
+
+// configValue is the JSON value of raw with its numbers as written; false
+// when raw is not JSON or has a key twice in one object.
+func configValue(raw []byte) (interface{}, bool) {
+	var strict interface{}
+	if strictErrs, err := sigsjson.UnmarshalStrict(raw, &strict, sigsjson.DisallowDuplicateFields); err != nil || len(strictErrs) > 0 {
+		return nil, false
+	}
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var v interface{}
+	if err := d.Decode(&v); err != nil {
+		return nil, false
+	}
+	return v, true
 }
 
 // ProviderResource is what a writer must be allowed to "use" to name a
