@@ -36,8 +36,10 @@ const e2eProvider = "e2e-provider"
 // writes; a Cluster API kubeconfig Secret becomes a Ready gateway that kubectl
 // reaches the cluster through, follows the Secret's changes and goes with
 // it; a ClusterProfile naming a provider becomes a Provider gateway and
-// goes with it; a hand-made gateway with a synced name is never written;
-// the leader killed, the other replica takes over and syncs. It restarts
+// goes with it; a hand-made gateway with a synced name is never written,
+// nor is one with the sync's marks forged on it (API writes refuse them; as
+// stored otherwise they grant nothing: forgedMarks); the leader killed, the
+// other replica takes over and syncs. It restarts
 // the gateway, so it does not run in parallel.
 func TestInventorySync(t *testing.T) {
 	requireGateway(t)
@@ -80,7 +82,7 @@ func TestInventorySync(t *testing.T) {
 	// Synced gateways left by a failure are deleted once no replica syncs
 	// any more (cleanups run last to first): earlier, the leader would
 	// recreate them from their sources.
-	for _, n := range []string{"c1", "c2", "p1"} {
+	for _, n := range []string{"c1", "c2", "p1", "victim", "ghost"} {
 		cleanupGateway(t, inventory.GatewayName(ns, n))
 	}
 	providersFile := filepath.Join(t.TempDir(), "providers.yaml")
@@ -231,6 +233,9 @@ providers:
 		}
 	})
 
+	forged := newForgedMarks(t, &forgedMarks{ns: ns, admin: admin, rc: rc, reader: replicas[follower], leader: func() *localenv.Gateway { return replicas[leader] }})
+	t.Run("ownership marks cannot be forged", forged.forgeAndSync)
+
 	t.Run("the leader killed, the other replica takes over", func(t *testing.T) {
 		if err := replicas[leader].Process.Kill(); err != nil {
 			t.Fatal(err)
@@ -254,6 +259,8 @@ providers:
 		}
 		awaitGone(t, rc, name, "the new leader deletes "+name+" with its Secret")
 	})
+
+	t.Run("a new leader's first pass leaves the forged gateways alone", forged.untouchedAfterLeaderChange)
 }
 
 // installInventoryRBAC applies config/inventory-sync (the Lease) and the
