@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -11,9 +12,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
+	clientcmdv1 "k8s.io/client-go/tools/clientcmd/api/v1"
+	sigsjson "sigs.k8s.io/json"
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+	"github.com/clustergateway/cluster-gateway/pkg/boundedyaml"
 )
 
 // The keys the gateway reads of a credential Secret.
@@ -130,24 +133,66 @@ func (s *Source) parse(format v1alpha1.SecretFormat) *Material {
 	return m
 }
 
+// kubeconfigLimits bound a kubeconfig that the gateway reads from a
+// Secret, which whoever may write Secrets in a source namespace wrote.
+// Kubeconfigs written by tools (Cluster API's hold one cluster, user and
+// context) are a few KiB and never use YAML anchors or aliases.
+var kubeconfigLimits = boundedyaml.Limits{MaxBytes: 256 << 10, MaxNodes: 10000}
+
 // fromKubeconfig fills m from the current context of a kubeconfig; it
 // returns what makes the kubeconfig unusable. The gateway reads only inline
 // data: a kubeconfig that names files or runs a plugin is refused, never
-// followed.
+// followed. Whatever it holds that would change whom the credential acts
+// for or where it goes is applied or refused, never dropped; what it
+// ignores changes neither (docs/security.md). No problem quotes the
+// kubeconfig: it holds the credential.
 func fromKubeconfig(m *Material, raw []byte) string {
-	cfg, err := clientcmd.Load(raw)
-	if err != nil {
+	js, err := boundedyaml.ToJSON(raw, kubeconfigLimits)
+	switch {
+	case errors.Is(err, boundedyaml.ErrTooLarge):
+		return fmt.Sprintf("holds a kubeconfig of %d KiB, more than the %d KiB the gateway reads: keep only the context it uses (kubectl config view --minify --flatten)", len(raw)>>10, kubeconfigLimits.MaxBytes>>10)
+	case errors.Is(err, boundedyaml.ErrTooManyNodes):
+		return fmt.Sprintf("holds a kubeconfig of more than %d YAML nodes: keep only the context it uses (kubectl config view --minify --flatten)", kubeconfigLimits.MaxNodes)
+	case err != nil:
+		return "holds a kubeconfig that " + err.Error()
+	}
+	var cfg clientcmdv1.Config
+	// As client-go decodes a kubeconfig: field names are case-sensitive.
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(js, &cfg); err != nil {
+		// encoding/json's messages name a field and a type, never a value.
 		return "is not a kubeconfig: " + err.Error()
 	}
-	ctx, ok := cfg.Contexts[cfg.CurrentContext]
+	if (cfg.Kind != "" && cfg.Kind != "Config") || (cfg.APIVersion != "" && cfg.APIVersion != "v1") {
+		return "is not a kubeconfig (apiVersion v1, kind Config)"
+	}
+	clusters, users, contexts := map[string]*clientcmdv1.Cluster{}, map[string]*clientcmdv1.AuthInfo{}, map[string]*clientcmdv1.Context{}
+	for _, c := range cfg.Clusters {
+		if _, dup := clusters[c.Name]; dup {
+			return fmt.Sprintf("names cluster %q twice: keep one", c.Name)
+		}
+		clusters[c.Name] = &c.Cluster
+	}
+	for _, u := range cfg.AuthInfos {
+		if _, dup := users[u.Name]; dup {
+			return fmt.Sprintf("names user %q twice: keep one", u.Name)
+		}
+		users[u.Name] = &u.AuthInfo
+	}
+	for _, c := range cfg.Contexts {
+		if _, dup := contexts[c.Name]; dup {
+			return fmt.Sprintf("names context %q twice: keep one", c.Name)
+		}
+		contexts[c.Name] = &c.Context
+	}
+	ctx, ok := contexts[cfg.CurrentContext]
 	if !ok {
 		return fmt.Sprintf("has no current context (current-context %q)", cfg.CurrentContext)
 	}
-	cluster, ok := cfg.Clusters[ctx.Cluster]
+	cluster, ok := clusters[ctx.Cluster]
 	if !ok {
 		return fmt.Sprintf("names cluster %q in its current context, but has no such cluster", ctx.Cluster)
 	}
-	auth, ok := cfg.AuthInfos[ctx.AuthInfo]
+	auth, ok := users[ctx.AuthInfo]
 	if !ok {
 		return fmt.Sprintf("names user %q in its current context, but has no such user", ctx.AuthInfo)
 	}
@@ -158,6 +203,11 @@ func fromKubeconfig(m *Material, raw []byte) string {
 		return "authenticates with an exec or auth-provider plugin: configure it as a credential provider on the gateway and use credential type Provider"
 	case auth.Username != "" || auth.Password != "":
 		return "authenticates with a user name and password, which the gateway does not send: use a token or a client certificate"
+	case auth.Impersonate != "" || auth.ImpersonateUID != "" || len(auth.ImpersonateGroups) > 0 || len(auth.ImpersonateUserExtra) > 0:
+		// Applying it would meet spec.impersonation (mode Caller impersonates
+		// the hub caller); dropping it would act as the kubeconfig's own,
+		// more powerful identity.
+		return "impersonates (as, as-uid, as-groups or as-user-extra), which the gateway does not apply: give it a kubeconfig whose user is the identity to act as, or set spec.impersonation.mode Caller to act as each hub caller"
 	case cluster.ProxyURL != "":
 		return "sets a proxy-url: set spec.endpoint.proxyURL instead"
 	}
