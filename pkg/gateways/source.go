@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	clientcmdv1 "k8s.io/client-go/tools/clientcmd/api/v1"
 	sigsjson "sigs.k8s.io/json"
 
@@ -23,23 +25,43 @@ import (
 var sourceKeys = []string{v1alpha1.SecretKeyKubeconfigCAPI, v1alpha1.SecretKeyKubeconfig, v1alpha1.SecretKeyToken, v1alpha1.SecretKeyCA, v1alpha1.SecretKeyCert, v1alpha1.SecretKeyKey}
 
 // Source is a credential Secret as the gateway keeps it: only the keys it
-// reads, parsed once per format and resourceVersion. It is immutable.
+// reads, parsed once per format and version of its material. It is
+// immutable.
 type Source struct {
 	Namespace, Name string
+	uid             types.UID
+	resourceVersion string
 	data            map[string][]byte
 	// rotated is when its material last changed (the hub's time of the
 	// write that changed it); digest tells a change of material from a write
 	// that changed only metadata.
 	rotated metav1.Time
 	digest  [sha256.Size]byte
-	parsed  sync.Map // v1alpha1.SecretFormat -> *Material
+	// parsed is shared by the versions of the Secret with the same material:
+	// a write that changes only metadata parses nothing again.
+	parsed *parsedMaterial
 }
 
+// parsedMaterial holds a Source's material once per format: every gateway
+// and every subscriber that resolves against it at once waits for the one
+// parse instead of running its own.
+type parsedMaterial struct {
+	byFormat sync.Map // v1alpha1.SecretFormat -> func() *Material (sync.OnceValue)
+}
+
+// sourceParses counts the Sources parsed (one per format and version of
+// the material), for the tests that hold the gateway to parsing each once.
+var sourceParses atomic.Int64
+
 // newSource keeps what the gateway reads of s. prev is the same Secret as
-// read before (nil: first seen), whose rotation time stays if the material
-// did not change.
+// read before (nil: first seen): the same version of it is prev itself (an
+// informer's relist hands every Secret over again), and its rotation time
+// and parsed material stay if the material did not change.
 func newSource(s *corev1.Secret, prev *Source) *Source {
-	src := &Source{Namespace: s.Namespace, Name: s.Name, data: map[string][]byte{}}
+	if prev != nil && prev.uid == s.UID && prev.resourceVersion == s.ResourceVersion && s.ResourceVersion != "" {
+		return prev
+	}
+	src := &Source{Namespace: s.Namespace, Name: s.Name, uid: s.UID, resourceVersion: s.ResourceVersion, data: map[string][]byte{}}
 	h := sha256.New()
 	for _, k := range sourceKeys {
 		if v, ok := s.Data[k]; ok {
@@ -51,7 +73,9 @@ func newSource(s *corev1.Secret, prev *Source) *Source {
 	h.Sum(src.digest[:0])
 	src.rotated = lastWrite(s)
 	if prev != nil && prev.digest == src.digest {
-		src.rotated = prev.rotated
+		src.rotated, src.parsed = prev.rotated, prev.parsed
+	} else {
+		src.parsed = &parsedMaterial{}
 	}
 	return src
 }
@@ -73,16 +97,20 @@ type Material struct {
 	Problem     string
 }
 
-// material is the source read as format (empty: detected).
+// material is the source read as format (empty: detected), parsed on the
+// first call for that format, once.
 func (s *Source) material(format v1alpha1.SecretFormat) *Material {
 	if format == "" {
 		format = s.detect()
 	}
-	if m, ok := s.parsed.Load(format); ok {
-		return m.(*Material)
+	parse, ok := s.parsed.byFormat.Load(format)
+	if !ok {
+		parse, _ = s.parsed.byFormat.LoadOrStore(format, sync.OnceValue(func() *Material {
+			sourceParses.Add(1)
+			return s.parse(format)
+		}))
 	}
-	m, _ := s.parsed.LoadOrStore(format, s.parse(format))
-	return m.(*Material)
+	return parse.(func() *Material)()
 }
 
 // detect names the format the data looks like; empty when none.

@@ -4,12 +4,16 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
 
@@ -233,5 +237,147 @@ users: [{name: u, user: {token: ` + tok1 + `}}, {name: u, user: {token: ` + tok2
 		if strings.Contains(g.Problem, "s3cr3t") || strings.Contains(g.Problem, "c2VjcmV0") || strings.Contains(g.Problem, "[115 101") {
 			t.Errorf("%s: the problem quotes the kubeconfig: %q", name, g.Problem)
 		}
+	}
+}
+
+// Each version of a Secret's material is parsed once, however many
+// gateways name it and however many subscribers (the proxy, the prober,
+// the inventory sync, ...) and requests resolve them at once; a write
+// that changes only the Secret's metadata, or the same version handed over
+// again (an informer's relist), parses nothing.
+func TestSourceParsedOncePerVersion(t *testing.T) {
+	c := validCredential(t)
+	const gateways, subscribers = 3, 8
+	// A kubeconfig that takes a while to parse, so that subscribers
+	// resolving at once would overlap if each parsed its own.
+	kubeconfig := func(token string) []byte {
+		var b strings.Builder
+		b.Write(kubeconfigBytes(t, "https://10.0.0.7:6443", c.caPEM, token, nil, nil))
+		b.WriteString("extensions:\n")
+		for i := range 1000 { // 7 nodes each, within the node budget
+			fmt.Fprintf(&b, "- {name: e%d, extension: {k: v}}\n", i)
+		}
+		return []byte(b.String())
+	}
+	refs := map[string]string{}
+	for i := range gateways {
+		refs[fmt.Sprintf("gw-%d", i)] = "shared-kubeconfig"
+	}
+	store, client := sourceStore(t, []*corev1.Secret{capiSecret("shared-kubeconfig", "1", kubeconfig("token-1"))}, refs)
+
+	var mu sync.Mutex
+	seen := make([]map[string]string, subscribers) // subscriber -> gateway -> token last seen
+	calls := make([]int, subscribers)
+	for i := range subscribers {
+		seen[i] = map[string]string{}
+		if err := store.OnChange(func(_, new *Gateway) {
+			if new != nil {
+				mu.Lock()
+				seen[i][new.Name()] = new.Conn.Token
+				calls[i]++
+				mu.Unlock()
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	allSaw := func(token string) func() bool {
+		return func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, m := range seen {
+				for gw := range refs {
+					if m[gw] != token {
+						return false
+					}
+				}
+			}
+			return true
+		}
+	}
+	callsNow := func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]int(nil), calls...)
+	}
+	parses := sourceParses.Load()
+	parsed := func(what string) {
+		t.Helper()
+		if got := sourceParses.Load() - parses; got != 1 {
+			t.Errorf("%s: the kubeconfig was parsed %d times by %d gateways and %d subscribers, want once", what, got, gateways, subscribers)
+		}
+		parses = sourceParses.Load()
+	}
+	startStore(t, store)
+	// Subscribers may first hear of the gateways before the source's
+	// namespace is synced (SourceNotRead), so the first read is Get's.
+	for gw := range refs {
+		if g, err := store.Get(gw); err != nil || g.Conn.Token != "token-1" {
+			t.Fatalf("%s: %+v, %v; want the first token", gw, g, err)
+		}
+	}
+	parsed("first read")
+
+	update := func(rv string, kubeconfig []byte, labels map[string]string) {
+		t.Helper()
+		s := capiSecret("shared-kubeconfig", rv, kubeconfig)
+		s.Labels = labels
+		if _, err := client.CoreV1().Secrets(sourceNamespace).Update(t.Context(), s, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	update("2", kubeconfig("token-2"), nil)
+	testpoll.EventuallyTrue(t, 30*time.Second, "every subscriber to see the rotated token", allSaw("token-2"))
+	parsed("a rotation")
+
+	// Requests resolving at once while the Secret rotates: still once.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for gw := range refs {
+					_, _ = store.Get(gw)
+				}
+			}
+		})
+	}
+	update("3", kubeconfig("token-3"), nil)
+	testpoll.EventuallyTrue(t, 30*time.Second, "every subscriber to see the token rotated under requests", allSaw("token-3"))
+	close(stop)
+	wg.Wait()
+	parsed("a rotation under concurrent requests")
+
+	// Only metadata changes: every subscriber hears of each gateway, and
+	// nothing is parsed.
+	was := callsNow()
+	update("4", kubeconfig("token-3"), map[string]string{"team": "a"})
+	testpoll.EventuallyTrue(t, 30*time.Second, "every subscriber to hear of the metadata change", func() bool {
+		now := callsNow()
+		for i := range now {
+			if now[i] < was[i]+gateways {
+				return false
+			}
+		}
+		return true
+	})
+	if got := sourceParses.Load() - parses; got != 0 {
+		t.Errorf("a write that changed only metadata parsed the kubeconfig %d times, want none", got)
+	}
+
+	// The same version handed over again is the Source already held.
+	obj, _, _ := store.sources.byNamespace[sourceNamespace].GetIndexer().GetByKey(sourceNamespace + "/shared-kubeconfig")
+	held := obj.(*Source)
+	sec, err := client.CoreV1().Secrets(sourceNamespace).Get(t.Context(), "shared-kubeconfig", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again := newSource(sec, held); again != held {
+		t.Errorf("the same version of the Secret read again made a new Source")
 	}
 }
