@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"sigs.k8s.io/yaml"
+	"github.com/clustergateway/cluster-gateway/pkg/boundedyaml"
 )
 
 // The launcher is the gateway's own binary run as client-go's exec plugin
@@ -33,6 +33,10 @@ const (
 // maxOutput bounds a provider's ExecCredential: a token and a certificate
 // chain with its key fit many times over.
 const maxOutput = 1 << 20
+
+// outputLimits bound the parse of a provider's output: no YAML alias
+// expands it (an ExecCredential never has one), and its nodes are few.
+var outputLimits = boundedyaml.Limits{MaxBytes: maxOutput, MaxNodes: 10000}
 
 // refreshAt is how much of a credential's remaining life may pass before
 // client-go runs the provider again: the ExecCredential's
@@ -173,7 +177,7 @@ func readExpiry(file string) time.Time {
 // false when raw is no ExecCredential: it is not passed on, for
 // client-go's decoding error would quote it.
 func refreshEarly(raw []byte, now time.Time) (cred []byte, expires time.Time, ok bool) {
-	js, err := yaml.YAMLToJSON(raw)
+	js, err := boundedyaml.ToJSON(raw, outputLimits)
 	if err != nil {
 		return nil, time.Time{}, false
 	}

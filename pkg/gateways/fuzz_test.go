@@ -4,7 +4,10 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"maps"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+	"github.com/clustergateway/cluster-gateway/pkg/boundedyaml"
 )
 
 // tokenCanary is put into every fuzzed token; secretOwnKey is a label and
@@ -169,4 +173,78 @@ func FuzzFromSecret(f *testing.F) {
 			t.Fatalf("a usable gateway became unusable on a write-back: %s", Parse(s2).Problem)
 		}
 	})
+}
+
+// FuzzKubeconfig feeds arbitrary bytes to the kubeconfig read of a credential
+// Secret, which whoever may write Secrets in a source namespace wrote.
+// Invariants: no panic; a usable kubeconfig gives a server and exactly one of
+// a token or a certificate with its key; and no problem quotes what the
+// kubeconfig holds under token, password, client-key-data or
+// client-certificate-data, as text or as the list of bytes fmt prints.
+// Fuzz it with: go test -run '^$' -fuzz FuzzKubeconfig -fuzztime 1m ./pkg/gateways/
+func FuzzKubeconfig(f *testing.F) {
+	c := validCredential(f)
+	f.Add(kubeconfigBytes(f, "https://10.0.0.7:6443", c.caPEM, "fuzz-token-value", nil, nil))
+	f.Add(kubeconfigBytes(f, "https://10.0.0.7:6443", c.caPEM, "", c.certPEM, c.keyPEM))
+	f.Add([]byte("users: [{name: u, user: {token: first-secret-token}}, {name: u, user: {token: second-secret-token, client-key-data: c2VjcmV0LWtleQ==}}]\n"))
+	f.Add([]byte("clusters: [{name: c, cluster: {server: first-secret-server}}, {name: c, cluster: {server: x}}]\n"))
+	f.Add([]byte("users: [{name: u, user: {token: !!int secret-token-value}}]\n"))
+	f.Add([]byte("a: &a [1]\nb: *a\n"))
+	f.Add(kubeconfigWith("    as: limited-user\n"))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		m := &Material{}
+		problem := fromKubeconfig(m, raw)
+		if problem == "" && (m.Server == "" || (m.Token == "") == (len(m.Cert) == 0) || (len(m.Cert) > 0 && len(m.Key) == 0)) {
+			t.Fatalf("usable, yet server %q, token %v, cert %v, key %v", m.Server, m.Token != "", len(m.Cert) > 0, len(m.Key) > 0)
+		}
+		if problem == "" {
+			return
+		}
+		for _, v := range secretValues(raw) {
+			if len(v) >= 8 && (strings.Contains(problem, v) || strings.Contains(problem, strings.Trim(fmt.Sprint([]byte(v)), "[]"))) {
+				t.Fatalf("the problem quotes a credential %q: %s", v, problem)
+			}
+		}
+	})
+}
+
+var secretKeyValue = regexp.MustCompile(`(?:token|password|client-key-data|client-certificate-data)\s*:\s*([^,}\]\n]+)`)
+
+// secretValues is what raw holds under the keys that carry a credential
+// (as text, and base64-decoded), wherever they are.
+func secretValues(raw []byte) []string {
+	js, err := boundedyaml.ToJSON(raw, kubeconfigLimits)
+	if err != nil {
+		// A refused document is not read as a tree: take the text after
+		// each such key.
+		var out []string
+		for _, m := range secretKeyValue.FindAllSubmatch(raw, -1) {
+			out = append(out, strings.TrimSpace(string(m[1])))
+		}
+		return out
+	}
+	var v any
+	_ = json.Unmarshal(js, &v)
+	var out []string
+	var walk func(any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, e := range v {
+				if s, ok := e.(string); ok && slices.Contains([]string{"token", "password", "client-key-data", "client-certificate-data"}, k) {
+					out = append(out, s)
+					if b, err := base64.StdEncoding.DecodeString(s); err == nil {
+						out = append(out, string(b))
+					}
+				}
+				walk(e)
+			}
+		case []any:
+			for _, e := range v {
+				walk(e)
+			}
+		}
+	}
+	walk(v)
+	return out
 }

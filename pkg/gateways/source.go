@@ -4,39 +4,64 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/apimachinery/pkg/types"
+	clientcmdv1 "k8s.io/client-go/tools/clientcmd/api/v1"
+	sigsjson "sigs.k8s.io/json"
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+	"github.com/clustergateway/cluster-gateway/pkg/boundedyaml"
 )
 
 // The keys the gateway reads of a credential Secret.
 var sourceKeys = []string{v1alpha1.SecretKeyKubeconfigCAPI, v1alpha1.SecretKeyKubeconfig, v1alpha1.SecretKeyToken, v1alpha1.SecretKeyCA, v1alpha1.SecretKeyCert, v1alpha1.SecretKeyKey}
 
 // Source is a credential Secret as the gateway keeps it: only the keys it
-// reads, parsed once per format and resourceVersion. It is immutable.
+// reads, parsed once per format and version of its material. It is
+// immutable.
 type Source struct {
 	Namespace, Name string
+	uid             types.UID
+	resourceVersion string
 	data            map[string][]byte
 	// rotated is when its material last changed (the hub's time of the
 	// write that changed it); digest tells a change of material from a write
 	// that changed only metadata.
 	rotated metav1.Time
 	digest  [sha256.Size]byte
-	parsed  sync.Map // v1alpha1.SecretFormat -> *Material
+	// parsed is shared by the versions of the Secret with the same material:
+	// a write that changes only metadata parses nothing again.
+	parsed *parsedMaterial
 }
 
+// parsedMaterial holds a Source's material once per format: every gateway
+// and every subscriber that resolves against it at once waits for the one
+// parse instead of running its own.
+type parsedMaterial struct {
+	byFormat sync.Map // v1alpha1.SecretFormat -> func() *Material (sync.OnceValue)
+}
+
+// sourceParses counts the Sources parsed (one per format and version of
+// the material), for the tests that hold the gateway to parsing each once.
+var sourceParses atomic.Int64
+
 // newSource keeps what the gateway reads of s. prev is the same Secret as
-// read before (nil: first seen), whose rotation time stays if the material
-// did not change.
+// read before (nil: first seen): the same version of it is prev itself (an
+// informer's relist hands every Secret over again), and its rotation time
+// and parsed material stay if the material did not change.
 func newSource(s *corev1.Secret, prev *Source) *Source {
-	src := &Source{Namespace: s.Namespace, Name: s.Name, data: map[string][]byte{}}
+	if prev != nil && prev.uid == s.UID && prev.resourceVersion == s.ResourceVersion && s.ResourceVersion != "" {
+		return prev
+	}
+	src := &Source{Namespace: s.Namespace, Name: s.Name, uid: s.UID, resourceVersion: s.ResourceVersion, data: map[string][]byte{}}
 	h := sha256.New()
 	for _, k := range sourceKeys {
 		if v, ok := s.Data[k]; ok {
@@ -48,7 +73,9 @@ func newSource(s *corev1.Secret, prev *Source) *Source {
 	h.Sum(src.digest[:0])
 	src.rotated = lastWrite(s)
 	if prev != nil && prev.digest == src.digest {
-		src.rotated = prev.rotated
+		src.rotated, src.parsed = prev.rotated, prev.parsed
+	} else {
+		src.parsed = &parsedMaterial{}
 	}
 	return src
 }
@@ -70,16 +97,20 @@ type Material struct {
 	Problem     string
 }
 
-// material is the source read as format (empty: detected).
+// material is the source read as format (empty: detected), parsed on the
+// first call for that format, once.
 func (s *Source) material(format v1alpha1.SecretFormat) *Material {
 	if format == "" {
 		format = s.detect()
 	}
-	if m, ok := s.parsed.Load(format); ok {
-		return m.(*Material)
+	parse, ok := s.parsed.byFormat.Load(format)
+	if !ok {
+		parse, _ = s.parsed.byFormat.LoadOrStore(format, sync.OnceValue(func() *Material {
+			sourceParses.Add(1)
+			return s.parse(format)
+		}))
 	}
-	m, _ := s.parsed.LoadOrStore(format, s.parse(format))
-	return m.(*Material)
+	return parse.(func() *Material)()
 }
 
 // detect names the format the data looks like; empty when none.
@@ -130,24 +161,66 @@ func (s *Source) parse(format v1alpha1.SecretFormat) *Material {
 	return m
 }
 
+// kubeconfigLimits bound a kubeconfig that the gateway reads from a
+// Secret, which whoever may write Secrets in a source namespace wrote.
+// Kubeconfigs written by tools (Cluster API's hold one cluster, user and
+// context) are a few KiB and never use YAML anchors or aliases.
+var kubeconfigLimits = boundedyaml.Limits{MaxBytes: 256 << 10, MaxNodes: 10000}
+
 // fromKubeconfig fills m from the current context of a kubeconfig; it
 // returns what makes the kubeconfig unusable. The gateway reads only inline
 // data: a kubeconfig that names files or runs a plugin is refused, never
-// followed.
+// followed. Whatever it holds that would change whom the credential acts
+// for or where it goes is applied or refused, never dropped; what it
+// ignores changes neither (docs/security.md). No problem quotes the
+// kubeconfig: it holds the credential.
 func fromKubeconfig(m *Material, raw []byte) string {
-	cfg, err := clientcmd.Load(raw)
-	if err != nil {
+	js, err := boundedyaml.ToJSON(raw, kubeconfigLimits)
+	switch {
+	case errors.Is(err, boundedyaml.ErrTooLarge):
+		return fmt.Sprintf("holds a kubeconfig of %d KiB, more than the %d KiB the gateway reads: keep only the context it uses (kubectl config view --minify --flatten)", len(raw)>>10, kubeconfigLimits.MaxBytes>>10)
+	case errors.Is(err, boundedyaml.ErrTooManyNodes):
+		return fmt.Sprintf("holds a kubeconfig of more than %d YAML nodes: keep only the context it uses (kubectl config view --minify --flatten)", kubeconfigLimits.MaxNodes)
+	case err != nil:
+		return "holds a kubeconfig that " + err.Error()
+	}
+	var cfg clientcmdv1.Config
+	// As client-go decodes a kubeconfig: field names are case-sensitive.
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(js, &cfg); err != nil {
+		// encoding/json's messages name a field and a type, never a value.
 		return "is not a kubeconfig: " + err.Error()
 	}
-	ctx, ok := cfg.Contexts[cfg.CurrentContext]
+	if (cfg.Kind != "" && cfg.Kind != "Config") || (cfg.APIVersion != "" && cfg.APIVersion != "v1") {
+		return "is not a kubeconfig (apiVersion v1, kind Config)"
+	}
+	clusters, users, contexts := map[string]*clientcmdv1.Cluster{}, map[string]*clientcmdv1.AuthInfo{}, map[string]*clientcmdv1.Context{}
+	for _, c := range cfg.Clusters {
+		if _, dup := clusters[c.Name]; dup {
+			return fmt.Sprintf("names cluster %q twice: keep one", c.Name)
+		}
+		clusters[c.Name] = &c.Cluster
+	}
+	for _, u := range cfg.AuthInfos {
+		if _, dup := users[u.Name]; dup {
+			return fmt.Sprintf("names user %q twice: keep one", u.Name)
+		}
+		users[u.Name] = &u.AuthInfo
+	}
+	for _, c := range cfg.Contexts {
+		if _, dup := contexts[c.Name]; dup {
+			return fmt.Sprintf("names context %q twice: keep one", c.Name)
+		}
+		contexts[c.Name] = &c.Context
+	}
+	ctx, ok := contexts[cfg.CurrentContext]
 	if !ok {
 		return fmt.Sprintf("has no current context (current-context %q)", cfg.CurrentContext)
 	}
-	cluster, ok := cfg.Clusters[ctx.Cluster]
+	cluster, ok := clusters[ctx.Cluster]
 	if !ok {
 		return fmt.Sprintf("names cluster %q in its current context, but has no such cluster", ctx.Cluster)
 	}
-	auth, ok := cfg.AuthInfos[ctx.AuthInfo]
+	auth, ok := users[ctx.AuthInfo]
 	if !ok {
 		return fmt.Sprintf("names user %q in its current context, but has no such user", ctx.AuthInfo)
 	}
@@ -158,6 +231,11 @@ func fromKubeconfig(m *Material, raw []byte) string {
 		return "authenticates with an exec or auth-provider plugin: configure it as a credential provider on the gateway and use credential type Provider"
 	case auth.Username != "" || auth.Password != "":
 		return "authenticates with a user name and password, which the gateway does not send: use a token or a client certificate"
+	case auth.Impersonate != "" || auth.ImpersonateUID != "" || len(auth.ImpersonateGroups) > 0 || len(auth.ImpersonateUserExtra) > 0:
+		// Applying it would meet spec.impersonation (mode Caller impersonates
+		// the hub caller); dropping it would act as the kubeconfig's own,
+		// more powerful identity.
+		return "impersonates (as, as-uid, as-groups or as-user-extra), which the gateway does not apply: give it a kubeconfig whose user is the identity to act as, or set spec.impersonation.mode Caller to act as each hub caller"
 	case cluster.ProxyURL != "":
 		return "sets a proxy-url: set spec.endpoint.proxyURL instead"
 	}

@@ -41,7 +41,7 @@ func refGateway(name string, ref v1alpha1.SecretReference, address string) *v1al
 
 // kubeconfigBytes is a Cluster API-style kubeconfig: server, CA and either a
 // token or a client certificate, all inline.
-func kubeconfigBytes(t *testing.T, server string, ca []byte, token string, cert, key []byte) []byte {
+func kubeconfigBytes(t testing.TB, server string, ca []byte, token string, cert, key []byte) []byte {
 	t.Helper()
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca, TLSServerName: "kubernetes"}
