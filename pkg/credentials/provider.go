@@ -414,11 +414,11 @@ func describe(err error, name string, timeout time.Duration) (reason, message st
 		case exitTimeout:
 			return "timeout", prefix + fmt.Sprintf("did not answer within %v and was stopped (or exited with code %d): check what it waits for, or raise its timeout in the providers file", timeout, exitTimeout)
 		case exitTooLarge:
-			return "malformed", prefix + "printed more than 1 MiB: it must print one ExecCredential"
+			return "malformed", prefix + "printed more than 1 MiB (or exited with code 125): it must print one ExecCredential"
 		case exitNotRun:
 			return "failed", prefix + "could not be started (or exited with code 127): check exec.command and that it can run with only exec.env as its environment"
 		case exitNotCredential:
-			return "malformed", prefix + "printed no ExecCredential on its standard output"
+			return "malformed", prefix + "printed no ExecCredential client-go can use (or exited with code 126): its standard output must be one ExecCredential of the configured exec.apiVersion whose status has a token or a PEM clientCertificateData with its clientKeyData, and an RFC 3339 expirationTimestamp if any; run it by hand with the same KUBERNETES_EXEC_INFO and exec.env to see what it prints (the gateway never logs its output)"
 		}
 		return "failed", prefix + fmt.Sprintf("exited with code %d: run it by hand with the same KUBERNETES_EXEC_INFO and exec.env to see why (the gateway never logs its output)", code)
 	}

@@ -6,8 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 	"weak"
@@ -103,13 +105,29 @@ func TestProviderFailureHidesOutput(t *testing.T) {
 	}
 }
 
-// A provider that hangs is stopped at its timeout, with its children.
+// A provider that hangs is stopped at its timeout, with its children
+// (TestProviderDescendantsAreKilled: also those that left its group).
 func TestProviderTimeout(t *testing.T) {
 	dir := t.TempDir()
-	p := providers(t, 300*time.Millisecond, Provider{Name: "slow", Exec: execOf(script(t, dir, "p", "sleep 600 & sleep 600"))})
+	pidFile := filepath.Join(dir, "child.pid")
+	// Long enough for the shell to start its child on a busy machine.
+	p := providers(t, 2*time.Second, Provider{Name: "slow", Exec: execOf(script(t, dir, "p", `sleep 600 & echo $! > "$PIDS"; sleep 600`),
+		clientcmdv1.ExecEnvVar{Name: "PIDS", Value: pidFile})})
 	st, err := p.Get(context.Background(), &Cluster{Gateway: "c", Provider: "slow"})
-	if err != nil || !strings.Contains(st.Problem, "did not answer within 300ms") {
+	if err != nil || !strings.Contains(st.Problem, "did not answer within 2s") {
 		t.Fatalf("Get = %+v, %v; want a timeout", st, err)
+	}
+	raw, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatalf("the provider's child never started: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if alive(pid) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		t.Errorf("the provider's child (pid %d) outlived its timeout", pid)
 	}
 }
 
