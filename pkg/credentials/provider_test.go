@@ -135,8 +135,10 @@ func TestProviderTimeout(t *testing.T) {
 func TestProviderRunsOneAtATime(t *testing.T) {
 	dir := t.TempDir()
 	log := filepath.Join(dir, "log")
-	// Each run's token expires at once, so every Get runs the provider.
-	body := `echo start >> "$LOG"; sleep 0.1; echo end >> "$LOG"; printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"t","expirationTimestamp":"2000-01-01T00:00:00Z"}}'`
+	// Each run has a token of its own, expired at once; each caller's 401
+	// for the token it got runs the provider again unless another's did:
+	// several runs, from concurrent callers.
+	body := `echo start >> "$LOG"; sleep 0.1; echo end >> "$LOG"; printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"t%s","expirationTimestamp":"2000-01-01T00:00:00Z"}}' $(wc -l < "$LOG")`
 	p := providers(t, 10*time.Second, Provider{Name: "p", Exec: execOf(script(t, dir, "p", body), clientcmdv1.ExecEnvVar{Name: "LOG", Value: log})})
 	c := &Cluster{Gateway: "c", Provider: "p"}
 	var wg sync.WaitGroup
@@ -144,16 +146,21 @@ func TestProviderRunsOneAtATime(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if st, err := p.Get(context.Background(), c); err != nil || st.Token != "t" {
-				t.Errorf("Get = %+v, %v", st, err)
+			for range 3 {
+				st, err := p.Get(context.Background(), c)
+				if err != nil || !strings.HasPrefix(st.Token, "t") {
+					t.Errorf("Get = %+v, %v", st, err)
+					return
+				}
+				p.Unauthorized(context.Background(), c, st.Token, nil)
 			}
 		}()
 	}
 	wg.Wait()
 	raw, _ := os.ReadFile(log)
 	lines := strings.Fields(string(raw))
-	if len(lines) == 0 {
-		t.Fatal("the provider never ran")
+	if len(lines) < 4 {
+		t.Fatalf("the provider ran %d times, want several", len(lines)/2)
 	}
 	for i, l := range lines {
 		if want := []string{"start", "end"}[i%2]; l != want {
