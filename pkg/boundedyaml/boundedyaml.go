@@ -22,6 +22,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"strings"
 
@@ -47,7 +48,7 @@ var (
 	ErrNotJSONCompat = errors.New("holds YAML that JSON cannot hold")
 )
 
-// ToJSON converts the first YAML document of raw (JSON is YAML) to JSON
+// ToJSON converts the one YAML document of raw (JSON is YAML) to JSON
 // within lim. Scalars read as YAML 1.2 (go.yaml.in/yaml/v3): true and false
 // are booleans, yes and no are strings; a timestamp keeps its text. A
 // duplicate mapping key, a merge key (<<), a key that is not a scalar and
@@ -58,10 +59,18 @@ func ToJSON(raw []byte, lim Limits) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %d bytes, more than the %d allowed", ErrTooLarge, len(raw), lim.MaxBytes)
 	}
 	var doc yaml.Node
-	if err := yaml.Unmarshal(raw, &doc); err != nil {
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		// The parser's messages name a line and a syntax problem, or an
 		// anchor's name; never a value.
 		return nil, fmt.Errorf("is not YAML: %s", strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	// One document and nothing after it: what a reader that takes only the
+	// first would ignore, another reader may not (client-go refuses
+	// trailing data).
+	var more yaml.Node
+	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%w: more than one YAML document, or data after the first", ErrNotJSONCompat)
 	}
 	c := converter{max: lim.MaxNodes}
 	if doc.Kind == 0 || len(doc.Content) == 0 { // empty, or only comments

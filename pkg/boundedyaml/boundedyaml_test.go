@@ -180,7 +180,6 @@ func TestScalars(t *testing.T) {
 		"[1, [], {}]":                                                                              `[1,[],{}]`,
 		"":                                                                                         `null`,
 		"# only a comment\n":                                                                       `null`,
-		"a: 1\n---\nb: 2\n":                                                                        `{"a":1}`,
 		`{"json": ["is", "yaml"], "n": 1}`:                                                         `{"json":["is","yaml"],"n":1}`,
 		"html: <&>":                                                                                `{"html":"<&>"}`,
 		`esc: "q\"b\\s\x01\t\n\u00e9"`:                                                             `{"esc":"q\"b\\s\u0001\t\né"}`,
@@ -197,14 +196,16 @@ func TestScalars(t *testing.T) {
 func TestAmbiguityRefused(t *testing.T) {
 	const secret = "s3cr3t-value"
 	for in, want := range map[string]string{
-		"token: a\ntoken: " + secret + "\n":     "appears twice",
-		"<<: {token: " + secret + "}\n":         "merge key",
-		"? [a]\n: " + secret + "\n":             "not a scalar",
-		"n: .inf\n":                             "infinite",
-		"token: !!int " + secret + "\n":         "not the !!int",
-		"token: \"" + secret + "\n":             "is not YAML",
-		"a:\n\t- " + secret + "\n":              "is not YAML",
-		"user: {token: " + secret + "}: more\n": "is not YAML",
+		"token: a\ntoken: " + secret + "\n":      "appears twice",
+		"<<: {token: " + secret + "}\n":          "merge key",
+		"? [a]\n: " + secret + "\n":              "not a scalar",
+		"n: .inf\n":                              "infinite",
+		"token: !!int " + secret + "\n":          "not the !!int",
+		"token: \"" + secret + "\n":              "is not YAML",
+		"a:\n\t- " + secret + "\n":               "is not YAML",
+		"user: {token: " + secret + "}: more\n":  "is not YAML",
+		"{\"token\": \"a\"} " + secret:           "data after the first",
+		"token: a\n---\ntoken: " + secret + "\n": "more than one YAML document",
 	} {
 		_, err := ToJSON([]byte(in), limits)
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -21,6 +22,12 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	providerBin = filepath.Join(dir, "provider")
+	// Launchers are this binary: built with -race, each would sleep 1 s at
+	// exit to let reports of other threads out (they report as they find).
+	if err := os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0")); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	if out, err := exec.Command("go", "build", "-o", providerBin, "./testdata/provider").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build testdata/provider: %v\n%s", err, out)
 		os.Exit(1)

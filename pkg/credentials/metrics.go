@@ -13,6 +13,7 @@ import (
 type Metrics struct {
 	providerCalls *metrics.CounterVec
 	duration      *metrics.HistogramVec
+	backoff       *metrics.CounterVec
 }
 
 // DefaultMetrics are the process's: credentials are read in one place per
@@ -31,15 +32,24 @@ func newMetrics() *Metrics {
 			Help:    "Duration of the credential provider runs counted by cluster_gateway_credential_provider_calls_total, by provider.",
 			Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}, StabilityLevel: metrics.ALPHA,
 		}, []string{"provider"}),
+		backoff: metrics.NewCounterVec(&metrics.CounterOpts{
+			Namespace: "cluster_gateway", Subsystem: "credential", Name: "provider_backoff_total",
+			Help:           "Provider runs not made because the provider's last run for the gateway failed, or did not replace a credential the cluster refused, less than its backoff ago (1s, doubled by each failure in a row up to 1m): the request or 401 had the latest state instead. Concurrent requests that would share one run count once. By provider.",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"provider"}),
 	}
 }
 
 // Register adds the metrics to r (the server's registry).
 func (m *Metrics) Register(r metrics.KubeRegistry) {
-	r.MustRegister(m.providerCalls, m.duration)
+	r.MustRegister(m.providerCalls, m.duration, m.backoff)
 }
 
 func (m *Metrics) providerCall(provider, result string, d time.Duration) {
 	m.providerCalls.WithLabelValues(provider, result).Inc()
 	m.duration.WithLabelValues(provider).Observe(d.Seconds())
+}
+
+func (m *Metrics) backedOff(provider string) {
+	m.backoff.WithLabelValues(provider).Inc()
 }

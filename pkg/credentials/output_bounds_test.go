@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	clientauthv1 "k8s.io/client-go/pkg/apis/clientauthentication/v1"
 )
 
 // A provider's output is parsed within bounds: an ExecCredential made of
@@ -28,7 +30,7 @@ func TestProviderOutputAliasesRefused(t *testing.T) {
 	var before, after runtime.MemStats
 	var ok bool
 	runtime.ReadMemStats(&before)
-	_, _, ok = refreshEarly(bomb, time.Now())
+	_, _, ok = refreshEarly(bomb, clientauthv1.SchemeGroupVersion, time.Now())
 	runtime.ReadMemStats(&after)
 	// pkg/boundedyaml's documented cost: at most 160 bytes allocated per
 	// byte of input.
@@ -40,7 +42,7 @@ func TestProviderOutputAliasesRefused(t *testing.T) {
 	}
 
 	plain := "apiVersion: client.authentication.k8s.io/v1\nkind: ExecCredential\nstatus:\n  token: tok\n"
-	if cred, _, ok := refreshEarly([]byte(plain), time.Now()); !ok || !strings.Contains(string(cred), `"token":"tok"`) {
+	if cred, _, ok := refreshEarly([]byte(plain), clientauthv1.SchemeGroupVersion, time.Now()); !ok || !strings.Contains(string(cred), `"token":"tok"`) {
 		t.Errorf("a YAML ExecCredential: %s, %v; want it read", cred, ok)
 	}
 }

@@ -23,7 +23,9 @@ import (
 	"k8s.io/client-go/plugin/pkg/client/auth/exec"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/transport"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
 // Cluster is what a ClusterGateway gives its provider: the provider's name
@@ -72,6 +74,7 @@ type Providers struct {
 	// ("": none could be made).
 	dir      string
 	metrics  *Metrics
+	clock    clock.Clock // of the failure backoff
 	mu       sync.Mutex
 	clusters map[string]*cluster
 	seq      uint64 // numbers the clusters' expiry files
@@ -91,7 +94,7 @@ func New(cfg *Config) (*Providers, error) {
 		klog.InfoS("Warning: no private directory for credential providers' expiry notes: status.credential.expirationTime will not show an ExecCredential's expirationTimestamp (give the gateway a writable $TMPDIR)", "err", err)
 		dir = ""
 	}
-	return &Providers{cfg: cfg, self: self, dir: dir, metrics: DefaultMetrics, clusters: map[string]*cluster{}}, nil
+	return &Providers{cfg: cfg, self: self, dir: dir, metrics: DefaultMetrics, clock: clock.RealClock{}, clusters: map[string]*cluster{}}, nil
 }
 
 // Close releases every gateway and removes the private directory.
@@ -122,8 +125,13 @@ type cluster struct {
 	getCert func() (*tls.Certificate, error)
 	flight  singleflight.Group // one run at a time; waiters share its State
 	runMu   sync.Mutex         // a fetch's runs and its reading of expiry are one
-	expiry  string             // the file where the launcher notes the credential's expiry
-	gone    atomic.Bool        // released: a run that ends after removes its file
+	// backoff keeps a failure (a failed run, or a refused credential the
+	// provider did not replace) for a while: requests meanwhile have the
+	// latest State without a run, so a failing provider is not run for
+	// each.
+	backoff *flowcontrol.Backoff
+	expiry  string      // the file where the launcher notes the credential's expiry
+	gone    atomic.Bool // released: a run that ends after removes its file
 	state   atomic.Pointer[State]
 }
 
@@ -137,7 +145,8 @@ func (p *Providers) entry(c *Cluster) *cluster {
 	} else if ok {
 		e.release()
 	}
-	e := &cluster{spec: *c, name: c.Provider}
+	e := &cluster{spec: *c, name: c.Provider, backoff: flowcontrol.NewBackOff(minBackoff, maxBackoff)}
+	e.backoff.Clock = p.clock
 	p.clusters[c.Gateway] = e
 	prov := p.cfg.provider(c.Provider)
 	if prov == nil {
@@ -211,16 +220,19 @@ func (p *Providers) unconfigured(name string) *State {
 
 // Get is c's credential as client-go's Authenticator has it, running the
 // provider when it has none or it expired: at most one run at a time per
-// gateway, bounded by the provider's timeout. A caller whose ctx ends first
-// gets ctx's error; the run goes on for the next caller.
+// gateway, shared by concurrent callers, bounded by the provider's timeout,
+// and none during the backoff after a failure (the failure is the State).
+// A caller whose ctx ends first gets ctx's error; the run goes on for the
+// next caller.
 func (p *Providers) Get(ctx context.Context, c *Cluster) (*State, error) {
 	return p.get(ctx, p.entry(c), refused{})
 }
 
 // Unauthorized tells c's provider that the cluster refused its credential:
 // token, or when that is empty the client certificate cert (PEM, as
-// State.Cert has it). Unless it has been replaced already, client-go runs
-// the provider again.
+// State.Cert has it). Unless it has been replaced already, or a failure
+// is in its backoff, client-go runs the provider again; a run that does not
+// replace it is a failure.
 func (p *Providers) Unauthorized(ctx context.Context, c *Cluster, token string, cert []byte) {
 	r := refused{token: token}
 	if token == "" {
@@ -248,6 +260,11 @@ func (r refused) key() string {
 	return ""
 }
 
+// The backoff after a failure: 1 s, doubled by each failure in a row up
+// to 1 min; a new credential ends it, and a changed gateway (a new
+// cluster) starts without.
+const minBackoff, maxBackoff = time.Second, time.Minute
+
 func (p *Providers) get(ctx context.Context, e *cluster, r refused) (*State, error) {
 	if e.auth == nil {
 		return e.state.Load(), nil
@@ -272,14 +289,27 @@ func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { r
 func (p *Providers) fetch(e *cluster, ref refused) *State {
 	e.runMu.Lock() // the expiry read below is of the runs of this fetch
 	defer e.runMu.Unlock()
+	if e.backoff.IsInBackOffSinceUpdate("", p.clock.Now()) {
+		// A failure just now (set under runMu, so a fetch that waited for
+		// the failed one sees it): its State stands until the backoff ends.
+		p.metrics.backedOff(e.name)
+		return e.state.Load()
+	}
 	start := time.Now()
 	var token string
+	isRefused := func() bool { // the credential client-go has now is ref
+		return ref.token != "" && token == ref.token || ref.cert != "" && token == "" && e.certIs(ref.cert)
+	}
+	refuse, refusedCurrent := ref != (refused{}), false
 	capture := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
 		token = strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
 		code := http.StatusOK
-		if ref.token != "" && token == ref.token || ref.cert != "" && token == "" && e.certIs(ref.cert) {
-			code = http.StatusUnauthorized
+		// Only the first answer may be a 401: client-go runs the provider
+		// again on each, the one it just ran included.
+		if refuse && isRefused() {
+			code, refusedCurrent = http.StatusUnauthorized, true
 		}
+		refuse = false
 		return &http.Response{StatusCode: code, Body: http.NoBody, Request: r}, nil
 	})
 	ask := func() error { // client-go sets the header on the request it gets: a new one each time
@@ -288,7 +318,7 @@ func (p *Providers) fetch(e *cluster, ref refused) *State {
 		return err
 	}
 	err := ask()
-	if ref != (refused{}) && err == nil {
+	if refusedCurrent && err == nil {
 		err = ask() // the refreshed one
 	}
 	var cert *tls.Certificate
@@ -297,12 +327,18 @@ func (p *Providers) fetch(e *cluster, ref refused) *State {
 	}
 	prev := e.state.Load()
 	if err != nil {
+		e.backoff.Next("", p.clock.Now())
 		reason, problem := describe(err, e.name, e.timeout)
 		p.metrics.providerCall(e.name, reason, time.Since(start))
 		if prev != nil && prev.Problem == problem {
 			return prev
 		}
 		return p.publish(e, &State{Problem: problem, Rotated: time.Now()})
+	}
+	if refusedCurrent && isRefused() {
+		// client-go's run failed (it logs why, without the output) or gave
+		// the refused credential again: the cluster would refuse it again.
+		e.backoff.Next("", p.clock.Now())
 	}
 	next := &State{Token: token}
 	if e.expiry != "" {
@@ -318,6 +354,9 @@ func (p *Providers) fetch(e *cluster, ref refused) *State {
 		}
 	}
 	same := prev != nil && prev.Problem == "" && prev.Token == next.Token && string(prev.Cert) == string(next.Cert)
+	if !same {
+		e.backoff.Reset("") // a new credential
+	}
 	if same && prev.Expires.Equal(next.Expires) {
 		return prev // client-go's cached credential
 	}
@@ -414,11 +453,11 @@ func describe(err error, name string, timeout time.Duration) (reason, message st
 		case exitTimeout:
 			return "timeout", prefix + fmt.Sprintf("did not answer within %v and was stopped (or exited with code %d): check what it waits for, or raise its timeout in the providers file", timeout, exitTimeout)
 		case exitTooLarge:
-			return "malformed", prefix + "printed more than 1 MiB: it must print one ExecCredential"
+			return "malformed", prefix + "printed more than 1 MiB (or exited with code 125): it must print one ExecCredential"
 		case exitNotRun:
 			return "failed", prefix + "could not be started (or exited with code 127): check exec.command and that it can run with only exec.env as its environment"
 		case exitNotCredential:
-			return "malformed", prefix + "printed no ExecCredential on its standard output"
+			return "malformed", prefix + "printed no ExecCredential client-go can use (or exited with code 126): its standard output must be one ExecCredential of the configured exec.apiVersion whose status has a token or a PEM clientCertificateData with its clientKeyData, and an RFC 3339 expirationTimestamp if any; run it by hand with the same KUBERNETES_EXEC_INFO and exec.env to see what it prints (the gateway never logs its output)"
 		}
 		return "failed", prefix + fmt.Sprintf("exited with code %d: run it by hand with the same KUBERNETES_EXEC_INFO and exec.env to see why (the gateway never logs its output)", code)
 	}

@@ -64,8 +64,10 @@ func TestProviderClientCertificate(t *testing.T) {
 		}
 		return pair
 	}
-	// Expired at once: every Get runs the provider, as at each expiry.
-	p := providers(t, 10*time.Second, Provider{Name: "p", Exec: execOf(providerBin,
+	// Expired at once: client-go keeps it minLife (whole seconds), then a
+	// Get runs the provider, as at each expiry.
+	runs := filepath.Join(dir, "runs")
+	p := providers(t, 10*time.Second, Provider{Name: "p", Exec: execOf(providerBin, envVar("PROVIDER_RUNS", runs),
 		envVar("PROVIDER_CERT_FILE", certFile), envVar("PROVIDER_KEY_FILE", keyFile), envVar("PROVIDER_EXPIRED", "1"))})
 	changes := 0
 	p.OnChange(func(string) { changes++ })
@@ -89,12 +91,21 @@ func TestProviderClientCertificate(t *testing.T) {
 		}
 		return st
 	}
+	expire := func(wantRuns int) {
+		t.Helper()
+		time.Sleep(minLife + time.Second)
+		if got := countRuns(t, runs); got != wantRuns {
+			t.Fatalf("the provider ran %d times, want %d", got, wantRuns)
+		}
+	}
 	first := issue("first")
 	a := get(first)
+	expire(1)
 	if b := get(first); b != a || changes != 1 {
 		t.Fatalf("the same certificate again: a new State (%v) or %d changes, want none", b != a, changes)
 	}
 	second := issue("second")
+	expire(2)
 	if b := get(second); b == a || changes != 2 || b.Rotated.Before(a.Rotated) {
 		t.Fatalf("a new certificate: same State (%v) or %d changes, want a new one and 2", b == a, changes)
 	}

@@ -6,8 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 	"weak"
@@ -103,13 +105,29 @@ func TestProviderFailureHidesOutput(t *testing.T) {
 	}
 }
 
-// A provider that hangs is stopped at its timeout, with its children.
+// A provider that hangs is stopped at its timeout, with its children
+// (TestProviderDescendantsAreKilled: also those that left its group).
 func TestProviderTimeout(t *testing.T) {
 	dir := t.TempDir()
-	p := providers(t, 300*time.Millisecond, Provider{Name: "slow", Exec: execOf(script(t, dir, "p", "sleep 600 & sleep 600"))})
+	pidFile := filepath.Join(dir, "child.pid")
+	// Long enough for the shell to start its child on a busy machine.
+	p := providers(t, 2*time.Second, Provider{Name: "slow", Exec: execOf(script(t, dir, "p", `sleep 600 & echo $! > "$PIDS"; sleep 600`),
+		clientcmdv1.ExecEnvVar{Name: "PIDS", Value: pidFile})})
 	st, err := p.Get(context.Background(), &Cluster{Gateway: "c", Provider: "slow"})
-	if err != nil || !strings.Contains(st.Problem, "did not answer within 300ms") {
+	if err != nil || !strings.Contains(st.Problem, "did not answer within 2s") {
 		t.Fatalf("Get = %+v, %v; want a timeout", st, err)
+	}
+	raw, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatalf("the provider's child never started: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if alive(pid) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		t.Errorf("the provider's child (pid %d) outlived its timeout", pid)
 	}
 }
 
@@ -117,8 +135,10 @@ func TestProviderTimeout(t *testing.T) {
 func TestProviderRunsOneAtATime(t *testing.T) {
 	dir := t.TempDir()
 	log := filepath.Join(dir, "log")
-	// Each run's token expires at once, so every Get runs the provider.
-	body := `echo start >> "$LOG"; sleep 0.1; echo end >> "$LOG"; printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"t","expirationTimestamp":"2000-01-01T00:00:00Z"}}'`
+	// Each run has a token of its own, expired at once; each caller's 401
+	// for the token it got runs the provider again unless another's did:
+	// several runs, from concurrent callers.
+	body := `echo start >> "$LOG"; sleep 0.1; echo end >> "$LOG"; printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"t%s","expirationTimestamp":"2000-01-01T00:00:00Z"}}' $(wc -l < "$LOG")`
 	p := providers(t, 10*time.Second, Provider{Name: "p", Exec: execOf(script(t, dir, "p", body), clientcmdv1.ExecEnvVar{Name: "LOG", Value: log})})
 	c := &Cluster{Gateway: "c", Provider: "p"}
 	var wg sync.WaitGroup
@@ -126,16 +146,21 @@ func TestProviderRunsOneAtATime(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if st, err := p.Get(context.Background(), c); err != nil || st.Token != "t" {
-				t.Errorf("Get = %+v, %v", st, err)
+			for range 3 {
+				st, err := p.Get(context.Background(), c)
+				if err != nil || !strings.HasPrefix(st.Token, "t") {
+					t.Errorf("Get = %+v, %v", st, err)
+					return
+				}
+				p.Unauthorized(context.Background(), c, st.Token, nil)
 			}
 		}()
 	}
 	wg.Wait()
 	raw, _ := os.ReadFile(log)
 	lines := strings.Fields(string(raw))
-	if len(lines) == 0 {
-		t.Fatal("the provider never ran")
+	if len(lines) < 4 {
+		t.Fatalf("the provider ran %d times, want several", len(lines)/2)
 	}
 	for i, l := range lines {
 		if want := []string{"start", "end"}[i%2]; l != want {
