@@ -196,7 +196,9 @@ bench: tools build ## Benchmark the proxy path (about 25 minutes: in-process, lo
 # -churn.profiles=/tmp/soak for heap profiles at the baseline and the end.
 # Then TestSecretSourceRotation for SOAK_ROTATION: a kubeconfig Secret rotated
 # every second (token, client certificate, CA) under a watch, logs -f,
-# port-forward and ordinary requests, then the same baseline checks.
+# port-forward and ordinary requests, then the same baseline checks; then
+# TestCredentialProviderShortLivedTokens for SOAK_ROTATION with one-minute
+# tokens. `make test` runs the three short (flags' defaults).
 SOAK_DURATION     ?= 10m
 SOAK_ROTATION     ?= 30m
 SOAK_REPORT_EVERY ?= 10
@@ -205,8 +207,8 @@ SOAK_TIMEOUT      ?= 3h
 .PHONY: soak
 soak: tools build ## Churn the proxy path for SOAK_DURATION (default 10m), rotate a credential Secret, then a provider's one-minute tokens, for SOAK_ROTATION (30m) each, and check that nothing leaked.
 	cd test && KUBE_BIN=$(BIN) $(GO) test -race -count=1 -timeout $(SOAK_TIMEOUT) -run '^TestChurn$$' -v ./e2e/ \
-		-churn.duration=$(SOAK_DURATION) -churn.report-every=$(SOAK_REPORT_EVERY) $(SOAK_FLAGS)
+		-churn.cycles=0 -churn.duration=$(SOAK_DURATION) -churn.report-every=$(SOAK_REPORT_EVERY) $(SOAK_FLAGS)
 	cd test && KUBE_BIN=$(BIN) $(GO) test -race -count=1 -timeout $(SOAK_TIMEOUT) -run '^TestSecretSourceRotation$$' -v ./e2e/ \
 		-source-rotation.duration=$(SOAK_ROTATION) $(SOAK_FLAGS)
 	cd test && KUBE_BIN=$(BIN) $(GO) test -race -count=1 -timeout $(SOAK_TIMEOUT) -run '^TestCredentialProviderShortLivedTokens$$' -v ./e2e/ \
-		-provider-tokens.duration=$(SOAK_ROTATION) $(SOAK_FLAGS)
+		-provider-tokens.duration=$(SOAK_ROTATION) -provider-tokens.ttl=1m $(SOAK_FLAGS)

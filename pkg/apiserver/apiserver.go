@@ -212,7 +212,7 @@ func (c CompletedConfig) New() (*Server, error) {
 			return nil, err
 		}
 		popts.Tunnel = s.Tunnel
-		s.Tunnel.OnMissedCheck(s.Pool.RenewTunnelled)
+		s.Tunnel.OnMissedCheck(func(string) { s.Pool.RenewTunnelled() })
 	}
 	// The proxy builds the prober, which probes through the proxy's own
 	// path and which the proxy asks what it knows; it runs from the

@@ -21,10 +21,12 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/generated/clientset/versioned"
 )
 
-// `make soak` runs TestChurn alone with a long -churn.duration.
+// By default TestChurn runs enough cycles for a leak of one goroutine or
+// fd per cycle to pass the drift allowed (churnEnough); `make soak` runs it
+// alone for a long -churn.duration.
 var (
-	churnCycles   = flag.Int("churn.cycles", 0, "TestChurn: stop after this many cycles (0: no limit; -churn.duration still applies)")
-	churnDuration = flag.Duration("churn.duration", 60*time.Second, "TestChurn: start no new cycle after this long")
+	churnCycles   = flag.Int("churn.cycles", churnEnough, "TestChurn: stop after this many cycles (0: no limit; -churn.duration still applies)")
+	churnDuration = flag.Duration("churn.duration", 0, "TestChurn: start no new cycle after this long (0: no limit; -churn.cycles still applies)")
 	churnReport   = flag.Int("churn.report-every", 0, "TestChurn: log the figures every N cycles (0: only the baseline and the end)")
 	churnProfiles = flag.String("churn.profiles", "", "TestChurn: write heap profiles at the baseline and at the end into this directory (compare with go tool pprof -base)")
 )
@@ -44,6 +46,9 @@ var (
 // at the baseline if they are not.
 func TestChurn(t *testing.T) {
 	requireGateway(t)
+	if *churnCycles == 0 && *churnDuration == 0 {
+		t.Fatal("-churn.cycles=0 and -churn.duration=0: the churn would never end")
+	}
 	if *churnProfiles != "" {
 		// Every allocation, so a profile diff shows small steady leaks too.
 		defer func(rate int) { runtime.MemProfileRate = rate }(runtime.MemProfileRate)
@@ -65,7 +70,7 @@ func TestChurn(t *testing.T) {
 
 	start := time.Now()
 	n := 0
-	for time.Since(start) < *churnDuration && (*churnCycles == 0 || n < *churnCycles) {
+	for (*churnDuration == 0 || time.Since(start) < *churnDuration) && (*churnCycles == 0 || n < *churnCycles) {
 		n++
 		r.cycle(t, n)
 		if t.Failed() {
@@ -84,6 +89,12 @@ func TestChurn(t *testing.T) {
 	t.Logf("drift from baseline: goroutines %+d, fds %+d, heap %+.1f MiB; forward proxies carried http %d socks5 %d tunnels",
 		end.Goroutines-base.Goroutines, end.FDs-base.FDs, (float64(end.HeapInUse)-float64(base.HeapInUse))/(1<<20),
 		env.HTTPProxy.Carried()-r.httpCarried, env.SOCKS5Proxy.Carried()-r.socksCarried)
+
+	// Fewer cycles could hide a leak of one goroutine or fd per cycle
+	// within the drift allowed.
+	if n < churnEnough {
+		t.Errorf("%d cycles prove too little: a leak of one goroutine or fd per cycle shows only past the drift allowed (%d goroutines, %d fds); run at least %d", n, goroutineSlack, fdSlack, churnEnough)
+	}
 
 	// What the cycles must have exercised, read from the pool's own counters.
 	st := end.Pool

@@ -21,8 +21,9 @@ import (
 	gatewayv1alpha1 "github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
 
-// `make soak` runs TestSecretSourceRotation for 30 minutes.
-var sourceRotation = flag.Duration("source-rotation.duration", 2*time.Minute,
+// By default each kind of rotation five times under the streams; `make
+// soak` runs TestSecretSourceRotation for 30 minutes.
+var sourceRotation = flag.Duration("source-rotation.duration", 15*time.Second,
 	"TestSecretSourceRotation: how long the kubeconfig Secret is rotated, every second: a third the token, a third the client certificate, a third the CA")
 
 // streamsGrace is the gateway's retire grace (the pool's default, which the

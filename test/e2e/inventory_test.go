@@ -92,10 +92,17 @@ providers:
 - name: `+e2eProvider+`
   exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/false}
 `)
+	// The leader gives the Lease up when a renewal (a hub round trip or
+	// two) does not succeed within the renew deadline; the tests below
+	// assume it keeps it. Under -race on the shared 2-core machine a 2s
+	// deadline was seen missed (etcd writes of 0.5-0.8s, the gateway
+	// itself missing a 1s health check at that moment): 4s, with 2s
+	// between it and the Lease's end, as before, so that the old leader has
+	// stopped before another may take over.
 	args := append(haArgs(), "--credential-source-namespaces="+ns, "--inventory-sync=capi,clusterprofile",
 		"--credential-providers-file="+providersFile,
 		"--inventory-sync-providers="+e2eProvider,
-		"--inventory-sync-lease-duration=4s", "--inventory-sync-renew-deadline=2s", "--inventory-sync-retry-period=500ms")
+		"--inventory-sync-lease-duration=6s", "--inventory-sync-renew-deadline=4s", "--inventory-sync-retry-period=500ms")
 	restartGateway(t, args)
 	t.Cleanup(func() { restartGateway(t, nil) })
 	a := env.Gateway

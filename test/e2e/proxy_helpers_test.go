@@ -94,9 +94,17 @@ var (
 
 // hubDo is hubGet for any goroutine: one shared client, so connections are reused.
 func hubDo(path string) (int, string, error) {
+	code, _, body, err := hubDoHeader(path)
+	return code, body, err
+}
+
+// hubDoHeader is hubDo with the answer's headers. It sends the request
+// once, as it is: unlike client-go, it does not send it again after a 503
+// or 429 with Retry-After, so a test sees what the gateway answered.
+func hubDoHeader(path string) (int, http.Header, string, error) {
 	hubClientOnce.Do(func() { hubClient, hubClientErr = rest.HTTPClientFor(env.Hub.RESTConfig()) })
 	if hubClientErr != nil {
-		return 0, "", hubClientErr
+		return 0, nil, "", hubClientErr
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -104,11 +112,11 @@ func hubDo(path string) (int, string, error) {
 	req.Header.Set("Accept", "application/json")
 	resp, err := hubClient.Do(req)
 	if err != nil {
-		return 0, "", err
+		return 0, nil, "", err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body), err
+	return resp.StatusCode, resp.Header, string(body), err
 }
 
 // gatewayMetrics reads the gateway's own /metrics (as the hub admin, whom the

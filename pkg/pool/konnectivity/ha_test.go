@@ -279,9 +279,5 @@ func TestDialFailsOverToTheProxyServerWithTheAgent(t *testing.T) {
 	}
 	m.Stop()
 	c.CloseIdleConnections()
-	// The agent, never reaching its second proxy-server, reconnects
-	// through the in-process balancer every few hundred ms: its churning
-	// connections are no part of the Manager's fds to count.
-	s.stopAgent()
 	clean()
 }

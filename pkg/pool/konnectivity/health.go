@@ -66,7 +66,7 @@ func (s *server) healthLoop(ctx context.Context, ticker clock.Ticker) {
 			s.m.wg.Add(1)
 			go func() {
 				defer s.m.wg.Done()
-				(*fn)()
+				(*fn)(s.addr)
 			}()
 		}
 		if missed < s.m.opts.HealthFailureThreshold {

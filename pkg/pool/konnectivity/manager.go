@@ -43,14 +43,16 @@ type Manager struct {
 
 	dials, dialFailures, failovers, rejectedReloads atomic.Int64
 
-	onMissedCheck atomic.Pointer[func()] // see OnMissedCheck
+	onMissedCheck atomic.Pointer[func(server string)] // see OnMissedCheck
 }
 
 // OnMissedCheck has fn called (in a goroutine of its own, which Stop waits
-// for) when a tunnel first misses a health check: the pool has new requests
-// take new connections then, so that they dial anew through a proxy-server
-// that answers instead of waiting on one that went silent.
-func (m *Manager) OnMissedCheck(fn func()) { m.onMissedCheck.Store(&fn) }
+// for) when a tunnel first misses a health check, with its proxy-server's
+// address: the pool has new requests take new connections then, so that
+// they dial anew through a proxy-server that answers instead of waiting on
+// one that went silent. Each proxy-server's tunnel calls it once per run of
+// missed checks.
+func (m *Manager) OnMissedCheck(fn func(server string)) { m.onMissedCheck.Store(&fn) }
 
 // Stats are this Manager's counters (its metrics, see Metrics), summed
 // over its proxy-servers; ServerStats has them per proxy-server.

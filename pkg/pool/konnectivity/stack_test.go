@@ -40,6 +40,7 @@ type stack struct {
 	servers                         []*proxyServer
 	balancer                        *testbalancer.Balancer // the agent's one address for several proxy-servers
 	agentOn                         []int                  // the proxy-servers the agent reaches; nil: all
+	agentAddr                       string                 // where the agent connects: the balancer, or the one proxy-server it reaches
 	agentAdminPort, agentHealthPort int
 
 	serverCA, clientCA, clusterCA, backendCA *testpki.CA
@@ -130,12 +131,17 @@ func newStackAgentOn(t testing.TB, n int, agentOn []int) *stack {
 	writeFile(t, s.caFile, s.serverCA.CertPEM)
 	s.rotateClientCert()
 
-	if n > 1 {
+	// A balancer only in front of several: the agent's reconnections to
+	// one it alone reaches stay between it and that proxy-server, out of
+	// this process, whose fds the tests count.
+	s.agentAddr = agentAddrs[0]
+	if len(agentAddrs) > 1 {
 		b, err := testbalancer.Listen("127.0.0.1", agentAddrs...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		s.balancer = b
+		s.agentAddr = b.Addr
 		b.Start()
 	}
 	s.startBackend()
@@ -195,12 +201,12 @@ func (s *stack) serverArgs(p *proxyServer) []string {
 }
 
 func (s *stack) agentArgs() []string {
-	port := s.servers[0].agentPort
-	if s.balancer != nil {
-		port = s.balancer.Port()
+	host, port, err := net.SplitHostPort(s.agentAddr)
+	if err != nil {
+		s.t.Fatal(err)
 	}
 	return []string{
-		"--proxy-server-host=127.0.0.1", "--proxy-server-port=" + strconv.Itoa(port),
+		"--proxy-server-host=" + host, "--proxy-server-port=" + port,
 		"--ca-cert=" + s.path("agent-ca.crt"), "--agent-cert=" + s.path("agent.crt"), "--agent-key=" + s.path("agent.key"),
 		"--agent-identifiers=ipv4=" + backendIP,
 		"--admin-bind-address=127.0.0.1", "--admin-server-port=" + strconv.Itoa(s.agentAdminPort),
@@ -231,12 +237,6 @@ func (s *stack) startServer(i int) {
 	p.cmd = s.start("proxy-server", p.id, s.serverArgs(p))
 }
 func (s *stack) startAgent() { s.agent = s.start("proxy-agent", "proxy-agent", s.agentArgs()) }
-
-// stopAgent SIGKILLs the agent by pid and reaps it.
-func (s *stack) stopAgent() {
-	kill(s.agent)
-	s.agent = nil
-}
 
 // killServer SIGKILLs proxy-server i by pid and reaps it.
 func (s *stack) killServer(i int) {

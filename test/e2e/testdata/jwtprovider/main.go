@@ -1,6 +1,8 @@
 // Command jwtprovider is a credential provider for the e2e tests: it mints
 // an RS256 JWT valid for JWT_TTL and prints it as an ExecCredential that
-// expires with it, appending a line to JWT_RUNS for each run.
+// expires with it, appending a line to JWT_RUNS for each run: when it ran,
+// the token's expiry (Unix seconds) and the token, so that a test can show
+// the token refused once expired.
 //
 //	JWT_KEY_FILE  the signing key (PKCS#1 RSA PEM)
 //	JWT_ISSUER, JWT_AUDIENCE, JWT_SUBJECT, JWT_TTL (a Go duration), JWT_RUNS
@@ -52,18 +54,19 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
+	token := unsigned + "." + base64.RawURLEncoding.EncodeToString(sig)
 	if p := os.Getenv("JWT_RUNS"); p != "" {
 		f, err := os.OpenFile(p, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 		if err != nil {
 			fail(err)
 		}
-		fmt.Fprintln(f, now.UTC().Format(time.RFC3339))
+		fmt.Fprintln(f, now.UTC().Format(time.RFC3339), exp.Unix(), token)
 		f.Close()
 	}
 	err = json.NewEncoder(os.Stdout).Encode(map[string]interface{}{
 		"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
 		"status": map[string]string{
-			"token":               unsigned + "." + base64.RawURLEncoding.EncodeToString(sig),
+			"token":               token,
 			"expirationTimestamp": exp.UTC().Format(time.RFC3339),
 		},
 	})
