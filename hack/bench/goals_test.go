@@ -9,7 +9,7 @@ import (
 
 // load is a finished load of key: requests over elapsed, and each role's CPU.
 func load(key string, requests int, elapsed time.Duration, cpu map[string]time.Duration) *target {
-	return &target{Key: key, res: loadResult{Requests: requests, Elapsed: elapsed, CPU: cpu}}
+	return &target{Key: key, Res: loadResult{Requests: requests, Elapsed: elapsed, CPU: cpu}}
 }
 
 func goalNamed(t *testing.T, gs []goal, prefix string) goal {
@@ -24,6 +24,16 @@ func goalNamed(t *testing.T, gs []goal, prefix string) goal {
 }
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+// mustRender is the report's template name executed with data.
+func mustRender(t *testing.T, name string, data any) string {
+	t.Helper()
+	out, err := render(name, data)
+	if err != nil {
+		t.Fatalf("template %s: %v", name, err)
+	}
+	return out
+}
 
 // Each CPU and throughput goal is the ratio its goal states, from the
 // loads of one run: the bare proxy's CPU is its own process's in its row,
@@ -47,7 +57,7 @@ func TestGoalsFromOneRun(t *testing.T) {
 			"BenchmarkBareReverseProxy/list": {{NsOp: 100, AllocsOp: 206}},
 		}},
 	}
-	gs := r.goals()
+	gs := r.Goals()
 	for _, c := range []struct {
 		prefix string
 		value  float64
@@ -84,14 +94,12 @@ func TestKonnectivityBaselineIsTheBareProxyOverTheTunnel(t *testing.T) {
 			load("bare-konn", 500, time.Second, map[string]time.Duration{"bare-proxy": 125 * ms}),                // 250 µs: 1.25×, 50 µs more
 		},
 	}
-	gs := r.goals()
+	gs := r.Goals()
 	if g := goalNamed(t, gs, "Konnectivity"); !near(g.Value, 1.2) || !strings.Contains(g.Measured, "the bare proxy over the same tunnel: 1.25× (250 µs vs 200 µs)") {
 		t.Errorf("the Konnectivity goal is %v, %q: want 1.2 with its baseline", g.Value, g.Measured)
 	}
-	var b strings.Builder
-	r.ratios(&b)
-	if want := "gateway CPU/req 360 µs vs 300 µs"; !strings.Contains(b.String(), want) {
-		t.Errorf("the ratios lack %q:\n%s", want, b.String())
+	if out := mustRender(t, "ratios", r); !strings.Contains(out, "gateway CPU/req 360 µs vs 300 µs") {
+		t.Errorf("the ratios lack %q:\n%s", "gateway CPU/req 360 µs vs 300 µs", out)
 	}
 }
 
@@ -108,14 +116,12 @@ func TestHubBaselineIsTheBareProxyBehindTheHub(t *testing.T) {
 			load("hub-bare", 500, time.Second, map[string]time.Duration{"bare-proxy": 225 * ms, "hub": 450 * ms}), // 450 µs vs 900 µs: 0.5×
 		},
 	}
-	gs := r.goals()
+	gs := r.Goals()
 	if g := goalNamed(t, gs, "Through the hub"); !near(g.Value, 0.6) || !strings.Contains(g.Measured, "the bare proxy behind the same hub: 0.50× (450 µs vs 900 µs)") {
 		t.Errorf("the hub goal is %v, %q: want 0.6 with its baseline", g.Value, g.Measured)
 	}
-	var b strings.Builder
-	r.ratios(&b)
-	if want := "req/s 0.50×, p50 0 µs vs 0 µs; the hub spends 1.00 ms CPU per request"; !strings.Contains(b.String(), want) {
-		t.Errorf("the ratios lack %q:\n%s", want, b.String())
+	if want, out := "req/s 0.50×, p50 0 µs vs 0 µs; the hub spends 1.00 ms CPU per request", mustRender(t, "ratios", r); !strings.Contains(out, want) {
+		t.Errorf("the ratios lack %q:\n%s", want, out)
 	}
 }
 
@@ -137,7 +143,7 @@ func TestAggregatedSubpath(t *testing.T) {
 
 // A goal whose loads did not run says so instead of judging a zero.
 func TestGoalsWithoutLoadsAreNotMeasured(t *testing.T) {
-	for _, g := range (&report{}).goals() {
+	for _, g := range (&report{}).Goals() {
 		if g.Missing == "" || !strings.HasPrefix(g.verdict(), "not measured") {
 			t.Errorf("%s: %q (missing %q), want not measured", g.Goal, g.verdict(), g.Missing)
 		}
@@ -190,15 +196,14 @@ func TestScanIdleCPU(t *testing.T) {
 		Idle:        idleCPU{Window: 40 * time.Second, Cores: 0.8, ProbesPerSec: 400}, // 2 ms per probe
 		IdleProfile: &pathProfile{Path: "state/gateway-cpu-idle.pprof", Top: top},
 	}
-	var b strings.Builder
-	(&report{Scan: s}).scanSection(&b)
+	out := mustRender(t, "scan", s)
 	for _, want := range []string{
 		"`go tool pprof state/gateway-cpu-idle.pprof`",
 		"Per probe: 2.00 ms of CPU.",
 		"```\n" + top + "\n```",
 	} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("the scan section lacks %q:\n%s", want, b.String())
+		if !strings.Contains(out, want) {
+			t.Errorf("the scan section lacks %q:\n%s", want, out)
 		}
 	}
 }

@@ -21,7 +21,10 @@ func TestReportGolden(t *testing.T) {
 	os.Args = []string{"bench", "-go", "go", "-bin", "_output/bin", "-state-dir", "_output/bench", "-out", "docs/performance.md"}
 	defer func() { os.Args = args }()
 	for name, r := range map[string]*report{"full": fixtureFull(), "partial": fixturePartial(), "empty": {Opts: options{Concurrency: 8, Rounds: 2, BenchCount: 5}}} {
-		got := r.markdown()
+		got, err := r.markdown()
+		if err != nil {
+			t.Fatalf("the %s report: %v", name, err)
+		}
 		path := filepath.Join("testdata", "report-"+name+".md")
 		if *update {
 			if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
@@ -106,15 +109,15 @@ func fixtureLoad(key, name, via, upstream string, n int, perReq map[string]time.
 	for role, c := range perReq {
 		cpu[role] = c * time.Duration(n)
 	}
-	t := &target{Key: key, Name: name, Via: via, Upstream: upstream, res: loadResult{
+	t := &target{Key: key, Name: name, Via: via, Upstream: upstream, Res: loadResult{
 		Requests: n, Elapsed: 10 * time.Second, Lat: lats(2*ms+time.Duration(n)*µs, 20*ms+time.Duration(n)*µs), CPU: cpu,
 		Before: gwState{RSS: 90 * miB, Goroutines: 139}, After: gwState{RSS: 95 * miB, Goroutines: 140},
 		DMallocs: 187 * float64(n), DAllocBytes: 19747 * float64(n),
 		RoundRPS: []float64{float64(n)/10 + 20, float64(n)/10 - 20},
 	}}
 	if gatewayLoads[key] {
-		t.res.Authz = authzDelta{HubSARs: 16, Delegated: 16}
-		t.res.Steady = authzSteady{Requests: n / 4, Window: 3 * time.Second, Filled: 8}
+		t.Res.Authz = authzDelta{HubSARs: 16, Delegated: 16}
+		t.Res.Steady = authzSteady{Requests: n / 4, Window: 3 * time.Second, Filled: 8}
 	}
 	return t
 }
@@ -146,7 +149,7 @@ func fixtureTargets(konn bool) []*target {
 	for _, key := range []string{"direct", "bare", "gateway"} {
 		many := *ts[map[string]int{"direct": 0, "bare": 1, "gateway": 2}[key]]
 		many.Key, many.Name, many.Workers = key+"-many", many.Name+", 64 workers", 64
-		many.res.Requests = many.res.Requests * 3 / 2
+		many.Res.Requests = many.Res.Requests * 3 / 2
 		ts = append(ts, &many)
 	}
 	return ts
@@ -194,9 +197,9 @@ func fixtureStreams(konn bool) *streamsResult {
 func fixtureIsolation(limited float64) *isolationResult {
 	phase := func(p99 time.Duration, tooMany int, noisy bool) isoPhase {
 		ph := isoPhase{
-			Steady:     steadyResult{Sent: 2000, OK: 2000 - tooMany, TooMany: tooMany, Lat: lats(2*ms, p99)},
-			Control:    steadyResult{Sent: 2000, OK: 2000, Lat: lats(2*ms, p99*9/10)},
-			RoundP99:   []time.Duration{p99, p99 * 11 / 10}, ControlP99: []time.Duration{p99 * 9 / 10, p99},
+			Steady:   steadyResult{Sent: 2000, OK: 2000 - tooMany, TooMany: tooMany, Lat: lats(2*ms, p99)},
+			Control:  steadyResult{Sent: 2000, OK: 2000, Lat: lats(2*ms, p99*9/10)},
+			RoundP99: []time.Duration{p99, p99 * 11 / 10}, ControlP99: []time.Duration{p99 * 9 / 10, p99},
 			GatewayCPU: 800 * ms, Elapsed: 8 * time.Second,
 			CPU: map[string]time.Duration{"machine": 12 * time.Second, "gateway": 800 * ms, "bench": 2 * time.Second, "hub": 300 * ms, "etcd": 100 * ms, "managed-1": 900 * ms, "managed-2": 700 * ms},
 		}
@@ -262,10 +265,10 @@ func fixtureGoBench() *goBench {
 
 func fixtureAB() *abResultSet {
 	row := func(key, what string, hub, port time.Duration) *abRow {
-		res := func(cpu time.Duration) *abResult {
-			return &abResult{Requests: 1000, CPU: 1000 * cpu, Hub: 1000 * 780 * µs, Lat: lats(5*ms, 30*ms)}
+		res := func(cpu time.Duration) *loadResult {
+			return &loadResult{Requests: 1000, CPU: map[string]time.Duration{"gateway": 1000 * cpu, "hub": 1000 * 780 * µs}, Lat: lats(5*ms, 30*ms)}
 		}
-		return &abRow{Variant: abVariant{Key: key, What: what}, Res: map[string]*abResult{"hub": res(hub), "port": res(port)}, RSSStart: 80 * miB, RSSLoad: 88 * miB, RSSIdle: 87 * miB}
+		return &abRow{Variant: abVariant{Key: key, What: what}, Res: map[string]*loadResult{"hub": res(hub), "port": res(port)}, RSSStart: 80 * miB, RSSLoad: 88 * miB, RSSIdle: 87 * miB}
 	}
 	return &abResultSet{Conc: 8, Per: 3 * time.Second, Round: 4, Rows: []*abRow{
 		row("baseline", "the defaults", 507*µs, 365*µs),
@@ -312,14 +315,14 @@ func fixturePartial() *report {
 	r := fixtureFull()
 	r.GoBench, r.Profiles, r.AuthzIdle, r.Watches = nil, nil, nil, nil
 	r.Targets = fixtureTargets(false)
-	r.Targets[1].res.FirstErr = errors.New("GET: connection reset")
-	r.Targets[1].res.Errors = 3
+	r.Targets[1].Res.FirstErr = errors.New("GET: connection reset")
+	r.Targets[1].Res.Errors = 3
 	for _, t := range r.Targets {
 		if t.Key == "gateway" || t.Key == "gateway-many" {
-			t.res.DDials, t.res.DCreations = 4, 2
+			t.Res.DDials, t.Res.DCreations = 4, 2
 		}
 		if t.Key == "gateway-many" {
-			t.res.Requests = t.res.Requests / 2
+			t.Res.Requests = t.Res.Requests / 2
 		}
 	}
 	r.Pooled.Deleted.Marked = 30 * miB
