@@ -33,7 +33,10 @@ const (
 	scanIdleProfile = 30 * time.Second
 	scanWaitMax     = 5 * time.Minute // for the prober (waitMetrics)
 	idleProfileName = "gateway-cpu-idle.pprof"
-	scanPeakRSSGoal = 300e6 // bytes: 300 MB
+	scanPeakRSSGoal = 300e6 // bytes: 300 MB, at every moment: creating, scanning
+	// createSampleEvery is how often VmRSS is read while the gateways are
+	// created, beside VmHWM.
+	createSampleEvery = 20 * time.Millisecond
 	// pkg/pool's default --pool-capacity (pool.NewOptions; importing
 	// pkg/pool here would pull its dependencies into hack's go.mod).
 	scanDefaultCapacity = 1000
@@ -75,16 +78,23 @@ type scanResult struct {
 	Base, Stored                 memState // fresh gateway; n stored, none pooled (forced GC)
 	// Pooled is Capacity of the gateways with one GET each and nothing
 	// evicted yet (forced GC): the per-entry figures come from it.
-	Pooled     memState
-	PooledN    int
-	Passes     []scanPass
-	After      memState // scanAfter after the last pass, before a forced GC
-	AfterGC    memState // then, after a forced GC
-	Settled    memState // RSS once it stopped falling (no forced GC)
-	SettledAt  time.Duration
-	Stable     bool    // Settled is stable RSS, not the end of scanSettleMax
-	FillPeak   float64 // VmHWM from the gateway's start to the first pass
-	RSSSamples []scanState
+	Pooled    memState
+	PooledN   int
+	Passes    []scanPass
+	After     memState // scanAfter after the last pass, before a forced GC
+	AfterGC   memState // then, after a forced GC
+	Settled   memState // RSS once it stopped falling (no forced GC)
+	SettledAt time.Duration
+	Stable    bool    // Settled is stable RSS, not the end of scanSettleMax
+	FillPeak  float64 // VmHWM from the gateway's start to the first pass
+	// CreatePeak is VmHWM while the N gateways were created with the
+	// gateway running, from the first create until the gateway listed them
+	// all and had probed each once (CreateWindow); CreateSampled the most
+	// of CreateSamples reads of VmRSS every createSampleEvery meanwhile.
+	CreatePeak, CreateSampled float64
+	CreateSamples             int
+	CreateWindow              time.Duration
+	RSSSamples                []scanState
 	// Idle is the gateway's CPU from the forced GC scanAfter after the
 	// scan until RSS settled: no requests, every gateway stored, the
 	// prober at its defaults.
@@ -177,18 +187,39 @@ func (sc *scanner) restart(ctx context.Context) (err error) {
 }
 
 // store creates the gateways, waits until the gateway lists them and has
-// probed each once, and reads it.
+// probed each once, and reads it. Meanwhile it measures the peak RSS of
+// the running gateway: VmHWM, reset before the first create (FillPeak
+// keeps what came before), and VmRSS sampled every createSampleEvery.
 func (sc *scanner) store(ctx context.Context) (err error) {
 	res := sc.res
+	if res.FillPeak, err = procHWM(sc.pid); err != nil {
+		return err
+	}
+	if err := resetPeakRSS(sc.pid); err != nil {
+		return err
+	}
+	stop, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		res.CreateSampled, res.CreateSamples = sampleRSS(sc.pid, createSampleEvery, stop)
+	}()
 	logf("scan: creating %d ClusterGateways", res.N)
 	start := time.Now()
-	if err := createGateways(ctx, sc.secrets, sc.env, sc.gw, res.N, scanClients); err != nil {
-		return err
-	}
+	err = createGateways(ctx, sc.secrets, sc.env, sc.gw, res.N, scanClients)
 	res.CreateTime = time.Since(start)
-	if res.ProbedWait, err = waitAllProbed(ctx, sc.gw); err != nil {
+	if err == nil {
+		res.ProbedWait, err = waitAllProbed(ctx, sc.gw)
+	}
+	res.CreateWindow = time.Since(start)
+	close(stop)
+	<-sampled
+	if err != nil {
 		return err
 	}
+	if res.CreatePeak, err = procHWM(sc.pid); err != nil {
+		return err
+	}
+	logf("scan: creating: peak RSS %s (VmHWM), %s sampled", mib(res.CreatePeak), mib(res.CreateSampled))
 	res.Stored, err = sc.settled(ctx, "stored")
 	return err
 }
@@ -214,7 +245,8 @@ func (sc *scanner) fillPool(ctx context.Context) (err error) {
 	if res.Pooled, err = sc.settled(ctx, "pooled"); err != nil {
 		return err
 	}
-	res.FillPeak, err = procHWM(sc.pid)
+	hwm, err := procHWM(sc.pid) // since the creating began
+	res.FillPeak = max(res.FillPeak, hwm)
 	return err
 }
 
@@ -516,6 +548,9 @@ func (s *scanResult) Table() *table {
 			fmt.Sprintf("%.0f", g.Entries), fmt.Sprintf("%.0f", g.Retiring), fmt.Sprintf("%.0f", g.OpenConns), fmt.Sprintf("%.0f", g.Goroutines))
 	}
 	row("fresh gateway", "", "", "", "", s.Base)
+	if s.CreatePeak > 0 {
+		t.add(fmt.Sprintf("creating %d (gateway running)", s.N), s.CreateWindow.Round(100*time.Millisecond).String(), "", mib(s.CreatePeak))
+	}
 	row(fmt.Sprintf("%d stored", s.N), "", "", "", "", s.Stored)
 	row(fmt.Sprintf("%d pooled (one GET each)", s.PooledN), "", "", "", "", s.Pooled)
 	for i, p := range s.Passes {
@@ -544,6 +579,9 @@ func (s *scanResult) perEntry(v float64) float64 {
 	}
 	return v / float64(s.PooledN)
 }
+
+// CreatingPeak is the most RSS seen while the gateways were created.
+func (s *scanResult) CreatingPeak() float64 { return max(s.CreatePeak, s.CreateSampled) }
 
 // PeakRSS is the highest VmHWM from the gateway's start to the last pass.
 func (s *scanResult) PeakRSS() float64 {
@@ -615,6 +653,7 @@ func (s *scanResult) HeapTops() []struct{ What, Top string } {
 	}
 }
 
+func (s *scanResult) SampleEvery() time.Duration  { return createSampleEvery }
 func (s *scanResult) Oversize() int               { return s.N / s.Capacity }
 func (s *scanResult) AfterDelay() time.Duration   { return scanAfter }
 func (s *scanResult) IdleProfiled() time.Duration { return scanIdleProfile }
