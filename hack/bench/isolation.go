@@ -259,10 +259,7 @@ type isoLoad struct {
 // neighbour (a process of its own) saturating the slow cluster first when
 // neighbour is set, then stopped and drained again.
 func isoRun(ctx context.Context, gw *gatewayAdmin, env *localenv.Env, ph *isoPhase, loads []isoLoad, neighbour func(context.Context) (*noisyChild, error), o isolationOptions) (err error) {
-	pids := map[string]int{"gateway": env.Gateway.Process.Pid(), "hub": env.Hub.Process.Pid(), "etcd": env.Etcd.Pid(),
-		env.Managed[0].Name: env.Managed[0].Process.Pid(), env.Managed[1].Name: env.Managed[1].Process.Pid()}
 	var n *noisyChild
-	var n0 noisyCounts
 	if neighbour != nil {
 		if n, err = neighbour(ctx); err != nil {
 			return err
@@ -277,6 +274,42 @@ func isoRun(ctx context.Context, gw *gatewayAdmin, env *localenv.Env, ph *isoPha
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+	}
+	if err := ph.measure(ctx, gw, env, n, loads, o); err != nil {
+		return err
+	}
+	if n != nil {
+		if err, n = n.stop(), nil; err != nil {
+			return err
+		}
+	}
+	// The next phase starts with nothing of this one still held.
+	// Still held after 30s is reported and the run goes on.
+	var m map[string]float64
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		var err error
+		if m, err = gw.metrics(ctx); err != nil {
+			return false, err
+		}
+		return m[mActive] == 0 && m[mFairInFlight] == 0 && m[mFairQueued] == 0, nil
+	})
+	if wait.Interrupted(err) && ctx.Err() == nil {
+		logf("isolation: after the phase, %v leases, %v in flight and %v queued still held", m[mActive], m[mFairInFlight], m[mFairQueued])
+		return nil
+	}
+	return err
+}
+
+// measure runs the steady loads once, with the neighbour n if not nil, and
+// adds to ph their results, what the gateway's limiter and in-flight
+// filter refused meanwhile, the neighbour's answers, and each process's and
+// the whole machine's CPU.
+func (ph *isoPhase) measure(ctx context.Context, gw *gatewayAdmin, env *localenv.Env, n *noisyChild, loads []isoLoad, o isolationOptions) error {
+	pids := map[string]int{"gateway": env.Gateway.Process.Pid(), "hub": env.Hub.Process.Pid(), "etcd": env.Etcd.Pid(),
+		env.Managed[0].Name: env.Managed[0].Process.Pid(), env.Managed[1].Name: env.Managed[1].Process.Pid()}
+	var n0 noisyCounts
+	if n != nil {
+		var err error
 		if n0, err = n.counts(); err != nil {
 			return err
 		}
@@ -313,18 +346,16 @@ func isoRun(ctx context.Context, gw *gatewayAdmin, env *localenv.Env, ph *isoPha
 	if err != nil {
 		return err
 	}
-	ph.GatewayCPU += cpu["gateway"]
-	ph.CPU = addCPU(ph.CPU, cpu)
 	if n != nil {
 		n1, err := n.counts()
 		if err != nil {
 			return err
 		}
-		ph.NoisyOK += n1.OK - n0.OK
-		ph.Noisy429 += n1.TooMany - n0.TooMany
-		ph.NoisyOther += n1.Other - n0.Other
+		ph.NoisyOK, ph.Noisy429, ph.NoisyOther = ph.NoisyOK+n1.OK-n0.OK, ph.Noisy429+n1.TooMany-n0.TooMany, ph.NoisyOther+n1.Other-n0.Other
 		ph.NoisyFirstEr = cmp.Or(ph.NoisyFirstEr, n1.FirstErr)
 	}
+	ph.GatewayCPU += cpu["gateway"]
+	ph.CPU = addCPU(ph.CPU, cpu)
 	ph.FairFull += m1[mFairFull] - m0[mFairFull]
 	ph.FairTimeout += m1[mFairTimeout] - m0[mFairTimeout]
 	ph.Global429 += sumPrefix(m1, mTerminations, `code="429"`) - sumPrefix(m0, mTerminations, `code="429"`)
@@ -333,27 +364,7 @@ func isoRun(ctx context.Context, gw *gatewayAdmin, env *localenv.Env, ph *isoPha
 	ph.ControlP99 = append(ph.ControlP99, sortedPct(rs[1].Lat, .99))
 	ph.Steady.add(rs[0])
 	ph.Control.add(rs[1])
-	if n != nil {
-		err, n = n.stop(), nil
-		if err != nil {
-			return err
-		}
-	}
-	// The next phase starts with nothing of this one still held.
-	// Still held after 30s is reported and the run goes on.
-	var m map[string]float64
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		var err error
-		if m, err = gw.metrics(ctx); err != nil {
-			return false, err
-		}
-		return m[mActive] == 0 && m[mFairInFlight] == 0 && m[mFairQueued] == 0, nil
-	})
-	if wait.Interrupted(err) && ctx.Err() == nil {
-		logf("isolation: after the phase, %v leases, %v in flight and %v queued still held", m[mActive], m[mFairInFlight], m[mFairQueued])
-		return nil
-	}
-	return err
+	return nil
 }
 
 // noisyWorker GETs url in a loop and, on 429, waits as its Retry-After says

@@ -46,6 +46,7 @@ type target struct {
 	TODO           string         // set when the path cannot be measured yet
 	Workers        int            // keep-alive workers of this load; 0: -concurrency
 	FreshClient    *http.Client   // as a caller no load uses, for the window after its decision is filled (sar.go)
+	asUser         bool           // authenticates as benchUser, whose binding must have reached the hub first
 
 	Res loadResult
 }
@@ -120,21 +121,10 @@ func proxyPrefix(c *localenv.Cluster) string {
 // HTTP/2 connection per client), only the -loads loads. stop stops the
 // bare proxies and closes the clients.
 func buildTargets(ctx context.Context, env *localenv.Env) (ts []*target, stop func(), err error) {
-	var bares []*bareProxy
-	var clients []*http.Client
-	stop = func() {
-		for _, b := range bares {
-			if err := b.stop(); err != nil {
-				logf("%v", err)
-			}
-		}
-		for _, c := range clients {
-			c.CloseIdleConnections()
-		}
-	}
+	b := &targetBuilder{ctx: ctx, pids: envPids(env)}
 	defer func() {
 		if err != nil {
-			stop()
+			b.stop()
 		}
 	}()
 	user, err := env.NewUser(benchUser)
@@ -146,64 +136,14 @@ func buildTargets(ctx context.Context, env *localenv.Env) (ts []*target, stop fu
 			return nil, nil, err
 		}
 	}
-	var errs []error
-	client := func(caPEM []byte, kp *localenv.KeyPair) *http.Client {
-		c, err := mtlsClient(caPEM, kp)
-		if errs = append(errs, err); err == nil {
-			clients = append(clients, c)
-		}
-		return c
-	}
-	// bare starts a bare proxy to c and returns its client and pids, in
-	// which "bare-proxy" is that bare proxy.
-	pids := envPids(env)
-	bare := func(c *localenv.Cluster, k *localenv.Konnectivity, aggregated bool) (*bareProxy, *http.Client, map[string]int) {
-		b, err := startBareProxy(ctx, c, k, aggregated)
-		if errs = append(errs, err); err != nil {
-			return nil, nil, nil
-		}
-		bares = append(bares, b)
-		return b, client(b.CAPEM, nil), withBare(pids, b)
-	}
-	m1, k := env.Managed[0], env.Konnectivity
-	gwClient, hubClient := client(env.Gateway.CA.CertPEM, user.Cert), client(env.Hub.CA.CertPEM, user.Cert)
-	proxyPath := func(c *localenv.Cluster) string { return proxyPrefix(c) + requestPath }
-	b1, b1Client, b1Pids := bare(m1, nil, false)
-	bh, _, bhPids := bare(m1, nil, true)
-	if err := errors.Join(errs...); err != nil {
-		return nil, nil, err
-	}
-	if err := registerBareBehindHub(ctx, env, bh.URL, bh.CAPEM); err != nil {
-		return nil, nil, err
-	}
-	ts = []*target{
-		{Key: "direct", Name: "direct → managed-1", Via: "client → kube-apiserver", URL: m1.URL + requestPath, Client: client(m1.CA.CertPEM, m1.GatewayUser), Upstream: "managed-1"},
-		{Key: "bare", Name: "bare reverse proxy → managed-1", Via: "client → httputil.ReverseProxy in a process of its own (one shared transport) → kube-apiserver", URL: b1.URL + requestPath, Client: b1Client, Upstream: "managed-1", Pids: b1Pids},
-		{Key: "gateway", Name: "gateway port → cluster-1 (Direct)", Via: "client → gateway :port (x509 authn, generic filters) → pooled transport → kube-apiserver", URL: env.Gateway.URL + proxyPath(m1), Client: gwClient, Upstream: "managed-1"},
-		{Key: "hub", Name: "hub → gateway → cluster-1", Via: "client → hub kube-apiserver (aggregation) → gateway → kube-apiserver", URL: env.Hub.URL + proxyPath(m1), Client: hubClient, Upstream: "managed-1"},
-		{Key: "hub-bare", Name: "hub → bare reverse proxy → managed-1", Via: "client → hub kube-apiserver (aggregation, an APIService of its own) → httputil.ReverseProxy in a process of its own → kube-apiserver (baseline of the hub goal)", URL: env.Hub.URL + bareProxyPrefix + m1.GatewayName + "/proxy" + requestPath, Client: hubClient, Upstream: "managed-1", Pids: bhPids},
-	}
-	if k != nil {
-		bk, bkClient, bkPids := bare(k.Cluster, k, false)
-		if err := errors.Join(errs...); err != nil {
-			return nil, nil, err
-		}
-		ts = append(ts,
-			&target{Key: "konn", Name: "gateway port → " + k.Cluster.GatewayName + " (Konnectivity)", Via: "client → gateway :port → gRPC tunnel → proxy-server → proxy-agent → kube-apiserver", URL: env.Gateway.URL + proxyPath(k.Cluster), Client: gwClient, Upstream: k.Cluster.Name},
-			&target{Key: "direct3", Name: "direct → " + k.Cluster.Name, Via: "client → kube-apiserver (baseline of the Konnectivity row)", URL: k.Cluster.URL + requestPath, Client: client(k.Cluster.CA.CertPEM, k.Cluster.GatewayUser), Upstream: k.Cluster.Name},
-			&target{Key: "bare-konn", Name: "bare reverse proxy → " + k.Cluster.Name + " (Konnectivity)", Via: "client → httputil.ReverseProxy in a process of its own → konnectivity-client's gRPC tunnel → proxy-server → proxy-agent → kube-apiserver (baseline of the Konnectivity goal)", URL: bk.URL + requestPath, Client: bkClient, Upstream: k.Cluster.Name, Pids: bkPids},
-		)
-	} else {
-		ts = append(ts, &target{Key: "konn", Name: "gateway port → Konnectivity cluster", TODO: "TODO: this localenv runs no konnectivity proxy-server/agent (Env.Konnectivity is nil); the row is not measured"})
-	}
-	if err := errors.Join(errs...); err != nil {
+	if ts, err = b.targets(env, user); err != nil {
 		return nil, nil, err
 	}
 	for _, t := range ts {
 		if t.Pids == nil {
-			t.Pids = pids
+			t.Pids = b.pids
 		}
-		if t.TODO == "" && (t.Client == gwClient || t.Client == hubClient) {
+		if t.TODO == "" && t.asUser {
 			if err := waitAllowed(ctx, t); err != nil {
 				return nil, nil, err
 			}
@@ -225,7 +165,86 @@ func buildTargets(ctx context.Context, env *localenv.Env) (ts []*target, stop fu
 		}
 		ts = slices.DeleteFunc(ts, func(t *target) bool { return !slices.Contains(keep, t.Key) })
 	}
-	return ts, stop, freshCallers(ctx, env, ts)
+	return ts, b.stop, freshCallers(ctx, env, ts)
+}
+
+// targetBuilder makes the loads' clients and bare proxies, and stops them.
+type targetBuilder struct {
+	ctx     context.Context
+	pids    map[string]int
+	bares   []*bareProxy
+	clients []*http.Client
+	errs    []error // of the clients made
+}
+
+func (b *targetBuilder) client(caPEM []byte, kp *localenv.KeyPair) *http.Client {
+	c, err := mtlsClient(caPEM, kp)
+	if b.errs = append(b.errs, err); err == nil {
+		b.clients = append(b.clients, c)
+	}
+	return c
+}
+
+// bare starts a bare proxy to c, to be stopped with the others.
+func (b *targetBuilder) bare(c *localenv.Cluster, k *localenv.Konnectivity, aggregated bool) (*bareProxy, error) {
+	p, err := startBareProxy(b.ctx, c, k, aggregated)
+	if err == nil {
+		b.bares = append(b.bares, p)
+	}
+	return p, err
+}
+
+func (b *targetBuilder) stop() {
+	for _, p := range b.bares {
+		if err := p.stop(); err != nil {
+			logf("%v", err)
+		}
+	}
+	for _, c := range b.clients {
+		c.CloseIdleConnections()
+	}
+}
+
+// targets are the loads to managed-1, and to the konnectivity cluster when
+// the environment has one; the gateway paths' as user.
+func (b *targetBuilder) targets(env *localenv.Env, user *localenv.User) ([]*target, error) {
+	m1, k := env.Managed[0], env.Konnectivity
+	gwClient, hubClient := b.client(env.Gateway.CA.CertPEM, user.Cert), b.client(env.Hub.CA.CertPEM, user.Cert)
+	proxyPath := func(c *localenv.Cluster) string { return proxyPrefix(c) + requestPath }
+	b1, err := b.bare(m1, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	// The paths without a bare proxy of their own show this one's
+	// background CPU, as every role not on a path does.
+	b.pids["bare-proxy"] = b1.Pid()
+	bh, err := b.bare(m1, nil, true)
+	if err != nil {
+		return nil, err
+	}
+	if err := registerBareBehindHub(b.ctx, env, bh.URL, bh.CAPEM); err != nil {
+		return nil, err
+	}
+	ts := []*target{
+		{Key: "direct", Name: "direct → managed-1", Via: "client → kube-apiserver", URL: m1.URL + requestPath, Client: b.client(m1.CA.CertPEM, m1.GatewayUser), Upstream: "managed-1"},
+		{Key: "bare", Name: "bare reverse proxy → managed-1", Via: "client → httputil.ReverseProxy in a process of its own (one shared transport) → kube-apiserver", URL: b1.URL + requestPath, Client: b.client(b1.CAPEM, nil), Upstream: "managed-1", Pids: withBare(b.pids, b1)},
+		{Key: "gateway", Name: "gateway port → cluster-1 (Direct)", Via: "client → gateway :port (x509 authn, generic filters) → pooled transport → kube-apiserver", URL: env.Gateway.URL + proxyPath(m1), Client: gwClient, Upstream: "managed-1", asUser: true},
+		{Key: "hub", Name: "hub → gateway → cluster-1", Via: "client → hub kube-apiserver (aggregation) → gateway → kube-apiserver", URL: env.Hub.URL + proxyPath(m1), Client: hubClient, Upstream: "managed-1", asUser: true},
+		{Key: "hub-bare", Name: "hub → bare reverse proxy → managed-1", Via: "client → hub kube-apiserver (aggregation, an APIService of its own) → httputil.ReverseProxy in a process of its own → kube-apiserver (baseline of the hub goal)", URL: env.Hub.URL + bareProxyPrefix + m1.GatewayName + "/proxy" + requestPath, Client: hubClient, Upstream: "managed-1", Pids: withBare(b.pids, bh), asUser: true},
+	}
+	if k == nil {
+		return append(ts, &target{Key: "konn", Name: "gateway port → Konnectivity cluster", TODO: "TODO: this localenv runs no konnectivity proxy-server/agent (Env.Konnectivity is nil); the row is not measured"}), errors.Join(b.errs...)
+	}
+	bk, err := b.bare(k.Cluster, k, false)
+	if err != nil {
+		return nil, err
+	}
+	ts = append(ts,
+		&target{Key: "konn", Name: "gateway port → " + k.Cluster.GatewayName + " (Konnectivity)", Via: "client → gateway :port → gRPC tunnel → proxy-server → proxy-agent → kube-apiserver", URL: env.Gateway.URL + proxyPath(k.Cluster), Client: gwClient, Upstream: k.Cluster.Name, asUser: true},
+		&target{Key: "direct3", Name: "direct → " + k.Cluster.Name, Via: "client → kube-apiserver (baseline of the Konnectivity row)", URL: k.Cluster.URL + requestPath, Client: b.client(k.Cluster.CA.CertPEM, k.Cluster.GatewayUser), Upstream: k.Cluster.Name},
+		&target{Key: "bare-konn", Name: "bare reverse proxy → " + k.Cluster.Name + " (Konnectivity)", Via: "client → httputil.ReverseProxy in a process of its own → konnectivity-client's gRPC tunnel → proxy-server → proxy-agent → kube-apiserver (baseline of the Konnectivity goal)", URL: bk.URL + requestPath, Client: b.client(bk.CAPEM, nil), Upstream: k.Cluster.Name, Pids: withBare(b.pids, bk)},
+	)
+	return ts, errors.Join(b.errs...)
 }
 
 // withBare is pids with "bare-proxy" the bare proxy b that serves the path.

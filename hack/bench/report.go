@@ -110,7 +110,11 @@ func (t *table) String() string {
 		if i == 0 {
 			b.WriteString("|")
 			for _, a := range t.align {
-				b.WriteString(map[bool]string{true: "---:|", false: "---|"}[a == 'r'])
+				if a == 'r' {
+					b.WriteString("---:|")
+				} else {
+					b.WriteString("---|")
+				}
 			}
 			b.WriteString("\n")
 		}
