@@ -134,10 +134,8 @@ func runAB(ctx context.Context, s *session) (err error) {
 		}
 	}
 	logf("A/B: %s quiet before the idle RSS", *abQuiet)
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(*abQuiet):
+	if err := sleep(ctx, *abQuiet); err != nil {
+		return err
 	}
 	for _, r := range ab.Rows {
 		if r.RSSIdle, err = procRSS(r.g.Process.Pid()); err != nil {

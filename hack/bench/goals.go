@@ -1,9 +1,6 @@
 package main
 
-import (
-	"fmt"
-	"time"
-)
+import "fmt"
 
 // goal is one of the performance goals (docs/performance.md), judged from this run's measurements.
 type goal struct {
@@ -275,5 +272,3 @@ func perThousand(n float64, requests int) float64 {
 	}
 	return n * 1000 / float64(requests)
 }
-
-var _ = time.Second

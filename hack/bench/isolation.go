@@ -269,10 +269,8 @@ func isoRun(ctx context.Context, gw *gatewayAdmin, env *localenv.Env, ph *isoPha
 				err = errors.Join(err, n.stop())
 			}
 		}()
-		select {
-		case <-time.After(o.Warm):
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := sleep(ctx, o.Warm); err != nil {
+			return err
 		}
 	}
 	if err := ph.measure(ctx, gw, env, n, loads, o); err != nil {

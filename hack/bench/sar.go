@@ -111,7 +111,6 @@ func sumSamples(sc *bufio.Scanner, name, label string) (float64, error) {
 // DelegatingAuthorizationOptions, 10 s each by default).
 const (
 	flagAllowTTL    = "authorization-webhook-cache-authorized-ttl"
-	flagDenyTTL     = "authorization-webhook-cache-unauthorized-ttl"
 	defaultAuthzTTL = 10 * time.Second
 )
 
@@ -250,10 +249,8 @@ func measureAuthzSteady(ctx context.Context, gw *gatewayAdmin, ts []*target, con
 	if err != nil {
 		return nil, err
 	}
-	select {
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-time.After(idle.Window):
+	if err := sleep(ctx, idle.Window); err != nil {
+		return nil, err
 	}
 	after, err := gw.authzCounts(ctx)
 	if err != nil {

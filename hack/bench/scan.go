@@ -302,10 +302,8 @@ func (sc *scanner) idle(ctx context.Context) (err error) {
 	idleProfile := make(chan error, 1)
 	var late []float64 // RSS samples from scanAfter on
 	for !res.Stable && res.SettledAt == 0 {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Second):
+		if err := sleep(ctx, 10*time.Second); err != nil {
+			return err
 		}
 		s, err := readMem(ctx, sc.gw)
 		if err != nil {
@@ -487,10 +485,8 @@ func medianAfterGC(ctx context.Context, gw *gatewayAdmin, save string) (memState
 	}()
 	for i := range settleSamples {
 		if i > 0 {
-			select {
-			case <-ctx.Done():
-				return memState{}, ctx.Err()
-			case <-time.After(time.Second):
+			if err := sleep(ctx, time.Second); err != nil {
+				return memState{}, err
 			}
 		}
 		profile := fmt.Sprintf("%s.%d", save, i)
