@@ -196,8 +196,8 @@ func (r *abRow) measure(ctx context.Context, t *target, conc, hubPid int) error 
 	stop, peak := make(chan struct{}), make(chan float64, 1)
 	go func() { most, _ := sampleRSS(pid, 100*time.Millisecond, stop); peak <- most }()
 	var b burstResult
-	start := time.Now()
-	cpu, err := cpuDuring(map[string]int{"gateway": pid, "hub": hubPid}, func() error { b = burst(ctx, t, conc, *abPer); return nil })
+	var elapsed time.Duration
+	cpu, err := cpuDuring(map[string]int{"gateway": pid, "hub": hubPid}, func() error { b, elapsed = timedBurst(ctx, t, conc, *abPer); return nil })
 	close(stop)
 	r.RSSLoad = max(r.RSSLoad, <-peak)
 	if err != nil {
@@ -206,7 +206,7 @@ func (r *abRow) measure(ctx context.Context, t *target, conc, hubPid int) error 
 	if r.Res[t.Key] == nil {
 		r.Res[t.Key] = &loadResult{}
 	}
-	r.Res[t.Key].add(b, time.Since(start), cpu)
+	r.Res[t.Key].add(b, elapsed, cpu)
 	return nil
 }
 

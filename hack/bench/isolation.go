@@ -322,16 +322,16 @@ func (ph *isoPhase) measure(ctx context.Context, gw *gatewayAdmin, env *localenv
 		return err
 	}
 	var rs [2]steadyResult
-	start := time.Now()
 	cpu, err := cpuDuring(pids, func() error {
+		start := time.Now()
 		var lw sync.WaitGroup
 		for i, l := range loads {
 			lw.Go(func() { rs[i] = steadyLoad(ctx, l.client, l.url, o.Rate, o.Phase) })
 		}
 		lw.Wait()
+		ph.Elapsed += time.Since(start)
 		return nil
 	})
-	ph.Elapsed += time.Since(start)
 	if err != nil {
 		return err
 	}

@@ -325,6 +325,13 @@ func burst(ctx context.Context, t *target, conc int, d time.Duration) (b burstRe
 	return b
 }
 
+// timedBurst is burst and the time it took.
+func timedBurst(ctx context.Context, t *target, conc int, d time.Duration) (burstResult, time.Duration) {
+	start := time.Now()
+	b := burst(ctx, t, conc, d)
+	return b, time.Since(start)
+}
+
 // add accumulates one burst of d, and the CPU each role used meanwhile.
 func (r *loadResult) add(b burstResult, d time.Duration, cpu map[string]time.Duration) {
 	r.Requests, r.Errors, r.FirstErr = r.Requests+b.n, r.Errors+b.errs, cmp.Or(r.FirstErr, b.firstErr)
@@ -389,13 +396,13 @@ func runRound(ctx context.Context, gw *gatewayAdmin, t *target, conc int, d time
 		return err
 	}
 	var b burstResult
-	start := time.Now()
+	var elapsed time.Duration
 	// The CPU is read before the scrape after the load, which costs the gateway CPU.
-	cpu, err := cpuDuring(t.Pids, func() error { b = burst(ctx, t, conc, d); return nil })
+	cpu, err := cpuDuring(t.Pids, func() error { b, elapsed = timedBurst(ctx, t, conc, d); return nil })
 	if err != nil {
 		return err
 	}
-	r.add(b, time.Since(start), cpu)
+	r.add(b, elapsed, cpu)
 	after, err := gw.state(ctx)
 	if err != nil {
 		return err
