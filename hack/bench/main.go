@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -49,7 +50,7 @@ var childMains = map[string]func([]string) error{bareChildFlag: bareChildMain, n
 
 func main() {
 	if len(os.Args) > 1 {
-		if childMain := childMains[os.Args[1][1:]]; childMain != nil {
+		if childMain := childMains[strings.TrimPrefix(os.Args[1], "-")]; childMain != nil {
 			if err := childMain(os.Args[2:]); err != nil {
 				log.Fatalf("%s: %v", os.Args[1], err)
 			}
