@@ -9,10 +9,10 @@ import (
 // The A/B section judges each piece from the run: the ratio of its hub
 // CPU per request to the baseline's against the 5% bar.
 func TestABSectionJudgesEachPiece(t *testing.T) {
-	res := func(cpu time.Duration) map[string]*abResult {
-		return map[string]*abResult{
-			"hub":  {Requests: 100, CPU: 100 * cpu, Lat: []time.Duration{time.Millisecond}},
-			"port": {Requests: 100, CPU: 100 * cpu, Lat: []time.Duration{time.Millisecond}},
+	res := func(cpu time.Duration) map[string]*loadResult {
+		return map[string]*loadResult{
+			"hub":  {Requests: 100, CPU: map[string]time.Duration{"gateway": 100 * cpu}, Lat: []time.Duration{time.Millisecond}},
+			"port": {Requests: 100, CPU: map[string]time.Duration{"gateway": 100 * cpu}, Lat: []time.Duration{time.Millisecond}},
 		}
 	}
 	r := &report{AB: &abResultSet{Conc: 8, Per: time.Second, Round: 2, Rows: []*abRow{
@@ -20,9 +20,10 @@ func TestABSectionJudgesEachPiece(t *testing.T) {
 		{Variant: abVariant{Key: "cheap"}, Res: res(510 * time.Microsecond)},
 		{Variant: abVariant{Key: "dear"}, Res: res(600 * time.Microsecond)},
 	}}}
-	var b strings.Builder
-	r.abSection(&b)
-	out := b.String()
+	out, err := render("ab", r.AB)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, want := range []string{
 		"| cheap |", "1.02×", "| dear |", "1.20×",
 		"- cheap (): 1.02× through the hub, below the bar",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -25,6 +26,7 @@ const (
 	mOpenConns  = "cluster_gateway_pool_open_connections"
 	mGoroutines = "go_goroutines"
 	mHeapInuse  = "go_memstats_heap_inuse_bytes"
+	mHeapAlloc  = "go_memstats_heap_alloc_bytes"
 	mStackInuse = "go_memstats_stack_inuse_bytes"
 	mProbes     = "cluster_gateway_health_probes_total"
 	mClusters   = "cluster_gateway_health_clusters"
@@ -35,7 +37,7 @@ const (
 // gatewayAdmin talks to the gateway's own port as the hub admin, whom the
 // gateway authenticates with the hub's client CA (system:masters is always
 // allowed by its delegated authorizer, so its scrapes cause no
-// SubjectAccessReview; the loads run as a user who is not, see workers.go).
+// SubjectAccessReview; the loads run as a user who is not, see load.go).
 type gatewayAdmin struct {
 	env    *localenv.Env
 	client *http.Client
@@ -48,10 +50,7 @@ func newGatewayAdmin(env *localenv.Env) (*gatewayAdmin, error) {
 		return nil, err
 	}
 	hub, err := mtlsClient(env.Hub.CA.CertPEM, env.Hub.Admin)
-	if err != nil {
-		return nil, err
-	}
-	return &gatewayAdmin{env: env, client: c, hub: hub}, nil
+	return &gatewayAdmin{env: env, client: c, hub: hub}, err
 }
 
 // mtlsClient is a keep-alive HTTP/2 client trusting caPEM and presenting
@@ -103,6 +102,22 @@ func (g *gatewayAdmin) cpuProfile(ctx context.Context, d time.Duration, path str
 	return os.WriteFile(path, []byte(body), 0o644)
 }
 
+// profiled runs f while the gateway is CPU-profiled for d into path, with
+// a heap profile right before and after (allocPath): what it allocated
+// meanwhile.
+func (g *gatewayAdmin) profiled(ctx context.Context, d time.Duration, path string, f func() error) error {
+	if err := g.gc(ctx, allocPath(path, "before")); err != nil {
+		return err
+	}
+	prof := make(chan error, 1)
+	go func() { prof <- g.cpuProfile(ctx, d, path) }()
+	if err := errors.Join(f(), <-prof); err != nil {
+		return err
+	}
+	logf("gateway CPU profile written to %s", path)
+	return g.gc(ctx, allocPath(path, "after"))
+}
+
 func (g *gatewayAdmin) get(ctx context.Context, path string) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.env.Gateway.URL+path, nil)
 	if err != nil {
@@ -125,18 +140,11 @@ func (g *gatewayAdmin) get(ctx context.Context, path string) (string, error) {
 
 // gwState is the gateway process at one moment.
 type gwState struct {
-	RSS        float64
-	Heap       float64
-	Goroutines float64
-	Creations  float64
-	Dials      float64
-	Tunnels    float64
-	Entries    float64
-	Retiring   float64
-	OpenConns  float64
-	Delegated  float64 // authorization calls to the hub (sar.go)
-	Mallocs    float64 // heap objects allocated since the start
-	AllocBytes float64 // and their bytes
+	RSS, Heap, Goroutines        float64
+	Creations, Dials, Tunnels    float64
+	Entries, Retiring, OpenConns float64
+	Delegated                    float64 // authorization calls to the hub (sar.go)
+	Mallocs, AllocBytes          float64 // heap objects allocated since the start, and their bytes
 }
 
 func (g *gatewayAdmin) state(ctx context.Context) (gwState, error) {
@@ -145,14 +153,49 @@ func (g *gatewayAdmin) state(ctx context.Context) (gwState, error) {
 		return gwState{}, err
 	}
 	rss, err := procRSS(g.env.Gateway.Process.Pid())
-	if err != nil {
-		return gwState{}, err
-	}
+	return stateOf(m, rss), err
+}
+
+func stateOf(m map[string]float64, rss float64) gwState {
 	return gwState{
 		RSS: rss, Heap: m[mHeapInuse], Goroutines: m[mGoroutines],
 		Creations: m[mCreations], Dials: m[mDials], Tunnels: m[mTunnels],
 		Entries: m[mEntries], Retiring: m[mRetiring], OpenConns: m[mOpenConns],
-		Delegated: sumOf(m, mDelegatedAuthz),
-		Mallocs:   m[mMallocs], AllocBytes: m[mAllocBytes],
-	}, nil
+		Delegated: sumOf(m, mDelegatedAuthz), Mallocs: m[mMallocs], AllocBytes: m[mAllocBytes],
+	}
+}
+
+// memState is gwState plus the live heap, go_memstats_heap_alloc_bytes:
+// right after a forced GC it is what survived the GC, while heap in use also
+// counts the free room of every span that holds a live object.
+//
+// Marked is the heap the last GC marked live (go_gc_heap_live_bytes, the
+// runtime's /gc/heap/live:bytes). Unlike heap_alloc it does not grow with
+// what is allocated between the forced GC and the scrape, and unlike an
+// estimate from the heap goal it does not depend on GOGC.
+type memState struct {
+	gwState
+	Live, Marked float64
+	RSSFile      float64 // of RSS, the pages mapped from files (the binary's code and data)
+}
+
+func readMem(ctx context.Context, gw *gatewayAdmin) (memState, error) {
+	m, err := gw.metrics(ctx)
+	if err != nil {
+		return memState{}, err
+	}
+	pid := gw.env.Gateway.Process.Pid()
+	rss, err := procRSS(pid)
+	if err != nil {
+		return memState{}, err
+	}
+	rssFile, err := procStatus(pid, "RssFile")
+	if err != nil {
+		return memState{}, err
+	}
+	marked, ok := m["go_gc_heap_live_bytes"]
+	if !ok {
+		return memState{}, errors.New("the gateway's /metrics has no go_gc_heap_live_bytes (the Go runtime's /gc/heap/live:bytes): the live heap cannot be read")
+	}
+	return memState{Live: m[mHeapAlloc], Marked: marked, RSSFile: rssFile, gwState: stateOf(m, rss)}, nil
 }

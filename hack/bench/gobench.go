@@ -137,37 +137,32 @@ func nsOp(s benchSample) float64     { return s.NsOp }
 func bOp(s benchSample) float64      { return s.BOp }
 func allocsOp(s benchSample) float64 { return s.AllocsOp }
 
-// markdown is the table of medians and the per-body ratios.
-func (gb *goBench) markdown() string {
-	var b strings.Builder
-	b.WriteString("| benchmark | ns/op (median) | min – max | B/op | allocs/op |\n|---|---:|---:|---:|---:|\n")
-	for _, n := range gb.Order {
-		lo, hi := gb.minMax(n)
-		fmt.Fprintf(&b, "| %s | %s | %s – %s | %.0f | %.0f |\n", strings.TrimPrefix(n, "Benchmark"),
-			fmtNs(gb.median(n, nsOp)), fmtNs(lo), fmtNs(hi), gb.median(n, bOp), gb.median(n, allocsOp))
-	}
-	b.WriteString("\n| body | gateway / bare proxy (ns/op) | gateway / direct (ns/op) | bare / direct (ns/op) | gateway − bare (allocs/op) |\n|---|---:|---:|---:|---:|\n")
-	for _, body := range []string{"get", "list"} {
-		g, bare, d := "BenchmarkProxyGateway/"+body, "BenchmarkBareReverseProxy/"+body, "BenchmarkDirect/"+body
-		gn, bn, dn := gb.median(g, nsOp), gb.median(bare, nsOp), gb.median(d, nsOp)
-		if gn == 0 || bn == 0 || dn == 0 {
-			continue
-		}
-		fmt.Fprintf(&b, "| %s | %.2f | %.2f | %.2f | %+.0f |\n", body, gn/bn, gn/dn, bn/dn,
-			gb.median(g, allocsOp)-gb.median(bare, allocsOp))
-	}
-	return b.String()
+// Median is the benchmark's medians of each figure.
+func (gb *goBench) Median(name string) benchSample {
+	return benchSample{NsOp: gb.median(name, nsOp), BOp: gb.median(name, bOp), AllocsOp: gb.median(name, allocsOp)}
 }
 
-func fmtNs(ns float64) string {
-	switch {
-	case ns >= 1e6:
-		return fmt.Sprintf("%.2f ms", ns/1e6)
-	case ns >= 1e3:
-		return fmt.Sprintf("%.1f µs", ns/1e3)
-	default:
-		return fmt.Sprintf("%.0f ns", ns)
+// Table is every benchmark's medians.
+func (gb *goBench) Table() *table {
+	t := newTable("lrrrr", "benchmark", "ns/op (median)", "min – max", "B/op", "allocs/op")
+	for _, n := range gb.Order {
+		lo, hi := gb.minMax(n)
+		m := gb.Median(n)
+		t.add(strings.TrimPrefix(n, "Benchmark"), fmtNs(m.NsOp), fmtNs(lo)+" – "+fmtNs(hi), fmt.Sprintf("%.0f", m.BOp), fmt.Sprintf("%.0f", m.AllocsOp))
 	}
+	return t
+}
+
+// RatioTable is the handler against the bare proxy and direct, per body.
+func (gb *goBench) RatioTable() *table {
+	t := newTable("lrrrr", "body", "gateway / bare proxy (ns/op)", "gateway / direct (ns/op)", "bare / direct (ns/op)", "gateway − bare (allocs/op)")
+	for _, body := range []string{"get", "list"} {
+		g, bare, d := gb.Median("BenchmarkProxyGateway/"+body), gb.Median("BenchmarkBareReverseProxy/"+body), gb.Median("BenchmarkDirect/"+body)
+		if g.NsOp != 0 && bare.NsOp != 0 && d.NsOp != 0 {
+			t.add(body, fmt.Sprintf("%.2f", g.NsOp/bare.NsOp), fmt.Sprintf("%.2f", g.NsOp/d.NsOp), fmt.Sprintf("%.2f", bare.NsOp/d.NsOp), fmt.Sprintf("%+.0f", g.AllocsOp-bare.AllocsOp))
+		}
+	}
+	return t
 }
 
 func quoteArgs(args []string) []string {

@@ -1,13 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -93,12 +93,8 @@ func (s *steadyResult) add(r steadyResult) {
 	}
 }
 
-func (s *steadyResult) pct(p float64) time.Duration {
-	if len(s.Lat) == 0 {
-		return 0
-	}
-	return s.Lat[min(len(s.Lat)-1, int(float64(len(s.Lat))*p))]
-}
+// Pct is the latency at quantile p of the sorted latencies.
+func (s *steadyResult) Pct(p float64) time.Duration { return pct(s.Lat, p) }
 
 type isolationResult struct {
 	Opts                  isolationOptions
@@ -116,134 +112,140 @@ type isolationResult struct {
 // steady load runs on cluster-1; the steady load's latency is measured alone
 // and with the neighbour, in interleaved rounds, with the per-cluster limits
 // at their defaults and then switched off. It restores the gateway's flags.
-func runIsolation(ctx context.Context, env *localenv.Env, gw *gatewayAdmin, o isolationOptions, baseArgs []string) (res *isolationResult, err error) {
-	rounds := o.Rounds
-	restart := func(args []string) error {
-		defer gw.client.CloseIdleConnections() // its connection was to the old process
-		return restartGateway(ctx, env, args)
-	}
-	res = &isolationResult{Opts: o, Rounds: rounds, Steady: env.Managed[0].GatewayName, SlowCluster: "slow"}
-	bin := env.GatewayBin
-	if bin == "" {
-		bin = filepath.Join(env.BinDir, "cluster-gateway")
-	}
-	if res.Defaults, err = flagDefaults(ctx, bin,
+func runIsolation(ctx context.Context, s *session) (err error) {
+	logf("isolation: a slow cluster saturated next to a steady one")
+	env, o := s.env, s.o.Isolation
+	res := &isolationResult{Opts: o, Rounds: o.Rounds, Steady: env.Managed[0].GatewayName, SlowCluster: "slow",
+		SlowUpstream: env.Managed[1].Name, SteadyUpstream: env.Managed[0].Name}
+	s.rep.Isolation = res
+	if res.Defaults, err = flagDefaults(ctx, cmp.Or(env.GatewayBin, filepath.Join(env.BinDir, "cluster-gateway")),
 		"max-requests-per-cluster", "max-queued-per-cluster", "queue-wait-timeout"); err != nil {
-		return nil, err
+		return err
 	}
 	users, err := isolationUsers(env, o.NoisyUsers)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	px, err := env.StartDelayingProxy(o.Delay)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := createSlowGateway(ctx, env, res.SlowCluster, env.Managed[1], px.URL.String()); err != nil {
-		return nil, err
+		return err
 	}
-	res.SlowUpstream, res.Through, res.SteadyUpstream = env.Managed[1].Name, px.URL.String(), env.Managed[0].Name
+	res.Through = px.URL.String()
 	defer func() {
 		logf("isolation: restarting the gateway with its earlier flags")
-		if rerr := restart(baseArgs); rerr != nil && err == nil {
-			err = rerr
-		}
+		err = cmp.Or(err, s.restartGateway(ctx, s.gatewayArgs))
 	}()
-
 	inflight := "--max-requests-inflight=" + strconv.Itoa(o.InFlight)
 	res.Configs = []*isoConfig{
 		{Name: "per-cluster limits (defaults)", FlagsOfConfig: []string{inflight}},
 		{Name: "per-cluster limits off", FlagsOfConfig: []string{inflight, "--max-requests-per-cluster=0"}},
 	}
-	gwURL := func(cluster string) string {
-		return env.Gateway.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/" + cluster + "/proxy" + requestPath
-	}
 	for _, c := range res.Configs {
 		c.Args = strings.Join(c.FlagsOfConfig, " ")
 		logf("isolation: gateway with %s", c.Args)
-		if err := restart(append(append([]string{}, baseArgs...), c.FlagsOfConfig...)); err != nil {
-			return nil, err
+		if err := s.restartGateway(ctx, append(slices.Clone(s.gatewayArgs), c.FlagsOfConfig...)); err != nil {
+			return err
 		}
-		steady, err := mtlsClient(env.Gateway.CA.CertPEM, users[0].Cert)
-		if err != nil {
-			return nil, err
-		}
-		m1 := env.Managed[0]
-		control, err := mtlsClient(m1.CA.CertPEM, m1.Admin)
-		if err != nil {
-			return nil, err
-		}
-		loads := []isoLoad{{steady, gwURL(res.Steady)}, {control, m1.URL + requestPath}}
-		noisy := make([]*http.Client, 0, o.NoisyUsers) // for the warm-up only
-		for _, u := range users[1:] {
-			cl, err := mtlsClient(env.Gateway.CA.CertPEM, u.Cert)
-			if err != nil {
-				return nil, err
-			}
-			noisy = append(noisy, cl)
-		}
-		neighbour := func(ctx context.Context) (*noisyChild, error) {
-			return startNoisy(ctx, env, users[1:], gwURL(res.SlowCluster), o.Noisy)
-		}
-		// Pool entries, connections and the hub's authorization answers first.
-		clients := append([]*http.Client{steady, control}, noisy...)
-		if err := parallel(ctx, 2*len(clients), 2*len(clients), func(i int) error {
-			if clients[i/2] == control {
-				return nil
-			}
-			url := []string{gwURL(res.Steady), gwURL(res.SlowCluster)}[i%2]
-			if code, _, err := getCode(ctx, clients[i/2], url); err != nil || code != http.StatusOK {
-				return fmt.Errorf("isolation warm-up GET %s: %d %v", url, code, err)
-			}
-			return nil
-		}); err != nil {
-			return nil, err
-		}
-		for round := range rounds {
-			alone := func() error {
-				if err := isoRun(ctx, gw, env, &c.Alone, loads, nil, o); err != nil {
-					return err
-				}
-				logf("isolation: %s, round %d/%d alone: p99 %s (control %s)", c.Name, round+1, rounds, fmtDur(c.Alone.RoundP99[round]), fmtDur(c.Alone.ControlP99[round]))
-				return nil
-			}
-			with := func() error {
-				if err := isoRun(ctx, gw, env, &c.Noisy, loads, neighbour, o); err != nil {
-					return err
-				}
-				logf("isolation: %s, round %d/%d with the neighbour: p99 %s (control %s), %d steady 429s so far; neighbour %d ok, %d 429 so far",
-					c.Name, round+1, rounds, fmtDur(c.Noisy.RoundP99[round]), fmtDur(c.Noisy.ControlP99[round]), c.Noisy.Steady.TooMany, c.Noisy.NoisyOK, c.Noisy.Noisy429)
-				return nil
-			}
-			// Alone first in even rounds, the neighbour first in odd ones:
-			// a drift in the machine's load falls on both alike.
-			order := []func() error{alone, with}
-			if round%2 == 1 {
-				order = []func() error{with, alone}
-			}
-			for _, phase := range order {
-				if err := phase(); err != nil {
-					return nil, err
-				}
-			}
-		}
-		for _, cl := range clients {
-			cl.CloseIdleConnections()
-		}
-		for _, ph := range []*isoPhase{&c.Alone, &c.Noisy} {
-			slices.Sort(ph.Steady.Lat)
-			slices.Sort(ph.Control.Lat)
+		if err := res.measure(ctx, s, c, users); err != nil {
+			return err
 		}
 	}
 	res.DelayedChunks = px.Delayed()
-	return res, nil
+	return nil
+}
+
+// restartGateway restarts the environment's gateway with args.
+func (s *session) restartGateway(ctx context.Context, args []string) error {
+	defer s.gw.client.CloseIdleConnections() // its connection was to the old process
+	return restartGateway(ctx, s.env, args)
+}
+
+// measure runs the rounds of both phases on the gateway configured as c:
+// the steady load (users[0]) and its control, alone and with the
+// neighbour (the other users), alone first in even rounds, the neighbour
+// first in odd ones, so that a drift in the machine's load falls on both
+// alike.
+func (res *isolationResult) measure(ctx context.Context, s *session, c *isoConfig, users []*localenv.User) error {
+	env, o := s.env, res.Opts
+	gwURL := func(cluster string) string {
+		return s.env.Gateway.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/" + cluster + "/proxy" + requestPath
+	}
+	m1 := env.Managed[0]
+	var errs []error
+	client := func(ca []byte, kp *localenv.KeyPair) *http.Client {
+		c, err := mtlsClient(ca, kp)
+		errs = append(errs, err)
+		return c
+	}
+	// The steady load's client, then the neighbour's users' (for the warm-up only).
+	var gwClients []*http.Client
+	for _, u := range users {
+		gwClients = append(gwClients, client(env.Gateway.CA.CertPEM, u.Cert))
+	}
+	control := client(m1.CA.CertPEM, m1.Admin)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	defer func() {
+		for _, c := range append(gwClients, control) {
+			c.CloseIdleConnections()
+		}
+	}()
+	loads := []isoLoad{{gwClients[0], gwURL(res.Steady)}, {control, m1.URL + requestPath}}
+	neighbour := func(ctx context.Context) (*noisyChild, error) {
+		return startNoisy(ctx, env, users[1:], gwURL(res.SlowCluster), o.Noisy)
+	}
+	// Pool entries, connections and the hub's authorization answers first:
+	// every gateway client GETs both clusters once.
+	if err := parallel(ctx, 2*len(gwClients), 2*len(gwClients), func(i int) error {
+		url := []string{gwURL(res.Steady), gwURL(res.SlowCluster)}[i%2]
+		if code, _, err := getCode(ctx, gwClients[i/2], url); err != nil || code != http.StatusOK {
+			return fmt.Errorf("isolation warm-up GET %s: %d %v", url, code, err)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	for round := range res.Rounds {
+		alone := func() error {
+			if err := isoRun(ctx, s.gw, env, &c.Alone, loads, nil, o); err != nil {
+				return err
+			}
+			logf("isolation: %s, round %d/%d alone: p99 %s (control %s)", c.Name, round+1, res.Rounds, fmtDur(c.Alone.RoundP99[round]), fmtDur(c.Alone.ControlP99[round]))
+			return nil
+		}
+		with := func() error {
+			if err := isoRun(ctx, s.gw, env, &c.Noisy, loads, neighbour, o); err != nil {
+				return err
+			}
+			logf("isolation: %s, round %d/%d with the neighbour: p99 %s (control %s), %d steady 429s so far; neighbour %d ok, %d 429 so far",
+				c.Name, round+1, res.Rounds, fmtDur(c.Noisy.RoundP99[round]), fmtDur(c.Noisy.ControlP99[round]), c.Noisy.Steady.TooMany, c.Noisy.NoisyOK, c.Noisy.Noisy429)
+			return nil
+		}
+		order := []func() error{alone, with}
+		if round%2 == 1 {
+			order = []func() error{with, alone}
+		}
+		for _, phase := range order {
+			if err := phase(); err != nil {
+				return err
+			}
+		}
+	}
+	for _, ph := range []*isoPhase{&c.Alone, &c.Noisy} {
+		slices.Sort(ph.Steady.Lat)
+		slices.Sort(ph.Control.Lat)
+	}
+	return nil
 }
 
 func sortedPct(lat []time.Duration, p float64) time.Duration {
 	s := slices.Clone(lat)
 	slices.Sort(s)
-	r := steadyResult{Lat: s}
-	return r.pct(p)
+	return pct(s, p)
 }
 
 // isoLoad is a steady load's client and URL.
@@ -267,86 +269,15 @@ func isoRun(ctx context.Context, gw *gatewayAdmin, env *localenv.Env, ph *isoPha
 				err = errors.Join(err, n.stop())
 			}
 		}()
-		select {
-		case <-time.After(o.Warm):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	var n0 noisyCounts
-	if n != nil {
-		if n0, err = n.counts(); err != nil {
+		if err := sleep(ctx, o.Warm); err != nil {
 			return err
 		}
 	}
-	m0, err := gw.metrics(ctx)
-	if err != nil {
+	if err := ph.measure(ctx, gw, env, n, loads, o); err != nil {
 		return err
-	}
-	pid := env.Gateway.Process.Pid()
-	pids := map[string]int{"gateway": pid, "hub": env.Hub.Process.Pid(), "etcd": env.Etcd.Pid(),
-		env.Managed[0].Name: env.Managed[0].Process.Pid(), env.Managed[1].Name: env.Managed[1].Process.Pid()}
-	if n != nil {
-		pids["neighbour"] = n.Pid()
-	}
-	cpu0, err := cpuOf(pids)
-	if err != nil {
-		return err
-	}
-	if cpu0["machine"], err = machineCPU(); err != nil {
-		return err
-	}
-	start := time.Now()
-	var rs [2]steadyResult
-	var lw sync.WaitGroup
-	for i, l := range loads {
-		lw.Add(1)
-		go func() { defer lw.Done(); rs[i] = steadyLoad(ctx, l.client, l.url, o.Rate, o.Phase) }()
-	}
-	lw.Wait()
-	ph.Elapsed += time.Since(start)
-	cpu1, err := cpuOf(pids)
-	if err != nil {
-		return err
-	}
-	if cpu1["machine"], err = machineCPU(); err != nil {
-		return err
-	}
-	m1, err := gw.metrics(ctx)
-	if err != nil {
-		return err
-	}
-	ph.GatewayCPU += cpu1["gateway"] - cpu0["gateway"]
-	if ph.CPU == nil {
-		ph.CPU = map[string]time.Duration{}
-	}
-	for role := range cpu1 {
-		ph.CPU[role] += cpu1[role] - cpu0[role]
 	}
 	if n != nil {
-		n1, err := n.counts()
-		if err != nil {
-			return err
-		}
-		ph.NoisyOK += n1.OK - n0.OK
-		ph.Noisy429 += n1.TooMany - n0.TooMany
-		ph.NoisyOther += n1.Other - n0.Other
-		if ph.NoisyFirstEr == "" {
-			ph.NoisyFirstEr = n1.FirstErr
-		}
-	}
-	ph.FairFull += m1[mFairFull] - m0[mFairFull]
-	ph.FairTimeout += m1[mFairTimeout] - m0[mFairTimeout]
-	ph.Global429 += sumPrefix(m1, mTerminations, `code="429"`) - sumPrefix(m0, mTerminations, `code="429"`)
-	ph.InFlight, ph.Queued = m1[mFairInFlight], m1[mFairQueued]
-	ph.RoundP99 = append(ph.RoundP99, sortedPct(rs[0].Lat, .99))
-	ph.ControlP99 = append(ph.ControlP99, sortedPct(rs[1].Lat, .99))
-	ph.Steady.add(rs[0])
-	ph.Control.add(rs[1])
-
-	if n != nil {
-		err, n = n.stop(), nil
-		if err != nil {
+		if err, n = n.stop(), nil; err != nil {
 			return err
 		}
 	}
@@ -365,6 +296,73 @@ func isoRun(ctx context.Context, gw *gatewayAdmin, env *localenv.Env, ph *isoPha
 		return nil
 	}
 	return err
+}
+
+// measure runs the steady loads once, with the neighbour n if not nil, and
+// adds to ph their results, what the gateway's limiter and in-flight
+// filter refused meanwhile, the neighbour's answers, and each process's and
+// the whole machine's CPU.
+func (ph *isoPhase) measure(ctx context.Context, gw *gatewayAdmin, env *localenv.Env, n *noisyChild, loads []isoLoad, o isolationOptions) error {
+	pids := map[string]int{"gateway": env.Gateway.Process.Pid(), "hub": env.Hub.Process.Pid(), "etcd": env.Etcd.Pid(),
+		env.Managed[0].Name: env.Managed[0].Process.Pid(), env.Managed[1].Name: env.Managed[1].Process.Pid()}
+	var n0 noisyCounts
+	if n != nil {
+		var err error
+		if n0, err = n.counts(); err != nil {
+			return err
+		}
+		pids["neighbour"] = n.Pid()
+	}
+	m0, err := gw.metrics(ctx)
+	if err != nil {
+		return err
+	}
+	machine0, err := machineCPU()
+	if err != nil {
+		return err
+	}
+	var rs [2]steadyResult
+	cpu, err := cpuDuring(pids, func() error {
+		start := time.Now()
+		var lw sync.WaitGroup
+		for i, l := range loads {
+			lw.Go(func() { rs[i] = steadyLoad(ctx, l.client, l.url, o.Rate, o.Phase) })
+		}
+		lw.Wait()
+		ph.Elapsed += time.Since(start)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	machine1, err := machineCPU()
+	if err != nil {
+		return err
+	}
+	cpu["machine"] = machine1 - machine0
+	m1, err := gw.metrics(ctx)
+	if err != nil {
+		return err
+	}
+	if n != nil {
+		n1, err := n.counts()
+		if err != nil {
+			return err
+		}
+		ph.NoisyOK, ph.Noisy429, ph.NoisyOther = ph.NoisyOK+n1.OK-n0.OK, ph.Noisy429+n1.TooMany-n0.TooMany, ph.NoisyOther+n1.Other-n0.Other
+		ph.NoisyFirstEr = cmp.Or(ph.NoisyFirstEr, n1.FirstErr)
+	}
+	ph.GatewayCPU += cpu["gateway"]
+	ph.CPU = addCPU(ph.CPU, cpu)
+	ph.FairFull += m1[mFairFull] - m0[mFairFull]
+	ph.FairTimeout += m1[mFairTimeout] - m0[mFairTimeout]
+	ph.Global429 += sumPrefix(m1, mTerminations, `code="429"`) - sumPrefix(m0, mTerminations, `code="429"`)
+	ph.InFlight, ph.Queued = m1[mFairInFlight], m1[mFairQueued]
+	ph.RoundP99 = append(ph.RoundP99, sortedPct(rs[0].Lat, .99))
+	ph.ControlP99 = append(ph.ControlP99, sortedPct(rs[1].Lat, .99))
+	ph.Steady.add(rs[0])
+	ph.Control.add(rs[1])
+	return nil
 }
 
 // noisyWorker GETs url in a loop and, on 429, waits as its Retry-After says
@@ -552,23 +550,71 @@ func flagDefaults(ctx context.Context, bin string, flags ...string) (map[string]
 	return defaults, nil
 }
 
-// machineCPU is the busy CPU time of the whole machine: user, nice, system,
-// irq and softirq from the first line of /proc/stat (not idle, iowait or
-// steal; guest time is already in user).
-func machineCPU() (time.Duration, error) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, err
+// The tables and figures of section 4 (report.md.tmpl).
+
+func (res *isolationResult) phases(f func(c *isoConfig, name string, ph *isoPhase)) {
+	for _, c := range res.Configs {
+		f(c, "alone", &c.Alone)
+		f(c, "with the neighbour", &c.Noisy)
 	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 8 || f[0] != "cpu" {
-		return 0, fmt.Errorf("/proc/stat begins %q", line)
+}
+
+func (res *isolationResult) SteadyTable() *table {
+	t := newTable("llrrrrrrrrr", "gateway", "steady load", "sent", "200", "429", "other errors", "p50", "p99", "p99 by round", "control (direct) p99", "control p99 by round")
+	res.phases(func(c *isoConfig, name string, ph *isoPhase) {
+		s := &ph.Steady
+		t.add(c.Name, name, fmt.Sprint(s.Sent), fmt.Sprint(s.OK), fmt.Sprint(s.TooMany), fmt.Sprint(s.Other),
+			fmtDur(s.Pct(.5)), fmtDur(s.Pct(.99)), durList(ph.RoundP99), fmtDur(ph.Control.Pct(.99)), durList(ph.ControlP99))
+	})
+	return t
+}
+
+func (res *isolationResult) NeighbourTable() *table {
+	t := newTable("lrrrrr", "gateway", "neighbour 200 / 429 / other", "limiter 429s: queue full / wait timeout", "generic in-flight 429s",
+		"limiter in flight / queued at the end", "gateway CPU alone → with the neighbour")
+	for _, c := range res.Configs {
+		n := &c.Noisy
+		t.add(c.Name, fmt.Sprintf("%d / %d / %d", n.NoisyOK, n.Noisy429, n.NoisyOther), fmt.Sprintf("%.0f / %.0f", n.FairFull, n.FairTimeout),
+			fmt.Sprintf("%.0f", n.Global429), fmt.Sprintf("%.0f / %.0f", n.InFlight, n.Queued), cpuShare(c.Alone.GatewayCPU, c.Alone.Elapsed)+" → "+cpuShare(n.GatewayCPU, n.Elapsed))
 	}
-	var busy float64
-	for _, i := range []int{1, 2, 3, 6, 7} {
-		n, _ := strconv.ParseFloat(f[i], 64)
-		busy += n
+	return t
+}
+
+// CPUTable is each process's CPU over the steady loads, in CPUs.
+func (res *isolationResult) CPUTable() *table {
+	roles := []string{"machine", "gateway", "bench", "neighbour", "hub", "etcd", res.SteadyUpstream, res.SlowUpstream}
+	t := newTable("ll"+strings.Repeat("r", len(roles)), append([]string{"gateway", "phase"}, roles...)...)
+	res.phases(func(c *isoConfig, name string, ph *isoPhase) {
+		cells := []string{c.Name, name}
+		for _, r := range roles {
+			if cpu, ok := ph.CPU[r]; ok {
+				cells = append(cells, cpuShare(cpu, ph.Elapsed))
+			} else {
+				cells = append(cells, "–")
+			}
+		}
+		t.add(cells...)
+	})
+	return t
+}
+
+// MedianP99 is the median of the rounds' p99s.
+func (ph *isoPhase) MedianP99() time.Duration {
+	if len(ph.RoundP99) == 0 {
+		return 0
 	}
-	return time.Duration(busy / clockTicks * float64(time.Second)), nil
+	s := slices.Clone(ph.RoundP99)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// cpuShare is CPU time over wall time, in CPUs.
+func cpuShare(cpu, wall time.Duration) string {
+	if wall <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", cpu.Seconds()/wall.Seconds())
 }

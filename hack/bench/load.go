@@ -1,15 +1,40 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/clustergateway/cluster-gateway/hack/localenv"
 	"github.com/clustergateway/cluster-gateway/internal/testfrontend"
 )
+
+// Section 2: the same object GET through every path side by side.
+
+var (
+	manyWorkers = flag.Int("workers-many", 64, "keep-alive workers of the extra direct, bare and gateway-port loads that show whether one HTTP/2 connection to a cluster limits (0: no such loads)")
+	onlyTargets = flag.String("loads", "", "comma-separated loads to run, of "+strings.Join(targetKeys, ",")+" (empty: all)")
+)
+
+// targetKeys are the loads buildTargets makes.
+var targetKeys = []string{"direct", "bare", "gateway", "hub", "hub-bare", "konn", "direct3", "bare-konn", "direct-many", "bare-many", "gateway-many"}
+
+// benchUser is who the gateway paths' loads authenticate as: a hub user
+// outside system:masters, bound to cluster-gateway:proxy-reader, so that the
+// gateway's delegated authorizer really decides (and caches) each request,
+// as it does for real users. The hub admin is always allowed without a
+// SubjectAccessReview, which would hide that cost.
+const benchUser = "cluster-gateway-bench"
 
 // target is one way to GET the same object from a managed cluster.
 type target struct {
@@ -21,8 +46,9 @@ type target struct {
 	TODO           string         // set when the path cannot be measured yet
 	Workers        int            // keep-alive workers of this load; 0: -concurrency
 	FreshClient    *http.Client   // as a caller no load uses, for the window after its decision is filled (sar.go)
+	asUser         bool           // authenticates as benchUser, whose binding must have reached the hub first
 
-	res loadResult
+	Res loadResult
 }
 
 // loadResult accumulates a target's rounds.
@@ -43,18 +69,21 @@ type loadResult struct {
 	Steady           authzSteady              // and in a window right after a fresh caller's decision was filled (sar.go)
 }
 
-func (r *loadResult) rps() float64 {
+func (r *loadResult) RPS() float64 {
 	if r.Elapsed <= 0 {
 		return 0
 	}
 	return float64(r.Requests) / r.Elapsed.Seconds()
 }
 
-func (r *loadResult) pct(p float64) time.Duration {
-	if len(r.Lat) == 0 {
+// Pct is the latency at quantile p of the sorted latencies.
+func (r *loadResult) Pct(p float64) time.Duration { return pct(r.Lat, p) }
+
+func pct(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
 		return 0
 	}
-	return r.Lat[min(len(r.Lat)-1, int(float64(len(r.Lat))*p))]
+	return sorted[min(len(sorted)-1, int(float64(len(sorted))*p))]
 }
 
 // cpuPerReq is CPU per successful request of one role.
@@ -66,8 +95,207 @@ func (r *loadResult) cpuPerReq(role string) (time.Duration, bool) {
 	return c / time.Duration(r.Requests), true
 }
 
-// burst runs conc keep-alive workers (t.Workers if set) for d and returns what they saw.
-func burst(ctx context.Context, t *target, conc int, d time.Duration) (n, errs int, firstErr error, lat []time.Duration) {
+// PerReq is role's CPU per request, 0 when it was not measured.
+func (r *loadResult) PerReq(role string) time.Duration { c, _ := r.cpuPerReq(role); return c }
+
+// envPids are the processes of env whose CPU the loads read, by role: the
+// gateway, the hub, managed-1, and the konnectivity cluster, proxy-server
+// and agent.
+func envPids(env *localenv.Env) map[string]int {
+	pids := map[string]int{"gateway": env.Gateway.Process.Pid(), "hub": env.Hub.Process.Pid(), "managed-1": env.Managed[0].Process.Pid()}
+	if k := env.Konnectivity; k != nil {
+		pids[k.Cluster.Name], pids["proxy-server"], pids["proxy-agent"] = k.Cluster.Process.Pid(), k.Servers[0].Process.Pid(), k.Agent.Pid()
+	}
+	return pids
+}
+
+// proxyPrefix is the path of c's ClusterGateway's proxy subresource, on the
+// hub or on the gateway's own port.
+func proxyPrefix(c *localenv.Cluster) string {
+	return "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/" + c.GatewayName + "/proxy"
+}
+
+// buildTargets are the paths to the same object, side by side: the gateway
+// paths as benchUser, the loads with -workers-many workers (direct, bare
+// and gateway port to managed-1, over the same clients, hence still one
+// HTTP/2 connection per client), only the -loads loads. stop stops the
+// bare proxies and closes the clients.
+func buildTargets(ctx context.Context, env *localenv.Env) (ts []*target, stop func(), err error) {
+	b := &targetBuilder{ctx: ctx, pids: envPids(env)}
+	defer func() {
+		if err != nil {
+			b.stop()
+		}
+	}()
+	user, err := env.NewUser(benchUser)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, role := range []string{"cluster-gateway:proxy-reader", bareRole} {
+		if _, err := env.Kubectl(env.Hub.Kubeconfig, "create", "clusterrolebinding", benchUser+":"+role, "--clusterrole="+role, "--user="+benchUser); err != nil {
+			return nil, nil, err
+		}
+	}
+	if ts, err = b.targets(env, user); err != nil {
+		return nil, nil, err
+	}
+	for _, t := range ts {
+		if t.Pids == nil {
+			t.Pids = b.pids
+		}
+		if t.TODO == "" && t.asUser {
+			if err := waitAllowed(ctx, t); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	if n := *manyWorkers; n > 0 {
+		for _, t := range ts[:3] { // direct, bare, gateway
+			many := *t
+			many.Key, many.Name, many.Workers = t.Key+"-many", fmt.Sprintf("%s, %d workers", t.Name, n), n
+			ts = append(ts, &many)
+		}
+	}
+	if *onlyTargets != "" {
+		keep := strings.Split(*onlyTargets, ",")
+		for _, k := range keep {
+			if !slices.Contains(targetKeys, k) {
+				return nil, nil, fmt.Errorf("-loads: no load %q (have %s)", k, strings.Join(targetKeys, ","))
+			}
+		}
+		ts = slices.DeleteFunc(ts, func(t *target) bool { return !slices.Contains(keep, t.Key) })
+	}
+	return ts, b.stop, freshCallers(ctx, env, ts)
+}
+
+// targetBuilder makes the loads' clients and bare proxies, and stops them.
+type targetBuilder struct {
+	ctx     context.Context
+	pids    map[string]int
+	bares   []*bareProxy
+	clients []*http.Client
+	errs    []error // of the clients made
+}
+
+func (b *targetBuilder) client(caPEM []byte, kp *localenv.KeyPair) *http.Client {
+	c, err := mtlsClient(caPEM, kp)
+	if b.errs = append(b.errs, err); err == nil {
+		b.clients = append(b.clients, c)
+	}
+	return c
+}
+
+// bare starts a bare proxy to c, to be stopped with the others.
+func (b *targetBuilder) bare(c *localenv.Cluster, k *localenv.Konnectivity, aggregated bool) (*bareProxy, error) {
+	p, err := startBareProxy(b.ctx, c, k, aggregated)
+	if err == nil {
+		b.bares = append(b.bares, p)
+	}
+	return p, err
+}
+
+func (b *targetBuilder) stop() {
+	for _, p := range b.bares {
+		if err := p.stop(); err != nil {
+			logf("%v", err)
+		}
+	}
+	for _, c := range b.clients {
+		c.CloseIdleConnections()
+	}
+}
+
+// targets are the loads to managed-1, and to the konnectivity cluster when
+// the environment has one; the gateway paths' as user.
+func (b *targetBuilder) targets(env *localenv.Env, user *localenv.User) ([]*target, error) {
+	m1, k := env.Managed[0], env.Konnectivity
+	gwClient, hubClient := b.client(env.Gateway.CA.CertPEM, user.Cert), b.client(env.Hub.CA.CertPEM, user.Cert)
+	proxyPath := func(c *localenv.Cluster) string { return proxyPrefix(c) + requestPath }
+	b1, err := b.bare(m1, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	// The paths without a bare proxy of their own show this one's
+	// background CPU, as every role not on a path does.
+	b.pids["bare-proxy"] = b1.Pid()
+	bh, err := b.bare(m1, nil, true)
+	if err != nil {
+		return nil, err
+	}
+	if err := registerBareBehindHub(b.ctx, env, bh.URL, bh.CAPEM); err != nil {
+		return nil, err
+	}
+	ts := []*target{
+		{Key: "direct", Name: "direct → managed-1", Via: "client → kube-apiserver", URL: m1.URL + requestPath, Client: b.client(m1.CA.CertPEM, m1.GatewayUser), Upstream: "managed-1"},
+		{Key: "bare", Name: "bare reverse proxy → managed-1", Via: "client → httputil.ReverseProxy in a process of its own (one shared transport) → kube-apiserver", URL: b1.URL + requestPath, Client: b.client(b1.CAPEM, nil), Upstream: "managed-1", Pids: withBare(b.pids, b1)},
+		{Key: "gateway", Name: "gateway port → cluster-1 (Direct)", Via: "client → gateway :port (x509 authn, generic filters) → pooled transport → kube-apiserver", URL: env.Gateway.URL + proxyPath(m1), Client: gwClient, Upstream: "managed-1", asUser: true},
+		{Key: "hub", Name: "hub → gateway → cluster-1", Via: "client → hub kube-apiserver (aggregation) → gateway → kube-apiserver", URL: env.Hub.URL + proxyPath(m1), Client: hubClient, Upstream: "managed-1", asUser: true},
+		{Key: "hub-bare", Name: "hub → bare reverse proxy → managed-1", Via: "client → hub kube-apiserver (aggregation, an APIService of its own) → httputil.ReverseProxy in a process of its own → kube-apiserver (baseline of the hub goal)", URL: env.Hub.URL + bareProxyPrefix + m1.GatewayName + "/proxy" + requestPath, Client: hubClient, Upstream: "managed-1", Pids: withBare(b.pids, bh), asUser: true},
+	}
+	if k == nil {
+		return append(ts, &target{Key: "konn", Name: "gateway port → Konnectivity cluster", TODO: "TODO: this localenv runs no konnectivity proxy-server/agent (Env.Konnectivity is nil); the row is not measured"}), errors.Join(b.errs...)
+	}
+	bk, err := b.bare(k.Cluster, k, false)
+	if err != nil {
+		return nil, err
+	}
+	ts = append(ts,
+		&target{Key: "konn", Name: "gateway port → " + k.Cluster.GatewayName + " (Konnectivity)", Via: "client → gateway :port → gRPC tunnel → proxy-server → proxy-agent → kube-apiserver", URL: env.Gateway.URL + proxyPath(k.Cluster), Client: gwClient, Upstream: k.Cluster.Name, asUser: true},
+		&target{Key: "direct3", Name: "direct → " + k.Cluster.Name, Via: "client → kube-apiserver (baseline of the Konnectivity row)", URL: k.Cluster.URL + requestPath, Client: b.client(k.Cluster.CA.CertPEM, k.Cluster.GatewayUser), Upstream: k.Cluster.Name},
+		&target{Key: "bare-konn", Name: "bare reverse proxy → " + k.Cluster.Name + " (Konnectivity)", Via: "client → httputil.ReverseProxy in a process of its own → konnectivity-client's gRPC tunnel → proxy-server → proxy-agent → kube-apiserver (baseline of the Konnectivity goal)", URL: bk.URL + requestPath, Client: b.client(bk.CAPEM, nil), Upstream: k.Cluster.Name, Pids: withBare(b.pids, bk)},
+	)
+	return ts, errors.Join(b.errs...)
+}
+
+// withBare is pids with "bare-proxy" the bare proxy b that serves the path.
+func withBare(pids map[string]int, b *bareProxy) map[string]int {
+	out := maps.Clone(pids)
+	out["bare-proxy"] = b.Pid()
+	return out
+}
+
+// waitAllowed waits until benchUser's binding has reached the hub's
+// authorizer and t answers.
+func waitAllowed(ctx context.Context, t *target) error {
+	var last error
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		last = get(ctx, t.Client, t.URL)
+		return last == nil, nil
+	}); err != nil {
+		return fmt.Errorf("%s as %s: %w", t.Name, benchUser, cmp.Or(last, err))
+	}
+	return nil
+}
+
+// Per-cluster limits of the gateway: ordinary requests in flight to one
+// cluster (default 16), and more waiting (default 32); beyond both it
+// answers 429.
+const (
+	flagMaxPerCluster    = "max-requests-per-cluster"
+	defaultMaxPerCluster = 16
+)
+
+// workersGatewayArgs raises the gateway's in-flight bound per cluster to the
+// most workers of any load, so that the -workers-many loads to one cluster
+// show what its one HTTP/2 connection allows rather than the limiter (with
+// the defaults, 64 workers would get 429s beyond 16 + 32). Loads with fewer
+// workers than the default bound are not affected.
+func workersGatewayArgs(conc int) []string {
+	if n := max(conc, *manyWorkers); n > defaultMaxPerCluster {
+		return []string{fmt.Sprintf("--%s=%d", flagMaxPerCluster, n)}
+	}
+	return nil
+}
+
+// burstResult is what a burst's workers saw.
+type burstResult struct {
+	n, errs  int
+	firstErr error
+	lat      []time.Duration
+}
+
+// burst runs conc keep-alive workers (t.Workers if set) for d.
+func burst(ctx context.Context, t *target, conc int, d time.Duration) (b burstResult) {
 	if t.Workers > 0 {
 		conc = t.Workers
 	}
@@ -75,35 +303,42 @@ func burst(ctx context.Context, t *target, conc int, d time.Duration) (n, errs i
 	var wg sync.WaitGroup
 	deadline := time.Now().Add(d)
 	for range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var mine []time.Duration
-			var bad int
-			var werr error
+		wg.Go(func() {
+			var mine burstResult
 			for ctx.Err() == nil && time.Now().Before(deadline) {
 				start := time.Now()
 				if err := get(ctx, t.Client, t.URL); err != nil {
-					bad++
-					if werr == nil {
-						werr = err
-					}
+					mine.errs++
+					mine.firstErr = cmp.Or(mine.firstErr, err)
 					time.Sleep(10 * time.Millisecond) // no hot loop on a failing path
 					continue
 				}
-				mine = append(mine, time.Since(start))
+				mine.lat = append(mine.lat, time.Since(start))
 			}
 			mu.Lock()
-			lat = append(lat, mine...)
-			errs += bad
-			if firstErr == nil {
-				firstErr = werr
-			}
-			mu.Unlock()
-		}()
+			defer mu.Unlock()
+			b.lat, b.errs, b.firstErr = append(b.lat, mine.lat...), b.errs+mine.errs, cmp.Or(b.firstErr, mine.firstErr)
+		})
 	}
 	wg.Wait()
-	return len(lat), errs, firstErr, lat
+	b.n = len(b.lat)
+	return b
+}
+
+// timedBurst is burst and the time it took.
+func timedBurst(ctx context.Context, t *target, conc int, d time.Duration) (burstResult, time.Duration) {
+	start := time.Now()
+	b := burst(ctx, t, conc, d)
+	return b, time.Since(start)
+}
+
+// add accumulates one burst of d, and the CPU each role used meanwhile.
+func (r *loadResult) add(b burstResult, d time.Duration, cpu map[string]time.Duration) {
+	r.Requests, r.Errors, r.FirstErr = r.Requests+b.n, r.Errors+b.errs, cmp.Or(r.FirstErr, b.firstErr)
+	r.Elapsed += d
+	r.RoundRPS = append(r.RoundRPS, float64(b.n)/d.Seconds())
+	r.Lat = append(r.Lat, b.lat...)
+	r.CPU = addCPU(r.CPU, cpu)
 }
 
 // get is one request of the load (internal/testfrontend's, as pkg/proxy's benchmarks send).
@@ -111,14 +346,16 @@ func get(ctx context.Context, c *http.Client, url string) error { return testfro
 
 // runLoads warms every target, then runs rounds in which each target gets
 // its share of the duration in turn, so noise from other work on the
-// machine spreads over all of them instead of hitting one.
+// machine spreads over all of them instead of hitting one. The gateway is
+// CPU-profiled during the first round of each profiled load, with a heap
+// profile before and after it (what it allocated for the round).
 func runLoads(ctx context.Context, gw *gatewayAdmin, targets []*target, conc, rounds int, total, warm time.Duration, profile string) error {
 	for _, t := range targets {
 		if t.TODO != "" {
 			continue
 		}
-		if _, errs, err, _ := burst(ctx, t, conc, warm); errs > 0 {
-			return fmt.Errorf("warm-up of %s: %d errors, first: %v", t.Name, errs, err)
+		if b := burst(ctx, t, conc, warm); b.errs > 0 {
+			return fmt.Errorf("warm-up of %s: %d errors, first: %v", t.Name, b.errs, b.firstErr)
 		}
 	}
 	per := total / time.Duration(rounds)
@@ -127,40 +364,29 @@ func runLoads(ctx context.Context, gw *gatewayAdmin, targets []*target, conc, ro
 			if t.TODO != "" {
 				continue
 			}
-			var prof chan error
-			path := profilePath(profile, t.Key)
-			if path != "" && round == 0 {
-				// The heap profile's allocation samples, before and
-				// after: what the gateway allocated for the round.
-				if err := gw.gc(ctx, allocPath(path, "before")); err != nil {
-					return err
-				}
-				prof = make(chan error, 1)
-				go func() { prof <- gw.cpuProfile(ctx, per, path) }()
+			load := func() error { return runRound(ctx, gw, t, conc, per, round == 0, round == rounds-1) }
+			var err error
+			if path := profilePath(profile, t.Key); path != "" && round == 0 {
+				err = gw.profiled(ctx, per, path, load)
+			} else {
+				err = load()
 			}
-			if err := runRound(ctx, gw, t, conc, per, round == 0, round == rounds-1); err != nil {
+			if err != nil {
 				return err
 			}
-			if prof != nil {
-				if err := <-prof; err != nil {
-					return err
-				}
-				if err := gw.gc(ctx, allocPath(path, "after")); err != nil {
-					return err
-				}
-				logf("gateway CPU profile of the %q load written to %s", t.Name, path)
-			}
-			logf("round %d/%d %-28s %6.0f req/s so far", round+1, rounds, t.Name, t.res.rps())
+			logf("round %d/%d %-28s %6.0f req/s so far", round+1, rounds, t.Name, t.Res.RPS())
 		}
 	}
 	for _, t := range targets {
-		slices.Sort(t.res.Lat)
+		slices.Sort(t.Res.Lat)
 	}
 	return ctx.Err()
 }
 
+// runRound is one round of t's load, with what it changed in the gateway,
+// in the hub's SubjectAccessReviews and in each process's CPU.
 func runRound(ctx context.Context, gw *gatewayAdmin, t *target, conc int, d time.Duration, first, last bool) error {
-	r := &t.res
+	r := &t.Res
 	sars0, err := gw.hubSARs(ctx)
 	if err != nil {
 		return err
@@ -169,17 +395,14 @@ func runRound(ctx context.Context, gw *gatewayAdmin, t *target, conc int, d time
 	if err != nil {
 		return err
 	}
-	cpu0, err := cpuOf(t.Pids)
+	var b burstResult
+	var elapsed time.Duration
+	// The CPU is read before the scrape after the load, which costs the gateway CPU.
+	cpu, err := cpuDuring(t.Pids, func() error { b, elapsed = timedBurst(ctx, t, conc, d); return nil })
 	if err != nil {
 		return err
 	}
-	start := time.Now()
-	n, errs, ferr, lat := burst(ctx, t, conc, d)
-	elapsed := time.Since(start)
-	cpu1, err := cpuOf(t.Pids) // before the scrape, which costs the gateway CPU
-	if err != nil {
-		return err
-	}
+	r.add(b, elapsed, cpu)
 	after, err := gw.state(ctx)
 	if err != nil {
 		return err
@@ -189,20 +412,6 @@ func runRound(ctx context.Context, gw *gatewayAdmin, t *target, conc int, d time
 		return err
 	}
 	r.Authz.add(authzCount{sars0, before.Delegated}, authzCount{sars1, after.Delegated})
-	if r.CPU == nil {
-		r.CPU = map[string]time.Duration{}
-	}
-	for role := range cpu1 {
-		r.CPU[role] += cpu1[role] - cpu0[role]
-	}
-	r.Requests += n
-	r.Errors += errs
-	if r.FirstErr == nil {
-		r.FirstErr = ferr
-	}
-	r.Elapsed += elapsed
-	r.RoundRPS = append(r.RoundRPS, float64(n)/elapsed.Seconds())
-	r.Lat = append(r.Lat, lat...)
 	r.DCreations += after.Creations - before.Creations
 	r.DMallocs += after.Mallocs - before.Mallocs
 	r.DAllocBytes += after.AllocBytes - before.AllocBytes
@@ -217,15 +426,91 @@ func runRound(ctx context.Context, gw *gatewayAdmin, t *target, conc int, d time
 	return nil
 }
 
-// cpuOf reads the CPU of every role; "bench" is this process.
-func cpuOf(pids map[string]int) (map[string]time.Duration, error) {
-	out := map[string]time.Duration{"bench": selfCPU()}
-	for role, pid := range pids {
-		c, err := procCPU(pid)
-		if err != nil {
-			return nil, fmt.Errorf("CPU of %s (pid %d): %w", role, pid, err)
+// The tables and figures of section 2 (report.md.tmpl).
+
+func (r *report) LoadTable() *table {
+	t := newTable("lrrrrrrrrrrr", "path", "req/s", "req/s by round", "p50", "p99", "errors", "CPU/req gateway", "CPU/req hub", "CPU/req upstream",
+		"CPU/req konnectivity (server+agent)", "CPU/req bare proxy", "CPU/req bench process")
+	for _, l := range r.Targets {
+		if l.TODO != "" {
+			t.add(l.Name, l.TODO)
+			continue
 		}
-		out[role] = c
+		res := &l.Res
+		t.add(l.Name, fmt.Sprintf("%.0f", res.RPS()), numList(res.RoundRPS), fmtDur(res.Pct(0.50)), fmtDur(res.Pct(0.99)), fmt.Sprint(res.Errors),
+			cpuStr(res, "gateway"), cpuStr(res, "hub"), cpuStr(res, l.Upstream), cpuStr(res, "proxy-server", "proxy-agent"), cpuStr(res, "bare-proxy"), cpuStr(res, "bench"))
 	}
-	return out, nil
+	return t
+}
+
+func (r *report) PoolTable() *table {
+	t := newTable("lrrrrrrr", "path", "requests", "pool entries created", "connections dialed", "tunnels built",
+		"gateway allocations per request (objects / bytes)", "gateway RSS before → after", "goroutines before → after")
+	for _, l := range r.Targets {
+		if res := &l.Res; l.TODO == "" {
+			n := float64(max(1, res.Requests))
+			t.add(l.Name, fmt.Sprint(res.Requests), fmt.Sprintf("%.0f", res.DCreations), fmt.Sprintf("%.0f", res.DDials), fmt.Sprintf("%.0f", res.DTunnels),
+				fmt.Sprintf("%.0f / %.0f", res.DMallocs/n, res.DAllocBytes/n), mib(res.Before.RSS)+" → "+mib(res.After.RSS),
+				fmt.Sprintf("%.0f → %.0f", res.Before.Goroutines, res.After.Goroutines))
+		}
+	}
+	return t
+}
+
+// FirstErr is the first load that saw an error, or nil.
+func (r *report) FirstErr() *target {
+	for _, t := range r.Targets {
+		if t.Res.FirstErr != nil {
+			return t
+		}
+	}
+	return nil
+}
+
+// ManyKeys are the loads that ran with -concurrency and with -workers-many
+// workers; ManyWorkers is how many workers those had (0: none ran).
+func (r *report) ManyKeys() []string {
+	var keys []string
+	for _, key := range []string{"direct", "bare", "gateway"} {
+		if r.T(key) != nil && r.T(key+"-many") != nil {
+			keys = append(keys, key)
+		}
+	}
+	return keys
+}
+
+func (r *report) ManyWorkers() int {
+	if keys := r.ManyKeys(); len(keys) > 0 {
+		return r.T(keys[len(keys)-1] + "-many").Workers
+	}
+	return 0
+}
+
+// MaxPerCluster is the gateway's --max-requests-per-cluster in the loads.
+func (r *report) MaxPerCluster() string {
+	return flagValue(r.GatewayArgs, flagMaxPerCluster, fmt.Sprint(defaultMaxPerCluster))
+}
+
+// Gain is the req/s of key's -workers-many load over its -concurrency load
+// (0 without both).
+func (r *report) Gain(key string) float64 {
+	few, many := r.T(key), r.T(key+"-many")
+	if few == nil || many == nil || few.Res.RPS() == 0 {
+		return 0
+	}
+	return many.Res.RPS() / few.Res.RPS()
+}
+
+// Built is what the loads through the gateway built: requests, and the pool
+// entries, connections and tunnels they created (none in a steady state).
+func (r *report) Built() (b struct{ Total, Created, Dials, Tunnels float64 }) {
+	for _, t := range r.Targets {
+		if gatewayLoads[t.Key] {
+			b.Total += float64(t.Res.Requests)
+			b.Created += t.Res.DCreations
+			b.Dials += t.Res.DDials
+			b.Tunnels += t.Res.DTunnels
+		}
+	}
+	return b
 }

@@ -1,7 +1,8 @@
 // Command bench measures the proxied request path: the in-process Go
-// benchmarks of pkg/proxy, then a side-by-side load against the real local
-// environment (hack/localenv), then the gateway's memory per pooled cluster.
-// It writes docs/performance.md and prints it. `make bench` runs it.
+// benchmarks of pkg/proxy, then side-by-side loads, A/B variants,
+// isolation, memory, streams and idle watches against the real local
+// environment (hack/localenv). It writes docs/performance.md and prints
+// it. `make bench` runs it.
 package main
 
 import (
@@ -10,12 +11,12 @@ import (
 	"flag"
 	"fmt"
 	"log"
-	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -31,7 +32,7 @@ type options struct {
 	BenchTime                 string
 	SkipGoBench, SkipEnv      bool
 	GatewayProfile            string
-	Only                      string // one section alone: "loads", "ab", "isolation", "streams", "watches" or "scan"
+	Only                      string // one section alone (sections)
 	Isolation                 isolationOptions
 	GatewayBin                string // default: BinDir/cluster-gateway
 	ScanGateways              int    // scan.go; 0 skips the scan
@@ -42,18 +43,19 @@ const requestPath = "/api/v1/namespaces/default"
 
 func logf(format string, args ...any) { log.Printf(format, args...) }
 
+// childMains are the other programs of the bench binary, each a process
+// of its own: the bare reverse proxy and the isolation section's noisy
+// neighbour.
+var childMains = map[string]func([]string) error{bareChildFlag: bareChildMain, noisyChildFlag: noisyChildMain}
+
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "-"+noisyChildFlag {
-		if err := noisyChildMain(os.Args[2:]); err != nil {
-			log.Fatalf("noisy neighbour: %v", err)
+	if len(os.Args) > 1 {
+		if childMain := childMains[strings.TrimPrefix(os.Args[1], "-")]; childMain != nil {
+			if err := childMain(os.Args[2:]); err != nil {
+				log.Fatalf("%s: %v", os.Args[1], err)
+			}
+			return
 		}
-		return
-	}
-	if len(os.Args) > 1 && os.Args[1] == "-"+bareChildFlag {
-		if err := bareChildMain(os.Args[2:]); err != nil {
-			log.Fatalf("bare proxy: %v", err)
-		}
-		return
 	}
 	var o options
 	flag.StringVar(&o.StateDir, "state-dir", "_output/bench", "fresh state directory for the local environment (removed first)")
@@ -83,7 +85,15 @@ func main() {
 	flag.IntVar(&o.Isolation.InFlight, "isolation-inflight", 150, "isolation: the gateway's --max-requests-inflight, small enough for the noisy workers to exhaust")
 	flag.Parse()
 	if o.Only != "" {
-		onlySection(&o)
+		if _, ok := sections[o.Only]; !ok {
+			log.Fatalf("-only %q: the sections that run alone are %q", o.Only, sectionOrder)
+		}
+		// A partial report never replaces the whole one (make bench passes
+		// -out docs/performance.md).
+		o.SkipGoBench, o.Out = true, filepath.Join(o.StateDir, "performance-"+o.Only+".md")
+		if o.Only == "loads" {
+			o.Gateways = 0 // section 2 alone, without memory per pooled cluster
+		}
 	}
 	log.SetFlags(log.Ltime)
 
@@ -105,7 +115,7 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 		rep.GoBench = gb
-		fmt.Println("\n" + gb.markdown())
+		fmt.Printf("\n%s\n%s", gb.Table(), gb.RatioTable())
 	}
 	if !o.SkipEnv {
 		if err := runEnv(ctx, o, rep); err != nil {
@@ -113,7 +123,10 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	rep.Total = time.Since(began)
-	md := rep.markdown()
+	md, err := rep.markdown()
+	if err != nil {
+		return err
+	}
 	if err := os.MkdirAll(filepath.Dir(o.Out), 0o755); err != nil {
 		return err
 	}
@@ -125,22 +138,46 @@ func run(ctx context.Context, o options) error {
 	return nil
 }
 
-// runEnv brings up a fresh local environment, runs the loads and the memory
-// step, and stops every process it started whatever happens.
+// section runs one section of the report in the environment.
+type section func(ctx context.Context, s *session) error
+
+// session is what every section runs in: the flags, the environment, the
+// gateway's admin client and the report it fills.
+type session struct {
+	o   options
+	env *localenv.Env
+	gw  *gatewayAdmin
+	rep *report
+	// gatewayArgs are the flags every gateway of the run starts with; the
+	// sections that restart it add their own.
+	gatewayArgs []string
+}
+
+// sections run in this order; the scan is last, as it restarts the gateway
+// with the default pool.
+var (
+	sectionOrder = []string{"loads", "ab", "isolation", "streams", "watches", "scan"}
+	sections     = map[string]section{
+		"loads": runLoadsAndPooled, "ab": runAB, "isolation": runIsolation,
+		"streams": runStreams, "watches": runWatches, "scan": runScan,
+	}
+)
+
+// runEnv brings up a fresh local environment, runs the sections, and stops
+// every process it started whatever happens.
 func runEnv(ctx context.Context, o options, rep *report) (err error) {
 	if err := os.RemoveAll(o.StateDir); err != nil {
 		return err
 	}
 	// Room for every bench gateway plus localenv's own: none may be evicted.
-	capacity := o.Gateways + 100
-	gatewayArgs := []string{"--pool-capacity=" + strconv.Itoa(capacity)}
-	// The isolation section restarts the gateway with gatewayArgs and its
-	// own limits; the loads' gateway also has room for -workers-many.
-	env, err := localenv.Start(ctx, localenv.Options{
-		StateDir:    o.StateDir,
-		BinDir:      o.BinDir,
-		GatewayBin:  o.GatewayBin,
-		GatewayArgs: append(slices.Clone(gatewayArgs), workersGatewayArgs(o.Concurrency)...),
+	rep.Capacity = o.Gateways + 100
+	s := &session{o: o, rep: rep, gatewayArgs: []string{"--pool-capacity=" + strconv.Itoa(rep.Capacity)}}
+	s.env, err = localenv.Start(ctx, localenv.Options{
+		StateDir:   o.StateDir,
+		BinDir:     o.BinDir,
+		GatewayBin: o.GatewayBin,
+		// The loads' gateway also has room for -workers-many.
+		GatewayArgs: append(slices.Clone(s.gatewayArgs), workersGatewayArgs(o.Concurrency)...),
 		// One proxy-server: the Konnectivity rows measure the path through
 		// one, as the history in docs/performance.md did.
 		KonnectivityServers: 1,
@@ -149,203 +186,45 @@ func runEnv(ctx context.Context, o options, rep *report) (err error) {
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, env.Stop()) }()
-	rep.EnvStartup = env.StartupTime
-	rep.Capacity = capacity
-
-	gw, err := newGatewayAdmin(env)
-	if err != nil {
+	defer func() { err = errors.Join(err, s.env.Stop()) }()
+	rep.EnvStartup = s.env.StartupTime
+	if s.gw, err = newGatewayAdmin(s.env); err != nil {
 		return err
 	}
-	if o.Only == "" || o.Only == "loads" {
-		if err := runLoadsAndPooled(ctx, o, env, gw, rep); err != nil {
-			return err
+	for _, name := range sectionOrder {
+		if o.Only == "" || o.Only == name {
+			if err := sections[name](ctx, s); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
 		}
-	}
-	if o.Only == "" || o.Only == "ab" {
-		logf("A/B: one gateway per piece switched off")
-		if rep.AB, err = runAB(ctx, o, env, gatewayArgs); err != nil {
-			return err
-		}
-	}
-	if o.Only == "" || o.Only == "isolation" {
-		logf("isolation: a slow cluster saturated next to a steady one")
-		if rep.Isolation, err = runIsolation(ctx, env, gw, o.Isolation, gatewayArgs); err != nil {
-			return err
-		}
-	}
-	if o.Only == "" || o.Only == "streams" {
-		logf("streams: port-forward, exec and logs -f over every path")
-		if rep.Streams, err = runStreams(ctx, o, env, gw); err != nil {
-			return err
-		}
-	}
-	if (o.Only == "" || o.Only == "watches") && *watchCount > 0 {
-		logf("watches: %d idle watches through the gateway, then through bare proxies", *watchCount)
-		if rep.Watches, err = runWatches(ctx, o, env, gw); err != nil {
-			return err
-		}
-	}
-	if o.Only == "" || o.Only == "scan" {
-		// Last: it restarts the gateway with the default pool.
-		return runScanStep(ctx, o, env, gw, rep)
 	}
 	return nil
 }
 
 // runLoadsAndPooled runs sections 2 and 3: the loads side by side, then
 // memory per pooled cluster.
-func runLoadsAndPooled(ctx context.Context, o options, env *localenv.Env, gw *gatewayAdmin, rep *report) error {
-	targets, closeTargets, err := buildTargets(ctx, env)
+func runLoadsAndPooled(ctx context.Context, s *session) error {
+	o, rep := s.o, s.rep
+	targets, closeTargets, err := buildTargets(ctx, s.env)
 	if err != nil {
 		return err
 	}
 	defer closeTargets()
-	if targets, err = extendTargets(ctx, env, targets); err != nil {
-		return err
-	}
-	rep.Targets = targets
-	rep.GatewayArgs = env.Gateway.Args
+	rep.Targets, rep.GatewayArgs = targets, s.env.Gateway.Args
 	profile := ""
 	if o.GatewayProfile != "" {
 		profile = filepath.Join(o.StateDir, o.GatewayProfile)
 	}
-	if err := runLoads(ctx, gw, targets, o.Concurrency, o.Rounds, o.Duration, o.Warm, profile); err != nil {
+	if err := runLoads(ctx, s.gw, targets, o.Concurrency, o.Rounds, o.Duration, o.Warm, profile); err != nil {
 		return err
 	}
-	if rep.AuthzIdle, err = measureAuthzSteady(ctx, gw, targets, o.Concurrency, o.Warm); err != nil {
+	if rep.AuthzIdle, err = measureAuthzSteady(ctx, s.gw, targets, o.Concurrency, o.Warm); err != nil {
 		return err
 	}
 	rep.Profiles = readProfiles(ctx, o.Go, profile, targets)
 	if o.Gateways > 0 {
 		logf("memory per pooled cluster: %d ClusterGateways", o.Gateways)
-		if rep.Pooled, err = measurePooled(ctx, env, gw, o.Gateways, o.Concurrency, o.StateDir); err != nil {
-			return err
-		}
+		rep.Pooled, err = measurePooled(ctx, s.env, s.gw, o.Gateways, o.Concurrency, o.StateDir)
 	}
-	return nil
-}
-
-// envPids are the processes of env whose CPU the loads read, by role: the
-// gateway, the hub, managed-1, and the konnectivity cluster, proxy-server
-// and agent.
-func envPids(env *localenv.Env) map[string]int {
-	pids := map[string]int{
-		"gateway":   env.Gateway.Process.Pid(),
-		"hub":       env.Hub.Process.Pid(),
-		"managed-1": env.Managed[0].Process.Pid(),
-	}
-	if k := env.Konnectivity; k != nil {
-		pids[k.Cluster.Name] = k.Cluster.Process.Pid()
-		pids["proxy-server"] = k.Servers[0].Process.Pid()
-		pids["proxy-agent"] = k.Agent.Pid()
-	}
-	return pids
-}
-
-// proxyPrefix is the path of c's ClusterGateway's proxy subresource, on the
-// hub or on the gateway's own port.
-func proxyPrefix(c *localenv.Cluster) string {
-	return "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/" + c.GatewayName + "/proxy"
-}
-
-// buildTargets are the paths to the same object, side by side.
-func buildTargets(ctx context.Context, env *localenv.Env) ([]*target, func(), error) {
-	m1, k := env.Managed[0], env.Konnectivity
-	pids := envPids(env)
-	direct, err := mtlsClient(m1.CA.CertPEM, m1.GatewayUser)
-	if err != nil {
-		return nil, nil, err
-	}
-	var bares []*bareProxy // stopped by the closer, or here on an error
-	stopBares := func() {
-		for _, b := range bares {
-			if err := b.stop(); err != nil {
-				logf("%v", err)
-			}
-		}
-	}
-	bare, err := startBareProxy(ctx, m1, nil, false)
-	if err != nil {
-		return nil, nil, err
-	}
-	bares = append(bares, bare)
-	pids["bare-proxy"] = bare.Pid()
-	bareClient, err := mtlsClient(bare.CAPEM, nil)
-	if err != nil {
-		stopBares()
-		return nil, nil, err
-	}
-	gwClient, err := mtlsClient(env.Gateway.CA.CertPEM, env.Hub.Admin)
-	if err != nil {
-		stopBares()
-		return nil, nil, err
-	}
-	hubClient, err := mtlsClient(env.Hub.CA.CertPEM, env.Hub.Admin)
-	if err != nil {
-		stopBares()
-		return nil, nil, err
-	}
-	proxyPath := func(c *localenv.Cluster) string { return proxyPrefix(c) + requestPath }
-	bh, err := startBareProxy(ctx, m1, nil, true)
-	if err != nil {
-		stopBares()
-		return nil, nil, err
-	}
-	bares = append(bares, bh)
-	if err := registerBareBehindHub(ctx, env, bh.URL, bh.CAPEM); err != nil {
-		stopBares()
-		return nil, nil, err
-	}
-	// In its row, "bare-proxy" is the bare proxy that serves it.
-	bhPids := maps.Clone(pids)
-	bhPids["bare-proxy"] = bh.Pid()
-	ts := []*target{
-		{Key: "direct", Name: "direct → managed-1", Via: "client → kube-apiserver", URL: m1.URL + requestPath, Client: direct, Upstream: "managed-1"},
-		{Key: "bare", Name: "bare reverse proxy → managed-1", Via: "client → httputil.ReverseProxy in a process of its own (one shared transport) → kube-apiserver", URL: bare.URL + requestPath, Client: bareClient, Upstream: "managed-1"},
-		{Key: "gateway", Name: "gateway port → cluster-1 (Direct)", Via: "client → gateway :port (x509 authn, generic filters) → pooled transport → kube-apiserver", URL: env.Gateway.URL + proxyPath(m1), Client: gwClient, Upstream: "managed-1"},
-		{Key: "hub", Name: "hub → gateway → cluster-1", Via: "client → hub kube-apiserver (aggregation) → gateway → kube-apiserver", URL: env.Hub.URL + proxyPath(m1), Client: hubClient, Upstream: "managed-1"},
-		{Key: "hub-bare", Name: "hub → bare reverse proxy → managed-1", Via: "client → hub kube-apiserver (aggregation, an APIService of its own) → httputil.ReverseProxy in a process of its own → kube-apiserver (baseline of the hub goal)", URL: env.Hub.URL + bareProxyPrefix + m1.GatewayName + "/proxy" + requestPath, Client: hubClient, Upstream: "managed-1", Pids: bhPids},
-	}
-	if k != nil {
-		d3, err := mtlsClient(k.Cluster.CA.CertPEM, k.Cluster.GatewayUser)
-		if err != nil {
-			stopBares()
-			return nil, nil, err
-		}
-		bk, err := startBareProxy(ctx, k.Cluster, k, false)
-		if err != nil {
-			stopBares()
-			return nil, nil, err
-		}
-		bares = append(bares, bk)
-		bkClient, err := mtlsClient(bk.CAPEM, nil)
-		if err != nil {
-			stopBares()
-			return nil, nil, err
-		}
-		// In its row, "bare-proxy" is the bare proxy that serves it.
-		bkPids := maps.Clone(pids)
-		bkPids["bare-proxy"] = bk.Pid()
-		ts = append(ts,
-			&target{Key: "konn", Name: "gateway port → " + k.Cluster.GatewayName + " (Konnectivity)", Via: "client → gateway :port → gRPC tunnel → proxy-server → proxy-agent → kube-apiserver", URL: env.Gateway.URL + proxyPath(k.Cluster), Client: gwClient, Upstream: k.Cluster.Name},
-			&target{Key: "direct3", Name: "direct → " + k.Cluster.Name, Via: "client → kube-apiserver (baseline of the Konnectivity row)", URL: k.Cluster.URL + requestPath, Client: d3, Upstream: k.Cluster.Name},
-			&target{Key: "bare-konn", Name: "bare reverse proxy → " + k.Cluster.Name + " (Konnectivity)", Via: "client → httputil.ReverseProxy in a process of its own → konnectivity-client's gRPC tunnel → proxy-server → proxy-agent → kube-apiserver (baseline of the Konnectivity goal)", URL: bk.URL + requestPath, Client: bkClient, Upstream: k.Cluster.Name, Pids: bkPids},
-		)
-	} else {
-		ts = append(ts, &target{Key: "konn", Name: "gateway port → Konnectivity cluster", TODO: "TODO: this localenv runs no konnectivity proxy-server/agent (Env.Konnectivity is nil); the row is not measured"})
-	}
-	for _, t := range ts {
-		if t.Pids == nil {
-			t.Pids = pids
-		}
-	}
-	return ts, func() {
-		stopBares()
-		for _, t := range ts {
-			if t.Client != nil {
-				t.Client.CloseIdleConnections()
-			}
-		}
-	}, nil
+	return err
 }

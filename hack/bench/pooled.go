@@ -54,13 +54,7 @@ func measurePooled(ctx context.Context, env *localenv.Env, gw *gatewayAdmin, n, 
 	}
 
 	start := time.Now()
-	if err := parallel(ctx, n, conc, func(i int) error {
-		_, err := secrets.Create(ctx, benchSecret(env, i), metav1.CreateOptions{})
-		return err
-	}); err != nil {
-		return nil, fmt.Errorf("create gateways: %w", err)
-	}
-	if err := waitListed(ctx, gw, n); err != nil {
+	if err := createGateways(ctx, secrets, env, gw, n, conc); err != nil {
 		return nil, err
 	}
 	res.CreateTime = time.Since(start)
@@ -115,6 +109,40 @@ func measurePooled(ctx context.Context, env *localenv.Env, gw *gatewayAdmin, n, 
 	res.ReleaseTime = time.Since(start)
 	return res, nil
 }
+
+// createGateways creates n bench ClusterGateways with conc clients and
+// waits until the gateway lists them all.
+func createGateways(ctx context.Context, secrets corev1client.SecretInterface, env *localenv.Env, gw *gatewayAdmin, n, conc int) error {
+	if err := parallel(ctx, n, conc, func(i int) error {
+		_, err := secrets.Create(ctx, benchSecret(env, i), metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return fmt.Errorf("create gateways: %w", err)
+	}
+	return waitListed(ctx, gw, n)
+}
+
+// The table and figures of section 3 (report.md.tmpl).
+
+func (p *pooledResult) Table() *table {
+	t := newTable("lrrrrrr", "gateway state", "heap in use", "live heap", "RSS", "goroutines", "pool entries", "open connections")
+	for _, row := range []struct {
+		name string
+		s    memState
+	}{
+		{"before", p.Base},
+		{fmt.Sprintf("%d stored, unused", p.N), p.Stored},
+		{fmt.Sprintf("%d pooled (one request each)", p.N), p.Pooled},
+		{"right after deleting them", p.Deleted},
+		{fmt.Sprintf("%s later", p.ReleaseTime.Round(time.Second)), p.Released},
+	} {
+		t.add(row.name, mib(row.s.Heap), mib(row.s.Marked), mib(row.s.RSS), fmt.Sprintf("%.0f", row.s.Goroutines), fmt.Sprintf("%.0f", row.s.Entries), fmt.Sprintf("%.0f", row.s.OpenConns))
+	}
+	return t
+}
+
+// Per is a - b per gateway.
+func (p *pooledResult) Per(a, b float64) float64 { return (a - b) / float64(p.N) }
 
 func benchName(i int) string { return fmt.Sprintf("bench-%04d", i) }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -69,6 +70,101 @@ func procStatus(pid int, field string) (float64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
+}
+
+// cpuOf reads the CPU of every role; "bench" is this process.
+func cpuOf(pids map[string]int) (map[string]time.Duration, error) {
+	out := map[string]time.Duration{"bench": selfCPU()}
+	for role, pid := range pids {
+		c, err := procCPU(pid)
+		if err != nil {
+			return nil, fmt.Errorf("CPU of %s (pid %d): %w", role, pid, err)
+		}
+		out[role] = c
+	}
+	return out, nil
+}
+
+// cpuDuring runs f and returns the CPU each role's process used meanwhile
+// ("bench" is this process), and f's error.
+func cpuDuring(pids map[string]int, f func() error) (map[string]time.Duration, error) {
+	c0, err := cpuOf(pids)
+	if err != nil {
+		return nil, err
+	}
+	ferr := f()
+	c1, err := cpuOf(pids)
+	if err != nil {
+		return nil, err
+	}
+	for role := range c1 {
+		c1[role] -= c0[role]
+	}
+	return c1, ferr
+}
+
+// addCPU adds each role's CPU of d to sum, made if nil, and returns it.
+func addCPU(sum, d map[string]time.Duration) map[string]time.Duration {
+	if sum == nil {
+		sum = map[string]time.Duration{}
+	}
+	for role, c := range d {
+		sum[role] += c
+	}
+	return sum
+}
+
+// machineCPU is the busy CPU time of the whole machine: user, nice, system,
+// irq and softirq from the first line of /proc/stat (not idle, iowait or
+// steal; guest time is already in user).
+func machineCPU() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0, fmt.Errorf("/proc/stat begins %q", line)
+	}
+	var busy float64
+	for _, i := range []int{1, 2, 3, 6, 7} {
+		n, _ := strconv.ParseFloat(f[i], 64)
+		busy += n
+	}
+	return time.Duration(busy / clockTicks * float64(time.Second)), nil
+}
+
+// sampleRSS reads pid's RSS every interval until stop is closed, and
+// returns the most it saw and how many reads it made.
+func sampleRSS(pid int, interval time.Duration, stop <-chan struct{}) (most float64, samples int) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		if v, err := procRSS(pid); err == nil {
+			most, samples = max(most, v), samples+1
+		}
+		select {
+		case <-stop:
+			return most, samples
+		case <-tick.C:
+		}
+	}
+}
+
+// sleep waits d, or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// resetPeakRSS resets the process's VmHWM to its current RSS.
+func resetPeakRSS(pid int) error {
+	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0)
 }
 
 // machine describes where the numbers were taken.

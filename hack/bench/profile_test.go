@@ -74,16 +74,15 @@ func TestProfileSection(t *testing.T) {
 		{Key: "gateway", What: "on its own port", Path: "s/gateway-cpu.pprof", Top: top},
 		{Key: "hub", What: "behind the hub", Path: "s/gateway-cpu-hub.pprof"},
 	}}
-	var b strings.Builder
-	r.profileSection(&b)
+	out := mustRender(t, "profiles", r)
 	for _, want := range []string{
 		"Gateway on its own port: `go tool pprof s/gateway-cpu.pprof`; heap profiles `s/gateway-cpu-allocs-before.pprof` and `s/gateway-cpu-allocs-after.pprof`.",
 		"```\n" + top + "\n```",
 		"Gateway behind the hub: `go tool pprof s/gateway-cpu-hub.pprof`",
 		"(pprof could not read it.)",
 	} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("the profile section lacks %q:\n%s", want, b.String())
+		if !strings.Contains(out, want) {
+			t.Errorf("the profile section lacks %q:\n%s", want, out)
 		}
 	}
 }

@@ -38,14 +38,6 @@ func (d *authzDelta) add(before, after authzCount) {
 	d.Delegated += after.Delegated - before.Delegated
 }
 
-// perThousand is n per 1,000 requests.
-func perThousand(n float64, requests int) float64 {
-	if requests == 0 {
-		return 0
-	}
-	return n * 1000 / float64(requests)
-}
-
 // sumOf adds the samples of name over all its label sets.
 func sumOf(m map[string]float64, name string) float64 {
 	var sum float64
@@ -119,7 +111,6 @@ func sumSamples(sc *bufio.Scanner, name, label string) (float64, error) {
 // DelegatingAuthorizationOptions, 10 s each by default).
 const (
 	flagAllowTTL    = "authorization-webhook-cache-authorized-ttl"
-	flagDenyTTL     = "authorization-webhook-cache-unauthorized-ttl"
 	defaultAuthzTTL = 10 * time.Second
 )
 
@@ -234,20 +225,20 @@ func measureAuthzSteady(ctx context.Context, gw *gatewayAdmin, ts []*target, con
 		if err != nil {
 			return nil, err
 		}
-		if _, errs, err, _ := burst(ctx, &fresh, conc, warm); errs > 0 {
-			return nil, fmt.Errorf("warm-up of %s as a fresh caller: %d errors, first: %v", t.Name, errs, err)
+		if b := burst(ctx, &fresh, conc, warm); b.errs > 0 {
+			return nil, fmt.Errorf("warm-up of %s as a fresh caller: %d errors, first: %v", t.Name, b.errs, b.firstErr)
 		}
 		c1, err := gw.authzCounts(ctx)
 		if err != nil {
 			return nil, err
 		}
-		n, _, _, _ := burst(ctx, &fresh, conc, window)
+		n := burst(ctx, &fresh, conc, window).n
 		c2, err := gw.authzCounts(ctx)
 		if err != nil {
 			return nil, err
 		}
 		t.FreshClient.CloseIdleConnections()
-		s := &t.res.Steady
+		s := &t.Res.Steady
 		s.Requests, s.Window, s.Filled = n, window, c1.HubSARs-c0.HubSARs
 		s.add(c1, c2)
 		logf("authorization after a fill, %-28s warm-up %.0f SubjectAccessReviews; then %d requests in %s, %.0f", t.Name, s.Filled, n, window, s.HubSARs)
@@ -258,10 +249,8 @@ func measureAuthzSteady(ctx context.Context, gw *gatewayAdmin, ts []*target, con
 	if err != nil {
 		return nil, err
 	}
-	select {
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-time.After(idle.Window):
+	if err := sleep(ctx, idle.Window); err != nil {
+		return nil, err
 	}
 	after, err := gw.authzCounts(ctx)
 	if err != nil {
@@ -275,11 +264,11 @@ func measureAuthzSteady(ctx context.Context, gw *gatewayAdmin, ts []*target, con
 // gatewayLoads are the loads whose requests the gateway authorizes.
 var gatewayLoads = map[string]bool{"gateway": true, "hub": true, "konn": true, "gateway-many": true}
 
-// steadyWindow is the length of the windows after a fill (0 without any).
-func (r *report) steadyWindow() time.Duration {
+// SteadyWindow is the length of the windows after a fill (0 without any).
+func (r *report) SteadyWindow() time.Duration {
 	for _, t := range r.Targets {
-		if t.res.Steady.Window > 0 {
-			return t.res.Steady.Window
+		if t.Res.Steady.Window > 0 {
+			return t.Res.Steady.Window
 		}
 	}
 	return 0
@@ -293,13 +282,47 @@ func (r *report) gatewayAuthz(steady bool) (requests int, sars, delegated float6
 		if t.TODO != "" || !gatewayLoads[t.Key] {
 			continue
 		}
-		n, a := t.res.Requests, t.res.Authz
+		n, a := t.Res.Requests, t.Res.Authz
 		if steady {
-			n, a = t.res.Steady.Requests, t.res.Steady.authzDelta
+			n, a = t.Res.Steady.Requests, t.Res.Steady.authzDelta
 		}
 		requests += n
 		sars += a.HubSARs
 		delegated += a.Delegated
 	}
 	return requests, sars, delegated
+}
+
+func (r *report) AuthzTable() *table {
+	t := newTable("lrrrrrrrrrr", "path", "workers", "requests", "gateway authorization calls to the hub", "SubjectAccessReviews on the hub", "SARs per round",
+		"SARs per 1,000 requests", "fresh caller: SARs filling its decision", "then: requests", "SARs", "SARs per 1,000 requests")
+	for _, l := range r.Targets {
+		if l.TODO != "" {
+			continue
+		}
+		a, s := l.Res.Authz, l.Res.Steady
+		steady := []string{"–", "–", "–", "–"}
+		if s.Requests > 0 {
+			steady = []string{fmt.Sprintf("%.0f", s.Filled), fmt.Sprint(s.Requests), fmt.Sprintf("%.0f", s.HubSARs), fmt.Sprintf("%.2f", perThousand(s.HubSARs, s.Requests))}
+		}
+		t.add(append([]string{l.Name, fmt.Sprint(workersOf(l, r.Opts.Concurrency)), fmt.Sprint(l.Res.Requests), fmt.Sprintf("%.0f", a.Delegated), fmt.Sprintf("%.0f", a.HubSARs),
+			fmt.Sprintf("%.1f", a.HubSARs/float64(max(1, len(l.Res.RoundRPS)))), fmt.Sprintf("%.2f", perThousand(a.HubSARs, l.Res.Requests))}, steady...)...)
+	}
+	if i := r.AuthzIdle; i != nil {
+		t.add(fmt.Sprintf("no load for %s (control)", i.Window), "–", "–", "–", "–", "–", "–", "–", "0", fmt.Sprintf("%.0f (the gateway asked %.0f)", i.HubSARs, i.Delegated), "–")
+	}
+	return t
+}
+
+// AuthzTTL is the gateway's authorization cache TTL flag in the loads.
+func (r *report) AuthzTTL(flag string) string {
+	return flagValue(r.GatewayArgs, flag, defaultAuthzTTL.String()+", the default")
+}
+
+// workersOf is the workers of t's load.
+func workersOf(t *target, def int) int {
+	if t.Workers > 0 {
+		return t.Workers
+	}
+	return def
 }

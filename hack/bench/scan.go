@@ -4,9 +4,8 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"log"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,53 +16,10 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
 )
-
-// onlySection checks -only and points the partial report into the state
-// dir: a partial report never replaces the whole one (make bench passes -out
-// docs/performance.md).
-func onlySection(o *options) {
-	switch o.Only {
-	case "loads":
-		o.Gateways = 0 // section 2 alone, without memory per pooled cluster
-	case "ab", "isolation", "streams", "watches", "scan":
-	default:
-		log.Fatalf("-only %q: the sections that run alone are \"loads\", \"ab\", \"isolation\", \"streams\", \"watches\" and \"scan\"", o.Only)
-	}
-	o.SkipGoBench = true
-	o.Out = filepath.Join(o.StateDir, "performance-"+o.Only+".md")
-}
-
-// runScanStep runs the scan last: it restarts the gateway.
-func runScanStep(ctx context.Context, o options, env *localenv.Env, gw *gatewayAdmin, rep *report) (err error) {
-	if o.ScanGateways <= 0 {
-		return nil
-	}
-	logf("scan: %d ClusterGateways, default pool", o.ScanGateways)
-	rep.Scan, err = runScan(ctx, env, gw, o.ScanGateways, o.StateDir)
-	if rep.Scan != nil {
-		rep.Scan.GatewayBin = o.GatewayBin
-		if o.GatewayBin == "" {
-			rep.Scan.GatewayBin = filepath.Join(o.BinDir, "cluster-gateway")
-		}
-		rep.Scan.HeapStored = heapTop(ctx, o.Go, o.StateDir, "stored", "before")
-		rep.Scan.HeapPooled = heapTop(ctx, o.Go, o.StateDir, "pooled", "stored")
-		rep.Scan.HeapAfter = heapTop(ctx, o.Go, o.StateDir, "after", "pooled")
-		path := filepath.Join(o.StateDir, idleProfileName)
-		if top, perr := pprofTop(ctx, o.Go, "-nodecount="+strconv.Itoa(topFuncs), path); perr == nil {
-			rep.Scan.IdleProfile = &pathProfile{Path: path, Top: top}
-		} else {
-			logf("scan: cannot read the idle CPU profile: %v", perr)
-		}
-		// The raw figures, next to the heap profiles.
-		if raw, jerr := json.MarshalIndent(rep.Scan, "", "  "); jerr == nil {
-			err = errors.Join(err, os.WriteFile(filepath.Join(o.StateDir, "scan.json"), raw, 0o644))
-		}
-	}
-	return err
-}
 
 // The scan: a controller that lists something in every cluster once a
 // minute, with more clusters than the pool holds.
@@ -77,10 +33,18 @@ const (
 	scanIdleProfile = 30 * time.Second
 	scanWaitMax     = 5 * time.Minute // for the prober (waitMetrics)
 	idleProfileName = "gateway-cpu-idle.pprof"
-	scanPeakRSSGoal = 300e6 // bytes: 300 MB
+	scanPeakRSSGoal = 300e6 // bytes: 300 MB, at every moment: creating, scanning
+	// createSampleEvery is how often VmRSS is read while the gateways are
+	// created, beside VmHWM.
+	createSampleEvery = 20 * time.Millisecond
 	// pkg/pool's default --pool-capacity (pool.NewOptions; importing
 	// pkg/pool here would pull its dependencies into hack's go.mod).
 	scanDefaultCapacity = 1000
+	// Tolerance of the "live heap after eviction" goal: the per-entry size
+	// is measured once (the pool filled, nothing evicted) and heap figures
+	// move by a few MiB between forced GCs (each is the median of
+	// settleSamples).
+	scanHeapTolerance = 1.10
 )
 
 // scanState is the gateway at one moment after the scan (no forced GC).
@@ -114,16 +78,23 @@ type scanResult struct {
 	Base, Stored                 memState // fresh gateway; n stored, none pooled (forced GC)
 	// Pooled is Capacity of the gateways with one GET each and nothing
 	// evicted yet (forced GC): the per-entry figures come from it.
-	Pooled     memState
-	PooledN    int
-	Passes     []scanPass
-	After      memState // scanAfter after the last pass, before a forced GC
-	AfterGC    memState // then, after a forced GC
-	Settled    memState // RSS once it stopped falling (no forced GC)
-	SettledAt  time.Duration
-	Stable     bool    // Settled is stable RSS, not the end of scanSettleMax
-	FillPeak   float64 // VmHWM from the gateway's start to the first pass
-	RSSSamples []scanState
+	Pooled    memState
+	PooledN   int
+	Passes    []scanPass
+	After     memState // scanAfter after the last pass, before a forced GC
+	AfterGC   memState // then, after a forced GC
+	Settled   memState // RSS once it stopped falling (no forced GC)
+	SettledAt time.Duration
+	Stable    bool    // Settled is stable RSS, not the end of scanSettleMax
+	FillPeak  float64 // VmHWM from the gateway's start to the first pass
+	// CreatePeak is VmHWM while the N gateways were created with the
+	// gateway running, from the first create until the gateway listed them
+	// all and had probed each once (CreateWindow); CreateSampled the most
+	// of CreateSamples reads of VmRSS every createSampleEvery meanwhile.
+	CreatePeak, CreateSampled float64
+	CreateSamples             int
+	CreateWindow              time.Duration
+	RSSSamples                []scanState
 	// Idle is the gateway's CPU from the forced GC scanAfter after the
 	// scan until RSS settled: no requests, every gateway stored, the
 	// prober at its defaults.
@@ -137,126 +108,163 @@ type scanResult struct {
 	HeapStored, HeapPooled, HeapAfter string
 }
 
-// heapTop is `go tool pprof -top` of the in-use heap of step's profile
-// less base's, its first lines; empty when pprof fails (the report says
-// so).
-func heapTop(ctx context.Context, goBin, dir, step, base string) string {
-	prof := func(s string) string { return filepath.Join(dir, "gateway-heap-scan-"+s+".pprof") }
-	return heapDiffTop(ctx, goBin, prof(step), prof(base))
-}
-
-// heapDiffTop is `go tool pprof -top` of the in-use heap of the profile at
-// path less the one at base, its first lines; empty when pprof fails.
-func heapDiffTop(ctx context.Context, goBin, path, base string) string {
-	out, err := pprofTop(ctx, goBin, "-sample_index=inuse_space", "-nodecount=12", "-diff_base="+base, path)
-	if err != nil {
-		logf("pprof of %s: %v", path, err)
-	}
-	return out
+// scanner runs the scan's steps, each filling its part of res.
+type scanner struct {
+	env     *localenv.Env
+	gw      *gatewayAdmin
+	dir     string // the state directory, for the heap and CPU profiles
+	res     *scanResult
+	pid     int
+	secrets corev1client.SecretInterface
+	hub     *http.Client
 }
 
 // runScan restarts the gateway with the default pool (no --pool-capacity),
 // stores n ClusterGateways (alternately managed-1 and managed-2), and sends
 // scanPasses passes of one GET through the hub per gateway with scanClients
-// workers, measuring the gateway's memory as it goes. It deletes the
-// gateways at the end.
-func runScan(ctx context.Context, env *localenv.Env, gw *gatewayAdmin, n int, profileDir string) (*scanResult, error) {
-	res := &scanResult{N: n, Clients: scanClients, Capacity: scanDefaultCapacity}
-	logf("scan: restarting the gateway with the default pool")
-	if err := env.StopGateway(); err != nil {
-		return nil, err
+// workers, measuring the gateway's memory as it goes, then its memory and
+// CPU once idle. It deletes the gateways at the end. It runs last: it
+// restarts the gateway.
+func runScan(ctx context.Context, s *session) (err error) {
+	n := s.o.ScanGateways
+	if n <= 0 {
+		return nil
 	}
-	// A non-nil empty list: the standard flags only, so the default
-	// --pool-capacity.
-	if err := env.StartGateway(ctx, []string{}); err != nil {
-		return nil, err
-	}
-	res.GatewayArgs = env.Gateway.Args
-	for _, a := range res.GatewayArgs {
-		if strings.HasPrefix(a, "--pool-capacity") {
-			return nil, fmt.Errorf("the scan needs the default pool, but the gateway runs with %s", a)
-		}
-	}
-	pid := env.Gateway.Process.Pid()
-	settled := func(step string) (memState, error) {
-		return medianAfterGC(ctx, gw, filepath.Join(profileDir, "gateway-heap-scan-"+step+".pprof"))
-	}
-	var err error
-	if res.Base, err = settled("before"); err != nil {
-		return nil, err
-	}
-
-	secrets, err := hubSecrets(env)
-	if err != nil {
-		return nil, err
-	}
-	start := time.Now()
-	logf("scan: creating %d ClusterGateways", n)
-	if err := parallel(ctx, n, scanClients, func(i int) error {
-		_, err := secrets.Create(ctx, benchSecret(env, i), metav1.CreateOptions{})
+	logf("scan: %d ClusterGateways, default pool", n)
+	sc := &scanner{env: s.env, gw: s.gw, dir: s.o.StateDir, res: &scanResult{N: n, Clients: scanClients, Capacity: scanDefaultCapacity, GatewayBin: cmp.Or(s.o.GatewayBin, filepath.Join(s.o.BinDir, "cluster-gateway"))}}
+	s.rep.Scan = sc.res
+	if sc.secrets, err = hubSecrets(s.env); err != nil {
 		return err
-	}); err != nil {
-		return nil, fmt.Errorf("create gateways: %w", err)
 	}
+	if sc.hub, err = mtlsClient(s.env.Hub.CA.CertPEM, s.env.Hub.Admin); err != nil {
+		return err
+	}
+	defer sc.hub.CloseIdleConnections()
 	defer func() {
 		// Leave the environment as it was, whatever happened.
 		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		if err := secrets.DeleteCollection(dctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: benchLabel + "=true"}); err != nil {
+		if err := sc.secrets.DeleteCollection(dctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: benchLabel + "=true"}); err != nil {
 			logf("scan: deleting the bench gateways: %v", err)
 		}
 	}()
-	if err := waitListed(ctx, gw, n); err != nil {
-		return nil, err
+	for _, step := range []func(context.Context) error{sc.restart, sc.store, sc.fillPool, sc.passes, sc.idle} {
+		if err := step(ctx); err != nil {
+			return err
+		}
 	}
-	res.CreateTime = time.Since(start)
-	if res.ProbedWait, err = waitAllProbed(ctx, gw); err != nil {
-		return nil, err
-	}
-	if res.Stored, err = settled("stored"); err != nil {
-		return nil, err
-	}
-
-	hubClient, err := mtlsClient(env.Hub.CA.CertPEM, env.Hub.Admin)
+	sc.readProfiles(ctx, s.o.Go)
+	// The raw figures, next to the heap profiles.
+	raw, err := json.MarshalIndent(sc.res, "", "  ")
 	if err != nil {
-		return nil, err
+		return err
 	}
-	defer hubClient.CloseIdleConnections()
-	url := func(i int) string {
-		return env.Hub.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/" + benchName(i) + "/proxy" + requestPath
-	}
+	return os.WriteFile(filepath.Join(sc.dir, "scan.json"), raw, 0o644)
+}
 
-	// The pool's share: as many gateways as it holds, one GET each, nothing
-	// evicted yet (localenv's own entries fill the rest of the default pool
-	// only if they are used; the hub's probes do not pool).
-	res.PooledN = min(n, res.Capacity-int(res.Stored.Entries))
-	if err := parallel(ctx, res.PooledN, scanClients, func(i int) error { return get(ctx, hubClient, url(i)) }); err != nil {
-		return nil, fmt.Errorf("fill the pool: %w", err)
-	}
-	if res.PooledProbedWait, err = waitProbeRound(ctx, gw, n); err != nil {
-		return nil, err
-	}
-	if res.Pooled, err = settled("pooled"); err != nil {
-		return nil, err
-	}
+// settled is the gateway's memory after forced GCs (medianAfterGC), its
+// heap profile saved as step's.
+func (sc *scanner) settled(ctx context.Context, step string) (memState, error) {
+	return medianAfterGC(ctx, sc.gw, filepath.Join(sc.dir, "gateway-heap-scan-"+step+".pprof"))
+}
 
-	if res.FillPeak, err = procHWM(pid); err != nil {
-		return nil, err
+// restart restarts the gateway with the default pool, and reads it fresh.
+func (sc *scanner) restart(ctx context.Context) (err error) {
+	logf("scan: restarting the gateway with the default pool")
+	// A non-nil empty list: the standard flags only, so the default
+	// --pool-capacity.
+	if err := restartGateway(ctx, sc.env, []string{}); err != nil {
+		return err
 	}
+	sc.res.GatewayArgs, sc.pid = sc.env.Gateway.Args, sc.env.Gateway.Process.Pid()
+	for _, a := range sc.res.GatewayArgs {
+		if strings.HasPrefix(a, "--pool-capacity") {
+			return fmt.Errorf("the scan needs the default pool, but the gateway runs with %s", a)
+		}
+	}
+	sc.res.Base, err = sc.settled(ctx, "before")
+	return err
+}
+
+// store creates the gateways, waits until the gateway lists them and has
+// probed each once, and reads it. Meanwhile it measures the peak RSS of
+// the running gateway: VmHWM, reset before the first create (FillPeak
+// keeps what came before), and VmRSS sampled every createSampleEvery.
+func (sc *scanner) store(ctx context.Context) (err error) {
+	res := sc.res
+	if res.FillPeak, err = procHWM(sc.pid); err != nil {
+		return err
+	}
+	if err := resetPeakRSS(sc.pid); err != nil {
+		return err
+	}
+	stop, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		res.CreateSampled, res.CreateSamples = sampleRSS(sc.pid, createSampleEvery, stop)
+	}()
+	logf("scan: creating %d ClusterGateways", res.N)
+	start := time.Now()
+	err = createGateways(ctx, sc.secrets, sc.env, sc.gw, res.N, scanClients)
+	res.CreateTime = time.Since(start)
+	if err == nil {
+		res.ProbedWait, err = waitAllProbed(ctx, sc.gw)
+	}
+	res.CreateWindow = time.Since(start)
+	close(stop)
+	<-sampled
+	if err != nil {
+		return err
+	}
+	if res.CreatePeak, err = procHWM(sc.pid); err != nil {
+		return err
+	}
+	logf("scan: creating: peak RSS %s (VmHWM), %s sampled", mib(res.CreatePeak), mib(res.CreateSampled))
+	res.Stored, err = sc.settled(ctx, "stored")
+	return err
+}
+
+// url is the object every scan request GETs, of gateway i through the hub.
+func (sc *scanner) url(i int) string {
+	return sc.env.Hub.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/" + benchName(i) + "/proxy" + requestPath
+}
+
+// fillPool sends one GET to as many gateways as the pool holds, nothing
+// evicted yet (localenv's own entries fill the rest of the default pool
+// only if they are used; the hub's probes do not pool), waits for one more
+// round of probes, and reads the gateway: the pool's share.
+func (sc *scanner) fillPool(ctx context.Context) (err error) {
+	res := sc.res
+	res.PooledN = min(res.N, res.Capacity-int(res.Stored.Entries))
+	if err := parallel(ctx, res.PooledN, scanClients, func(i int) error { return get(ctx, sc.hub, sc.url(i)) }); err != nil {
+		return fmt.Errorf("fill the pool: %w", err)
+	}
+	if res.PooledProbedWait, err = waitProbeRound(ctx, sc.gw, res.N); err != nil {
+		return err
+	}
+	if res.Pooled, err = sc.settled(ctx, "pooled"); err != nil {
+		return err
+	}
+	hwm, err := procHWM(sc.pid) // since the creating began
+	res.FillPeak = max(res.FillPeak, hwm)
+	return err
+}
+
+// passes sends scanPasses passes of one GET per gateway, each with its
+// peak RSS (VmHWM, reset before it) and sampled peak heap.
+func (sc *scanner) passes(ctx context.Context) error {
 	for pass := range scanPasses {
-		if err := resetPeakRSS(pid); err != nil {
-			return nil, err
+		if err := resetPeakRSS(sc.pid); err != nil {
+			return err
 		}
 		var sp scanPass
-		stopSampling := sampleHeap(ctx, gw, &sp.PeakHeapSample)
+		stopSampling := sampleHeap(ctx, sc.gw, &sp.PeakHeapSample)
 		start := time.Now()
 		var mu sync.Mutex
-		err := parallel(ctx, n, scanClients, func(i int) error {
-			if err := get(ctx, hubClient, url(i)); err != nil {
+		err := parallel(ctx, sc.res.N, scanClients, func(i int) error {
+			if err := get(ctx, sc.hub, sc.url(i)); err != nil {
 				mu.Lock()
-				if sp.Errors++; sp.FirstErr == nil {
-					sp.FirstErr = err
-				}
+				sp.Errors, sp.FirstErr = sp.Errors+1, cmp.Or(sp.FirstErr, err)
 				mu.Unlock()
 			}
 			return ctx.Err()
@@ -264,87 +272,101 @@ func runScan(ctx context.Context, env *localenv.Env, gw *gatewayAdmin, n int, pr
 		sp.Duration = time.Since(start)
 		stopSampling()
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if sp.PeakRSS, err = procHWM(pid); err != nil {
-			return nil, err
+		if sp.PeakRSS, err = procHWM(sc.pid); err != nil {
+			return err
 		}
-		if sp.End, err = readMem(ctx, gw); err != nil {
-			return nil, err
+		if sp.End, err = readMem(ctx, sc.gw); err != nil {
+			return err
 		}
-		if sp.Settled, err = settled(fmt.Sprintf("pass%d", pass+1)); err != nil {
-			return nil, err
+		if sp.Settled, err = sc.settled(ctx, fmt.Sprintf("pass%d", pass+1)); err != nil {
+			return err
 		}
 		logf("scan: pass %d: %s, peak RSS %s, live heap after GC %s, %d errors", pass+1, sp.Duration.Round(100*time.Millisecond), mib(sp.PeakRSS), mib(sp.Settled.Marked), sp.Errors)
-		res.Passes = append(res.Passes, sp)
+		sc.res.Passes = append(sc.res.Passes, sp)
 	}
+	return nil
+}
 
-	// Then nothing: how fast does the process give memory back?
+// idle then sends nothing: how fast does the process give memory back?
+// RSS every 10s, the state scanAfter after the scan (before and after a
+// forced GC), until RSS settles (moved less than 2% over the last four
+// samples, all taken after the scanAfter one, so the settled figure is
+// never that one itself) or scanSettleMax has passed; and the gateway's
+// CPU from scanAfter to the end, profiled for its first scanIdleProfile.
+func (sc *scanner) idle(ctx context.Context) (err error) {
+	res := sc.res
 	end := time.Now()
 	var idleFrom idleMark
 	idleProfile := make(chan error, 1)
 	var late []float64 // RSS samples from scanAfter on
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(10 * time.Second):
+	for !res.Stable && res.SettledAt == 0 {
+		if err := sleep(ctx, 10*time.Second); err != nil {
+			return err
 		}
-		s, err := readMem(ctx, gw)
+		s, err := readMem(ctx, sc.gw)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		at := time.Since(end)
 		res.RSSSamples = append(res.RSSSamples, scanState{memState: s, At: at})
-		if at < scanAfter {
-			continue
-		}
-		if res.After.RSS == 0 {
+		switch {
+		case at < scanAfter:
+		case res.After.RSS == 0:
 			res.After = s
-			if res.AfterGC, err = settled("after"); err != nil {
-				return nil, err
+			if res.AfterGC, err = sc.settled(ctx, "after"); err != nil {
+				return err
 			}
-			if idleFrom, err = markIdle(ctx, gw, pid); err != nil {
-				return nil, err
+			if idleFrom, err = markIdle(ctx, sc.gw, sc.pid); err != nil {
+				return err
 			}
-			// Where the idle CPU goes (the prober): a profile of the
-			// first scanIdleProfile of the idle window, beside the heap
-			// profiles.
-			go func() {
-				idleProfile <- gw.cpuProfile(ctx, scanIdleProfile, filepath.Join(profileDir, idleProfileName))
-			}()
-			continue
-		}
-		late = append(late, s.RSS)
-		// Settled: RSS moved less than 2% over the last 30 s (four
-		// samples), all taken after the scanAfter sample, so the settled
-		// figure is never the scanAfter one itself.
-		if k := len(late); k >= 4 {
-			lo, hi := late[k-4], late[k-4]
-			for _, v := range late[k-4:] {
-				lo, hi = min(lo, v), max(hi, v)
-			}
-			if hi-lo <= 0.02*hi {
+			go func() { idleProfile <- sc.gw.cpuProfile(ctx, scanIdleProfile, filepath.Join(sc.dir, idleProfileName)) }()
+		default:
+			late = append(late, s.RSS)
+			if k := len(late); k >= 4 && slices.Max(late[k-4:])-slices.Min(late[k-4:]) <= 0.02*slices.Max(late[k-4:]) {
 				res.Settled, res.SettledAt, res.Stable = s, at, true
-				break
+			} else if at >= scanSettleMax {
+				res.Settled, res.SettledAt = s, at
 			}
 		}
-		if at >= scanSettleMax {
-			res.Settled, res.SettledAt = s, at
-			break
-		}
 	}
-	idleTo, err := markIdle(ctx, gw, pid)
+	idleTo, err := markIdle(ctx, sc.gw, sc.pid)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if !idleFrom.at.IsZero() { // the profile was started
-		if err := <-idleProfile; err != nil {
-			logf("scan: idle CPU profile: %v", err)
-		}
+	if err := <-idleProfile; err != nil { // started with idleFrom, before any settling
+		logf("scan: idle CPU profile: %v", err)
 	}
 	res.Idle = idleFrom.until(idleTo)
-	return res, nil
+	return nil
+}
+
+// readProfiles reads the tops of the scan's heap profiles and of its idle
+// CPU profile with pprof.
+func (sc *scanner) readProfiles(ctx context.Context, goBin string) {
+	prof := func(s string) string { return filepath.Join(sc.dir, "gateway-heap-scan-"+s+".pprof") }
+	res := sc.res
+	res.HeapStored = heapDiffTop(ctx, goBin, prof("stored"), prof("before"))
+	res.HeapPooled = heapDiffTop(ctx, goBin, prof("pooled"), prof("stored"))
+	res.HeapAfter = heapDiffTop(ctx, goBin, prof("after"), prof("pooled"))
+	path := filepath.Join(sc.dir, idleProfileName)
+	if top, err := pprofTop(ctx, goBin, "-nodecount="+strconv.Itoa(topFuncs), path); err == nil {
+		res.IdleProfile = &pathProfile{Path: path, Top: top}
+	} else {
+		logf("scan: cannot read the idle CPU profile: %v", err)
+	}
+}
+
+// heapDiffTop is `go tool pprof -top` of the in-use heap of the profile at
+// path less the one at base, its first lines; empty when pprof fails (the
+// report says so).
+func heapDiffTop(ctx context.Context, goBin, path, base string) string {
+	out, err := pprofTop(ctx, goBin, "-sample_index=inuse_space", "-nodecount=12", "-diff_base="+base, path)
+	if err != nil {
+		logf("pprof of %s: %v", path, err)
+	}
+	return out
 }
 
 // waitAllProbed waits until the prober has probed every cluster once: none
@@ -407,6 +429,11 @@ type idleCPU struct {
 	ProbesPerSec float64 // cluster_gateway_health_probes_total's rate
 }
 
+// PerProbe is the CPU of one probe.
+func (i idleCPU) PerProbe() time.Duration {
+	return time.Duration(i.Cores / i.ProbesPerSec * float64(time.Second))
+}
+
 // idleMark is the gateway's CPU time and probe count at one moment.
 type idleMark struct {
 	at     time.Time
@@ -458,10 +485,8 @@ func medianAfterGC(ctx context.Context, gw *gatewayAdmin, save string) (memState
 	}()
 	for i := range settleSamples {
 		if i > 0 {
-			select {
-			case <-ctx.Done():
-				return memState{}, ctx.Err()
-			case <-time.After(time.Second):
+			if err := sleep(ctx, time.Second); err != nil {
+				return memState{}, err
 			}
 		}
 		profile := fmt.Sprintf("%s.%d", save, i)
@@ -488,46 +513,6 @@ func afterGC(ctx context.Context, gw *gatewayAdmin, save string) (memState, erro
 	return readMem(ctx, gw)
 }
 
-// memState is gwState plus the live heap, go_memstats_heap_alloc_bytes:
-// right after a forced GC it is what survived the GC, while heap in use also
-// counts the free room of every span that holds a live object.
-//
-// Marked is the heap the last GC marked live (go_gc_heap_live_bytes, the
-// runtime's /gc/heap/live:bytes). Unlike heap_alloc it does not grow with
-// what is allocated between the forced GC and the scrape, and unlike an
-// estimate from the heap goal it does not depend on GOGC.
-type memState struct {
-	gwState
-	Live, Marked float64
-	RSSFile      float64 // of RSS, the pages mapped from files (the binary's code and data)
-}
-
-func readMem(ctx context.Context, gw *gatewayAdmin) (memState, error) {
-	m, err := gw.metrics(ctx)
-	if err != nil {
-		return memState{}, err
-	}
-	rss, err := procRSS(gw.env.Gateway.Process.Pid())
-	if err != nil {
-		return memState{}, err
-	}
-	rssFile, err := procStatus(gw.env.Gateway.Process.Pid(), "RssFile")
-	if err != nil {
-		return memState{}, err
-	}
-	marked, ok := m["go_gc_heap_live_bytes"]
-	if !ok {
-		return memState{}, errors.New("the gateway's /metrics has no go_gc_heap_live_bytes (the Go runtime's /gc/heap/live:bytes): the live heap cannot be read")
-	}
-	return memState{Live: m[mHeapAlloc], Marked: marked, RSSFile: rssFile, gwState: gwState{
-		RSS: rss, Heap: m[mHeapInuse], Goroutines: m[mGoroutines],
-		Creations: m[mCreations], Dials: m[mDials], Tunnels: m[mTunnels],
-		Entries: m[mEntries], Retiring: m[mRetiring], OpenConns: m[mOpenConns],
-	}}, nil
-}
-
-const mHeapAlloc = "go_memstats_heap_alloc_bytes"
-
 // sampleHeap records the highest heap in use seen once a second until the
 // returned func is called.
 func sampleHeap(ctx context.Context, gw *gatewayAdmin, peak *float64) func() {
@@ -549,7 +534,128 @@ func sampleHeap(ctx context.Context, gw *gatewayAdmin, peak *float64) func() {
 	return func() { cancel(); <-done }
 }
 
-// resetPeakRSS resets the process's VmHWM to its current RSS.
-func resetPeakRSS(pid int) error {
-	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0)
+// The table and figures of section 5 (report.md.tmpl).
+
+func (s *scanResult) Table() *table {
+	t := newTable("lrrrrrrrrrrrr", "gateway state", "duration", "errors", "peak RSS", "peak heap in use (sampled)", "live heap (GC)", "heap alloc (GC)",
+		"heap in use (GC)", "RSS (GC)", "pool entries", "retiring", "open connections", "goroutines")
+	row := func(name, dur, errs, peak, peakHeap string, g memState) {
+		t.add(name, dur, errs, peak, peakHeap, mib(g.Marked), mib(g.Live), mib(g.Heap), mib(g.RSS),
+			fmt.Sprintf("%.0f", g.Entries), fmt.Sprintf("%.0f", g.Retiring), fmt.Sprintf("%.0f", g.OpenConns), fmt.Sprintf("%.0f", g.Goroutines))
+	}
+	row("fresh gateway", "", "", "", "", s.Base)
+	if s.CreatePeak > 0 {
+		t.add(fmt.Sprintf("creating %d (gateway running)", s.N), s.CreateWindow.Round(100*time.Millisecond).String(), "", mib(s.CreatePeak))
+	}
+	row(fmt.Sprintf("%d stored", s.N), "", "", "", "", s.Stored)
+	row(fmt.Sprintf("%d pooled (one GET each)", s.PooledN), "", "", "", "", s.Pooled)
+	for i, p := range s.Passes {
+		row(fmt.Sprintf("after pass %d", i+1), p.Duration.Round(100*time.Millisecond).String(), fmt.Sprint(p.Errors), mib(p.PeakRSS), mib(p.PeakHeapSample), p.Settled)
+	}
+	row(fmt.Sprintf("%s after the last pass (no forced GC)", scanAfter), "", "", "", "", s.After)
+	row(fmt.Sprintf("%s after the last pass, after a forced GC", scanAfter), "", "", "", "", s.AfterGC)
+	settled := "RSS settled"
+	if !s.Stable {
+		settled = "RSS still moving"
+	}
+	row(fmt.Sprintf("%s, %s after the last pass (no forced GC)", settled, s.SettledAt.Round(time.Second)), "", "", "", "", s.Settled)
+	return t
+}
+
+// PerEntryHeap and PerEntryRSS are the live heap and RSS per pooled
+// cluster with an open connection; PerStoredHeap the live heap per stored
+// gateway.
+func (s *scanResult) PerEntryHeap() float64  { return s.perEntry(s.Pooled.Marked - s.Stored.Marked) }
+func (s *scanResult) PerEntryRSS() float64   { return s.perEntry(s.Pooled.RSS - s.Stored.RSS) }
+func (s *scanResult) PerStoredHeap() float64 { return (s.Stored.Marked - s.Base.Marked) / float64(s.N) }
+
+func (s *scanResult) perEntry(v float64) float64 {
+	if s.PooledN == 0 {
+		return 0
+	}
+	return v / float64(s.PooledN)
+}
+
+// CreatingPeak is the most RSS seen while the gateways were created.
+func (s *scanResult) CreatingPeak() float64 { return max(s.CreatePeak, s.CreateSampled) }
+
+// PeakRSS is the highest VmHWM from the gateway's start to the last pass.
+func (s *scanResult) PeakRSS() float64 {
+	peak := s.FillPeak
+	for _, p := range s.Passes {
+		peak = max(peak, p.PeakRSS)
+	}
+	return peak
+}
+
+func (s *scanResult) OverGoal() bool { return s.PeakRSS() > scanPeakRSSGoal }
+
+// PeakHeap is the most heap in use sampled during the passes, PeakLive the
+// most live heap right after one.
+func (s *scanResult) PeakHeap() (peak float64) {
+	for _, p := range s.Passes {
+		peak = max(peak, p.PeakHeapSample)
+	}
+	return peak
+}
+
+func (s *scanResult) PeakLive() (live float64) {
+	for _, p := range s.Passes {
+		live = max(live, p.Settled.Marked)
+	}
+	return live
+}
+
+func (s *scanResult) FirstErr() *scanPass {
+	for i := range s.Passes {
+		if s.Passes[i].FirstErr != nil {
+			return &s.Passes[i]
+		}
+	}
+	return nil
+}
+
+// shareRatio is g's live heap above the stored row over the pool's share
+// (g's entries × the measured size per entry); 0 when nothing is pooled.
+func (s *scanResult) shareRatio(g memState) float64 {
+	if share := s.PerEntryHeap() * g.Entries; share > 0 {
+		return (g.Marked - s.Stored.Marked) / share
+	}
+	return 0
+}
+
+// ShareRatios are shareRatio right after each pass.
+func (s *scanResult) ShareRatios() []string {
+	var rs []string
+	for _, p := range s.Passes {
+		rs = append(rs, fmt.Sprintf("%.2f×", s.shareRatio(p.Settled)))
+	}
+	return rs
+}
+
+// Estimate is the RSS the sizing guidance predicts for a pool of capacity
+// entries and gateways stored: the live heap of the pool and the store,
+// doubled by the GC's default goal (GOGC=100), on top of a fresh gateway's
+// RSS.
+func (s *scanResult) Estimate(capacity, gateways int) float64 {
+	return s.Base.RSS + 2*(float64(capacity)*s.PerEntryHeap()+float64(gateways)*s.PerStoredHeap())
+}
+
+func (s *scanResult) HeapTops() []struct{ What, Top string } {
+	return []struct{ What, Top string }{
+		{fmt.Sprintf("the %d stored ClusterGateways (stored profile less the fresh gateway's)", s.N), s.HeapStored},
+		{fmt.Sprintf("the %d pooled clusters (pooled profile less the stored one)", s.PooledN), s.HeapPooled},
+		{fmt.Sprintf("what the passes left above the %d pooled row, %s after the scan (that profile less the pooled one: the pool's entries replaced by others, and what else the passes filled)", s.PooledN, scanAfter), s.HeapAfter},
+	}
+}
+
+func (s *scanResult) SampleEvery() time.Duration  { return createSampleEvery }
+func (s *scanResult) Oversize() int               { return s.N / s.Capacity }
+func (s *scanResult) AfterDelay() time.Duration   { return scanAfter }
+func (s *scanResult) IdleProfiled() time.Duration { return scanIdleProfile }
+func (s *scanResult) IdleProfilePath() string {
+	if s.IdleProfile != nil {
+		return s.IdleProfile.Path
+	}
+	return idleProfileName
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -124,22 +126,27 @@ func (s *streamsResult) result(path, kind string) *streamResult {
 }
 
 // runStreams measures every kind of stream over every path, in interleaved
-// rounds: each round runs each kind over each path in turn.
-func runStreams(ctx context.Context, o options, env *localenv.Env, gw *gatewayAdmin) (res *streamsResult, err error) {
+// rounds: each round runs each kind over each path in turn. The gateway is
+// CPU-profiled during the first round of each profiled kind over its port.
+func runStreams(ctx context.Context, s *session) (err error) {
+	logf("streams: port-forward, exec and logs -f over every path")
 	if *streamProtocol != "websocket" && *streamProtocol != "spdy" {
-		return nil, fmt.Errorf("-stream-protocol %q: use websocket or spdy", *streamProtocol)
+		return fmt.Errorf("-stream-protocol %q: use websocket or spdy", *streamProtocol)
 	}
-	paths, stop, err := streamPaths(ctx, env)
+	o := s.o
+	paths, stop, err := streamPaths(ctx, s.env)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer func() { err = errors.Join(err, stop()) }()
 	for _, p := range paths {
 		if err := p.open(ctx); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	res = &streamsResult{Paths: paths, Protocol: *streamProtocol, Rounds: *streamRounds, Time: *streamTime}
+	res := &streamsResult{Paths: paths, Protocol: *streamProtocol, Rounds: *streamRounds, Time: *streamTime}
+	s.rep.Streams = res
+	profile := func(kind string) string { return filepath.Join(o.StateDir, "gateway-streams-"+kind+".pprof") }
 	// Warm-up: every path and kind once, briefly. A kind that fails on a
 	// path is reported with its error and not measured there; the others
 	// go on.
@@ -157,75 +164,336 @@ func runStreams(ctx context.Context, o options, env *localenv.Env, gw *gatewayAd
 				if r := p.res[k.Key]; r != nil && r.Err != nil {
 					continue
 				}
-				profile := ""
+				measure := func() error { return p.measure(ctx, k) }
+				var err error
 				if round == 0 && p.Key == "gateway" && o.GatewayProfile != "" && k.Profiled {
-					profile = streamProfilePath(o, k.Key)
+					err = profiledStream(ctx, s.gw, profile(k.Key), measure)
+				} else {
+					err = measure()
 				}
-				if err := p.measure(ctx, gw, k, profile); err != nil {
-					return nil, err
+				if err != nil {
+					return err
 				}
 				logf("streams: round %d/%d %-30s %-38s %8.1f %s so far", round+1, *streamRounds, k.Name, p.Name, p.res[k.Key].rate(), k.Unit)
 			}
 		}
 	}
 	for _, k := range streamKinds {
-		if o.GatewayProfile == "" || !k.Profiled {
-			continue
+		if o.GatewayProfile != "" && k.Profiled {
+			top, perr := pprofTop(ctx, o.Go, "-nodecount=15", profile(k.Key))
+			if perr != nil {
+				logf("streams: cannot read the gateway profile %s: %v", profile(k.Key), perr)
+			}
+			res.Profiles = append(res.Profiles, pathProfile{Key: k.Key, What: "during " + k.Name + " over the gateway port (Direct)", Path: profile(k.Key), Top: top})
 		}
-		path := streamProfilePath(o, k.Key)
-		top, perr := pprofTop(ctx, o.Go, "-nodecount=15", path)
-		if perr != nil {
-			logf("streams: cannot read the gateway profile %s: %v", path, perr)
-		}
-		res.Profiles = append(res.Profiles, pathProfile{Key: k.Key, What: "during " + k.Name + " over the gateway port (Direct)", Path: path, Top: top})
 	}
-	return res, ctx.Err()
+	return ctx.Err()
 }
 
-// streamProfilePath is where the gateway's CPU profile during the first
-// round of kind over the gateway port goes.
-func streamProfilePath(o options, kind string) string {
-	return filepath.Join(o.StateDir, "gateway-streams-"+kind+".pprof")
+// profiledStream runs measure while the gateway is CPU-profiled into path.
+func profiledStream(ctx context.Context, gw *gatewayAdmin, path string, measure func() error) error {
+	prof := make(chan error, 1)
+	go func() { prof <- gw.cpuProfile(ctx, *streamTime, path) }()
+	return errors.Join(measure(), <-prof)
 }
 
 // measure runs kind over p once and adds what it moved and the CPU of p's
-// processes to p's result; with profile set, the gateway is CPU-profiled
-// meanwhile.
-func (p *streamPath) measure(ctx context.Context, gw *gatewayAdmin, k streamKind, profile string) error {
+// processes to p's result.
+func (p *streamPath) measure(ctx context.Context, k streamKind) error {
 	r := p.res[k.Key]
 	if r == nil {
-		r = &streamResult{CPU: map[string]time.Duration{}}
+		r = &streamResult{}
 		p.res[k.Key] = r
 	}
-	var prof chan error
-	if profile != "" {
-		prof = make(chan error, 1)
-		go func() { prof <- gw.cpuProfile(ctx, *streamTime, profile) }()
-	}
-	cpu0, err := cpuOf(p.Pids)
+	var units float64
+	var elapsed time.Duration
+	var runErr error
+	cpu, err := cpuDuring(p.Pids, func() error { units, elapsed, runErr = k.run(ctx, p, *streamTime); return nil })
 	if err != nil {
 		return err
-	}
-	units, elapsed, runErr := k.run(ctx, p, *streamTime)
-	cpu1, err := cpuOf(p.Pids)
-	if err != nil {
-		return err
-	}
-	if prof != nil {
-		if err := <-prof; err != nil {
-			return err
-		}
 	}
 	if runErr != nil {
 		r.Err = runErr
 		logf("streams: %s over %s failed; its rounds so far are not reported: %v", k.Name, p.Name, runErr)
 		return ctx.Err()
 	}
-	for role := range cpu1 {
-		r.CPU[role] += cpu1[role] - cpu0[role]
-	}
+	r.CPU = addCPU(r.CPU, cpu)
 	r.Units += units
 	r.Elapsed += elapsed
 	r.Rounds = append(r.Rounds, units/elapsed.Seconds())
 	return nil
+}
+
+// streamGoalRatio and streamCPUGoal are the streams section's bounds:
+// bandwidth ≥ 0.90× the baseline, gateway CPU per MB ≤ 1.2× the bare proxy's.
+const (
+	streamGoalRatio = 0.90
+	streamCPUGoal   = 1.2
+)
+
+// byteKinds are the kinds of stream measured in MB.
+var byteKinds = []string{"pf1", "pf8", "exec"}
+
+func kindOf(key string) streamKind {
+	for _, k := range streamKinds {
+		if k.Key == key {
+			return k
+		}
+	}
+	return streamKind{Key: key, Name: key}
+}
+
+// streamComparison is a bandwidth goal's pair of paths: the gateway's and
+// its baseline's.
+type streamComparison struct{ gw, base, baseName, where string }
+
+// streamComparisons are the bandwidth goals' pairs, over Direct and over
+// Konnectivity.
+var streamComparisons = []streamComparison{
+	{"gateway", "direct", "direct", "Direct"},
+	{"konn", "bare-konn", "the bare proxy over the same tunnel", "Konnectivity"},
+}
+
+// cpuPerMB is role's CPU per MB over path's port-forward and exec
+// measurements together; false unless all of them were measured.
+func (s *streamsResult) cpuPerMB(path, role string) (time.Duration, bool) {
+	var cpu time.Duration
+	var mb float64
+	for _, kind := range byteKinds {
+		res := s.result(path, kind)
+		if res == nil {
+			return 0, false
+		}
+		c, ok := res.CPU[role]
+		if !ok {
+			return 0, false
+		}
+		cpu += c
+		mb += res.Units
+	}
+	return time.Duration(float64(cpu) / mb), mb > 0
+}
+
+func (s *streamsResult) path(key string) *streamPath {
+	for _, p := range s.Paths {
+		if p.Key == key {
+			return p
+		}
+	}
+	return nil
+}
+
+// The tables and figures of section 6 (report.md.tmpl).
+
+func (s *streamsResult) Table() *table {
+	t := newTable("lrrrr", "path", "port-forward, 1 conn (MB/s)", "port-forward, 8 conns (MB/s)", "exec `cat` (MB/s)", "`logs -f` (lines/s)")
+	for _, p := range s.Paths {
+		cells := []string{p.Name}
+		for _, k := range streamKinds {
+			switch res := p.res[k.Key]; {
+			case res == nil:
+				cells = append(cells, "–")
+			case res.Err != nil:
+				cells = append(cells, "failed")
+			default:
+				cells = append(cells, fmt.Sprintf("%.1f (%s)", res.rate(), numList(res.Rounds)))
+			}
+		}
+		t.add(cells...)
+	}
+	return t
+}
+
+// RatioTable compares each proxied path with its baselines.
+func (s *streamsResult) RatioTable() *table {
+	t := newTable("llrrrr", "path", "over", "port-forward, 1 conn", "port-forward, 8 conns", "exec", "`logs -f`")
+	for _, c := range [][2]string{
+		{"bare", "direct"}, {"gateway", "direct"}, {"gateway", "bare"}, {"hub", "gateway"},
+		{"bare-konn", "direct3"}, {"konn", "direct3"}, {"konn", "bare-konn"}, {"hub-konn", "konn"},
+	} {
+		p, base := s.path(c[0]), s.path(c[1])
+		if p == nil || base == nil {
+			continue
+		}
+		cells := []string{p.Name, base.Name}
+		for _, k := range streamKinds {
+			if a, z := s.result(c[0], k.Key), s.result(c[1], k.Key); a != nil && z != nil && z.rate() != 0 {
+				cells = append(cells, fmt.Sprintf("%.2f×", a.rate()/z.rate()))
+			} else {
+				cells = append(cells, "–")
+			}
+		}
+		t.add(cells...)
+	}
+	return t
+}
+
+// CPUTable is each process's CPU per MB (port-forward and exec together)
+// and per 1,000 log lines, on each path.
+func (s *streamsResult) CPUTable() *table {
+	roles := []string{"gateway", "bare-proxy", "hub", "upstream", "proxy-server+agent", "bench"}
+	head := []string{"path"}
+	for _, r := range roles {
+		head = append(head, r+" /MB")
+	}
+	t := newTable("l"+strings.Repeat("r", len(roles)+2), append(head, "gateway /1k lines", "bare proxy /1k lines")...)
+	for _, p := range s.Paths {
+		cells := []string{p.Name}
+		for _, role := range roles {
+			cells = append(cells, s.cpuCell(p, role))
+		}
+		logs := s.result(p.Key, "logs")
+		for _, role := range []string{"gateway", "bare-proxy"} {
+			if c, ok := logs.cpuPerUnit(role); ok {
+				cells = append(cells, fmtDur(c*1000))
+			} else {
+				cells = append(cells, "–")
+			}
+		}
+		t.add(cells...)
+	}
+	return t
+}
+
+// cpuCell is role's CPU per MB on p; "upstream" is p's kube-apiserver and
+// "proxy-server+agent" both konnectivity processes.
+func (s *streamsResult) cpuCell(p *streamPath, role string) string {
+	roles, ok := map[string][]string{"upstream": {p.Upstream}, "proxy-server+agent": {"proxy-server", "proxy-agent"}}[role]
+	if !ok {
+		roles = []string{role}
+	}
+	var sum time.Duration
+	for _, rl := range roles {
+		c, ok := s.cpuPerMB(p.Key, rl)
+		if !ok {
+			return "–"
+		}
+		sum += c
+	}
+	return fmtDur(sum)
+}
+
+// Failures are the kinds of stream that failed on a path.
+func (s *streamsResult) Failures() []string {
+	var out []string
+	for _, p := range s.Paths {
+		for _, k := range streamKinds {
+			if res := p.res[k.Key]; res != nil && res.Err != nil {
+				out = append(out, fmt.Sprintf("**%s over %s failed**: `%v`", k.Name, p.Name, res.Err))
+			}
+		}
+	}
+	return out
+}
+
+// streamLimit is what this run shows about the cause of a missed
+// bandwidth goal: in how many rounds the gateway fell short (in every
+// round is a gap of the path, in some only is the shared CPUs' noise),
+// the bare proxy on the same path, and the CPU per MB.
+type streamLimit struct {
+	Kind                  streamKind
+	Where, BaseName       string
+	Ratio, Bound          float64
+	Below                 int
+	RoundRatios           []string
+	Direct                bool
+	GwCPU, BareCPU        time.Duration // per MB
+	Bare                  bool          // over Direct: the bare proxy was measured
+	BareRatio, GwOverBare float64
+	DirectTotal, GwTotal  time.Duration // every process's CPU per MB
+	CPUs                  int
+	Profile               *pathProfile
+	Syscalls, TLS         float64 // % of the profile's samples
+	TunnelGw, TunnelBase  time.Duration
+}
+
+// StreamLimits are the missed bandwidth goals' streamLimits.
+func (r *report) StreamLimits() []streamLimit {
+	s := r.Streams
+	var out []streamLimit
+	for _, c := range streamComparisons {
+		for _, kind := range byteKinds {
+			gw, base := s.result(c.gw, kind), s.result(c.base, kind)
+			if gw == nil || base == nil || gw.rate() >= streamGoalRatio*base.rate() {
+				continue
+			}
+			l := streamLimit{Kind: kindOf(kind), Where: c.where, BaseName: c.baseName, Ratio: gw.rate() / base.rate(), Bound: streamGoalRatio, Direct: c.base == "direct", CPUs: r.Machine.CPUs}
+			for i := range min(len(gw.Rounds), len(base.Rounds)) {
+				q := gw.Rounds[i] / max(base.Rounds[i], 1e-9)
+				if q < streamGoalRatio {
+					l.Below++
+				}
+				l.RoundRatios = append(l.RoundRatios, fmt.Sprintf("%.2f×", q))
+			}
+			l.GwCPU, _ = gw.cpuPerUnit("gateway")
+			if !l.Direct {
+				l.BareCPU, _ = base.cpuPerUnit("bare-proxy")
+				l.TunnelGw, l.TunnelBase = tunnelCPUPerUnit(gw), tunnelCPUPerUnit(base)
+			} else if bare := s.result("bare", kind); bare != nil {
+				l.Bare, l.BareRatio, l.GwOverBare = true, bare.rate()/base.rate(), gw.rate()/bare.rate()
+				l.BareCPU, _ = bare.cpuPerUnit("bare-proxy")
+			}
+			if l.Direct {
+				l.DirectTotal, l.GwTotal = base.totalCPUPerUnit(), gw.totalCPUPerUnit()
+				if l.Profile = s.profileFor(kind); l.Profile != nil {
+					l.Syscalls, l.TLS = flatShare(l.Profile.Top, "syscall", "Syscall"), flatShare(l.Profile.Top, "crypto/")
+				}
+			}
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// BareMisses says whether the bare proxy misses the bound against direct too.
+func (l streamLimit) BareMisses() bool { return l.Bare && l.BareRatio < streamGoalRatio }
+
+// ProfileKind is the kind of stream the profile was taken during.
+func (l streamLimit) ProfileKind() string { return kindOf(l.Profile.Key).Name }
+
+// tunnelCPUPerUnit is the proxy-server's and the agent's CPU per MB
+// during r's measurements.
+func tunnelCPUPerUnit(r *streamResult) time.Duration {
+	s, _ := r.cpuPerUnit("proxy-server")
+	a, _ := r.cpuPerUnit("proxy-agent")
+	return s + a
+}
+
+// profileFor is the gateway's CPU profile during kind over its port, if
+// one was taken; port-forward with 8 connections runs the same code as with
+// one, whose profile stands for both.
+func (s *streamsResult) profileFor(kind string) *pathProfile {
+	if kind == "pf8" {
+		kind = "pf1"
+	}
+	for i := range s.Profiles {
+		if s.Profiles[i].Key == kind && s.Profiles[i].Top != "" {
+			return &s.Profiles[i]
+		}
+	}
+	return nil
+}
+
+// flatShare is the share (%) of a pprof -top's samples that functions
+// whose names contain any of parts spent in their own code; only the
+// functions the top lists are counted.
+func flatShare(top string, parts ...string) float64 {
+	var sum float64
+	for _, line := range strings.Split(top, "\n") {
+		f := strings.Fields(line)
+		if len(f) != 6 || !strings.HasSuffix(f[1], "%") {
+			continue
+		}
+		pct, err := strconv.ParseFloat(strings.TrimSuffix(f[1], "%"), 64)
+		if err != nil {
+			continue
+		}
+		for _, p := range parts {
+			if strings.Contains(f[5], p) {
+				sum += pct
+				break
+			}
+		}
+	}
+	return sum
 }

@@ -34,7 +34,7 @@ func TestStreamGoalsFromOneRun(t *testing.T) {
 		streamRun("konn", 26, nil),
 	}}}
 	r.Streams.path("konn").res["exec"].Err = errors.New("upgrade refused")
-	gs := r.goals()
+	gs := r.Goals()
 	for _, c := range []struct {
 		prefix  string
 		value   float64
@@ -61,7 +61,7 @@ func TestWatchGoalComparesHeapAndStacks(t *testing.T) {
 		{Key: "gateway", Watches: 100, After: memSample{RSS: 5000e3, Heap: 3000e3, Stacks: 2000e3}},
 		{Key: "bare", Watches: 100, After: memSample{RSS: 4000e3, Heap: 4500e3, Stacks: 2000e3}},
 	}}}
-	g := goalNamed(t, r.goals(), "Idle watches")
+	g := goalNamed(t, r.Goals(), "Idle watches")
 	if g.Missing != "" || !near(g.Value, 5000.0/6500) || !g.met() {
 		t.Fatalf("value %v met %v (missing %q), want %v met", g.Value, g.met(), g.Missing, 5000.0/6500)
 	}
@@ -78,9 +78,7 @@ func TestStreamLimitsCountRoundsBelow(t *testing.T) {
 	}}}
 	r.Streams.path("bare-konn").res["exec"].Rounds = []float64{30, 30, 30}
 	r.Streams.path("konn").res["exec"].Rounds = []float64{20, 29, 23}
-	var b strings.Builder
-	r.streamLimits(&b)
-	out := b.String()
+	out := mustRender(t, "streamLimits", r)
 	if want := "exec, stdin → `cat` → stdout, Konnectivity: the gateway reaches 0.80× the bare proxy over the same tunnel; below 0.90× in 2 of 3 rounds (0.67× / 0.97× / 0.77×)."; !strings.Contains(out, want) {
 		t.Errorf("want %q in:\n%s", want, out)
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"maps"
 
 	"k8s.io/client-go/rest"
 
@@ -66,13 +65,6 @@ func streamPaths(ctx context.Context, env *localenv.Env) (paths []*streamPath, s
 		p.res = map[string]*streamResult{}
 	}
 	return paths, stop, nil
-}
-
-// withBare is pids with "bare-proxy" the bare proxy b that serves the path.
-func withBare(pids map[string]int, b *bareProxy) map[string]int {
-	out := maps.Clone(pids)
-	out["bare-proxy"] = b.Pid()
-	return out
 }
 
 // open makes p's clients and starts its port-forward.

@@ -64,7 +64,7 @@ type watchResult struct {
 }
 
 // perWatch is the growth per watch.
-func (w *watchResult) perWatch() memSample {
+func (w *watchResult) PerWatch() memSample {
 	return w.After.minus(w.Before).per(w.Watches)
 }
 
@@ -76,7 +76,7 @@ type watchesResult struct {
 	HeapTop            string // what the gateway's heap grew by with the watches (pprof)
 }
 
-func (s *watchesResult) holder(key string) *watchResult {
+func (s *watchesResult) Holder(key string) *watchResult {
 	if s == nil {
 		return nil
 	}
@@ -98,22 +98,28 @@ func watchNamespace(holder string) string { return "bench-watch-" + holder }
 // costs per watch and how long one event takes to reach all of them. The
 // gateway is restarted with stream limits that admit them all, and
 // restarted as it was afterwards.
-func runWatches(ctx context.Context, o options, env *localenv.Env, gw *gatewayAdmin) (res *watchesResult, err error) {
+func runWatches(ctx context.Context, s *session) (err error) {
 	n, users := *watchCount, max(1, *watchUsers)
+	if n <= 0 {
+		return nil
+	}
+	logf("watches: %d idle watches through the gateway, then through bare proxies", n)
+	o, env, gw := s.o, s.env, s.gw
 	clusters := env.Managed
-	res = &watchesResult{N: n, Users: users, Clusters: len(clusters)}
+	res := &watchesResult{N: n, Users: users, Clusters: len(clusters)}
+	s.rep.Watches = res
 	perCluster := (n + len(clusters) - 1) / len(clusters)
 	args := append(slices.Clone(env.GatewayArgs),
 		fmt.Sprintf("--max-streams-per-cluster=%d", perCluster),
 		fmt.Sprintf("--max-streams-per-user-per-cluster=%d", perCluster))
-	if err := restartGateway(ctx, env, args); err != nil {
-		return nil, err
+	if err := s.restartGateway(ctx, args); err != nil {
+		return err
 	}
-	defer func() { err = errors.Join(err, restartGateway(ctx, env, nil)) }()
+	defer func() { err = errors.Join(err, s.restartGateway(ctx, nil)) }()
 	res.GatewayArgs = env.Gateway.Args
 	hubUsers, err := createWatchUsers(env, users)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	holders := []func() (*watchHolder, error){
 		func() (*watchHolder, error) { return gatewayHolder(o, env, gw, hubUsers) },
@@ -122,17 +128,16 @@ func runWatches(ctx context.Context, o options, env *localenv.Env, gw *gatewayAd
 	for _, newHolder := range holders {
 		h, err := newHolder()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		r, err := holdWatches(ctx, env, h, n, users)
-		err = errors.Join(err, h.cleanup())
-		if err != nil {
-			return nil, err
+		if err := errors.Join(err, h.cleanup()); err != nil {
+			return err
 		}
 		res.Holders = append(res.Holders, r)
 	}
 	res.HeapTop = heapDiffTop(ctx, o.Go, watchHeapPath(o, "after"), watchHeapPath(o, "before"))
-	return res, nil
+	return nil
 }
 
 // createWatchUsers creates the hub users, bound to
@@ -394,3 +399,34 @@ func (c *countdown) dec() {
 }
 
 func (c *countdown) left() int { return int(c.n.Load()) }
+
+// Live is the memory a process holds for its goroutines and objects: the
+// Go heap and goroutine stacks in use.
+func (a memSample) Live() float64 { return a.Heap + a.Stacks }
+
+// The table and figures of section 7 (report.md.tmpl).
+
+func (s *watchesResult) Table() *table {
+	t := newTable("lrrrrrrrr", "held by", "watches", "to open all", "RSS before → with them", "RSS per watch", "Go heap per watch", "goroutine stacks per watch", "goroutines per watch", "one event to all")
+	for _, h := range s.Holders {
+		p := h.PerWatch()
+		t.add(h.Name, fmt.Sprint(h.Watches), h.Open.Round(time.Millisecond).String(), mib(h.Before.RSS)+" → "+mib(h.After.RSS),
+			kib(p.RSS), kib(p.Heap), kib(p.Stacks), fmt.Sprintf("%.2f", p.Goroutines), h.Deliver.Round(time.Millisecond).String())
+	}
+	return t
+}
+
+func (s *watchesResult) Openers() int { return *watchOpeners }
+
+// StreamLimits are the gateway's --max-streams flags in the section.
+func (s *watchesResult) StreamLimits() []string {
+	var limits []string
+	for _, a := range s.GatewayArgs {
+		if strings.HasPrefix(a, "--max-streams") {
+			limits = append(limits, a)
+		}
+	}
+	return limits
+}
+
+func (r *report) WatchHeapPath(when string) string { return watchHeapPath(r.Opts, when) }

@@ -48,7 +48,7 @@ type Options struct {
 	ShutdownStreamDrain       time.Duration
 	CertCacheSize             int
 	// A/B switches for make bench (hidden).
-	StockHandlerChain bool
+	StockHandlerChain, StockProxyPath bool
 
 	Pool         *pool.Options
 	Konnectivity *konnectivity.Options
@@ -100,6 +100,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.IntVar(&o.CertCacheSize, "authentication-certificate-cache-size", o.CertCacheSize, "Verified client-certificate chains (the hub's front-proxy certificate, users' own) kept so a connection's certificate is verified once, not per request; 0 verifies every request. An entry ends at its chain's expiry, and a changed CA bundle is used at once.")
 	fs.BoolVar(&o.StockHandlerChain, "ab-stock-handler-chain", false, "Measurement only: the generic server's handler chain instead of the gateway's.")
 	_ = fs.MarkHidden("ab-stock-handler-chain")
+	fs.BoolVar(&o.StockProxyPath, "ab-stock-proxy-path", false, "Measurement only: the generic server's handler chain, and the proxy subresource served by its REST handler (no route, no inner-request memo).")
+	_ = fs.MarkHidden("ab-stock-proxy-path")
 	o.Endpoints.AddFlags(fs)
 	o.Pool.AddFlags(fss.FlagSet("pool"))
 	o.Konnectivity.AddFlags(fss.FlagSet("konnectivity"))
@@ -145,6 +147,9 @@ func (o *Options) Validate() error {
 	}
 	if o.ServerRun.ShutdownWatchTerminationGracePeriod > 0 {
 		errs = append(errs, errors.New("--shutdown-watch-termination-grace-period is not supported by the gateway: it ends proxied watches on shutdown itself (--shutdown-stream-drain)"))
+	}
+	if o.StockHandlerChain && o.StockProxyPath {
+		errs = append(errs, errors.New("--ab-stock-handler-chain and --ab-stock-proxy-path are two A/B variants: set one at most"))
 	}
 	if o.ShutdownStreamDrain < 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-stream-drain must not be negative, not %v", o.ShutdownStreamDrain))
@@ -207,6 +212,7 @@ func (o *Options) ServerConfig() (*apiserver.Config, error) {
 		ShutdownStreamDrain:   o.ShutdownStreamDrain,
 		Tracing:               o.Recommended.Traces != nil && o.Recommended.Traces.ConfigFile != "",
 		StockHandlerChain:     o.StockHandlerChain,
+		StockProxyPath:        o.StockProxyPath,
 	}
 	cfg.Extra.Pool.Endpoints = endpoints
 	cfg.Extra.CertCacheSize = o.CertCacheSize

@@ -39,6 +39,8 @@ func TestValidate(t *testing.T) {
 		{args: []string{"--queue-wait-timeout=0"}, want: []string{"--queue-wait-timeout must be positive when --max-queued-per-cluster is"}},
 		{args: []string{"--shutdown-send-retry-after=true", "--shutdown-watch-termination-grace-period=5s"},
 			want: []string{"--shutdown-send-retry-after is not supported", "--shutdown-watch-termination-grace-period is not supported"}},
+		{args: []string{"--ab-stock-proxy-path=true"}},
+		{args: []string{"--ab-stock-handler-chain=true", "--ab-stock-proxy-path=true"}, want: []string{"set one at most"}},
 		{args: []string{"--max-requests-per-cluster=150", "--max-queued-per-cluster=50"},
 			want: []string{"--max-requests-per-cluster + --max-queued-per-cluster (200) must be less than --max-mutating-requests-inflight (200)"}},
 	} {
