@@ -30,7 +30,7 @@ import (
 
 // buildTestProvider builds pkg/credentials' test provider into the test's
 // temporary directory.
-func buildTestProvider(t *testing.T) string {
+func buildTestProvider(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "provider")
 	if out, err := exec.Command("go", "build", "-o", bin, "../credentials/testdata/provider").CombinedOutput(); err != nil {
