@@ -69,7 +69,12 @@ func startStore(t testing.TB, namespace string, secrets ...*corev1.Secret) *gate
 // for tests that change the Secrets through client.
 func runStore(t testing.TB, namespace string, client kubernetes.Interface) *gateways.Store {
 	t.Helper()
-	store := gateways.NewStore(client, namespace)
+	return runGatewayStore(t, gateways.NewStore(client, namespace))
+}
+
+// runGatewayStore runs store until the test ends, once it has synced.
+func runGatewayStore(t testing.TB, store *gateways.Store) *gateways.Store {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); store.Run(ctx) }()

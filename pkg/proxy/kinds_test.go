@@ -1,14 +1,15 @@
 package proxy
 
 import (
-	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,7 +24,6 @@ import (
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
 	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
-	"github.com/clustergateway/cluster-gateway/pkg/credentials"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 )
 
@@ -98,7 +98,7 @@ func newKindsFixture(t testing.TB) *kindsFixture {
 	}
 	providerCert := issue("provider-cert")
 	bin := buildTestProvider(t)
-	cfg, err := credentials.LoadConfig(write("providers.yaml", []byte(fmt.Sprintf(`apiVersion: gateway.clustergateway.io/v1alpha1
+	providers := startProviders(t, write("providers.yaml", []byte(fmt.Sprintf(`apiVersion: gateway.clustergateway.io/v1alpha1
 kind: CredentialProviderConfig
 providers:
 - name: token
@@ -114,15 +114,7 @@ providers:
     env:
     - {name: PROVIDER_CERT_FILE, value: %s}
     - {name: PROVIDER_KEY_FILE, value: %s}
-`, bin, bin, write("provider.crt", providerCert.CertPEM), write("provider.key", providerCert.KeyPEM)))), 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	providers, err := credentials.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = providers.Close() })
+`, bin, bin, write("provider.crt", providerCert.CertPEM), write("provider.key", providerCert.KeyPEM)))))
 
 	refTLS := issue("ref-tls")
 	objs := []runtime.Object{
@@ -162,22 +154,29 @@ providers:
 	if err := store.SetProviders(providers); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); store.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	testpoll.EventuallyTrue(t, 30*time.Second, "the store syncs", store.HasSynced)
+	runGatewayStore(t, store)
+	var err error
 	f.px, err = New(Options{Store: store, Pool: newTestPool(t, 16, 2*time.Second, nil), Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range f.kinds {
-		testpoll.Eventually(t, 30*time.Second, k.gateway+" answers", func() error {
-			if rec := serveAs(f.px, k.gateway, "/api", alice, httptest.NewRequest(http.MethodGet, "/x", nil)); rec.Code != http.StatusOK {
-				return fmt.Errorf("%d %s", rec.Code, rec.Body)
-			}
-			return nil
+	// Every gateway answers once (a provider's first run takes a while:
+	// all at once).
+	errs := make([]error, len(f.kinds))
+	var wg sync.WaitGroup
+	for i, k := range f.kinds {
+		wg.Go(func() {
+			errs[i] = testpoll.Until(30*time.Second, k.gateway+" answers", func() error {
+				if rec := serveAs(f.px, k.gateway, "/api", alice, httptest.NewRequest(http.MethodGet, "/x", nil)); rec.Code != http.StatusOK {
+					return fmt.Errorf("%d %s", rec.Code, rec.Body)
+				}
+				return nil
+			})
 		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
 	}
 	return f
 }
