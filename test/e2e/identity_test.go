@@ -199,22 +199,15 @@ func (g *gatewayKinds) checkDirectBearerCaller(t *testing.T, callerToken, caller
 				}
 				return nil
 			})
-			var ssr struct {
-				Status struct {
-					UserInfo struct {
-						Username string   `json:"username"`
-						Groups   []string `json:"groups"`
-					} `json:"userInfo"`
-				} `json:"status"`
-			}
-			if err := json.Unmarshal([]byte(r.Body), &ssr); err != nil {
-				t.Fatalf("SelfSubjectReview: %v: %s", err, r.Body)
+			u, err := reviewedUser(r)
+			if err != nil {
+				t.Fatalf("SelfSubjectReview: %v", err)
 			}
 			want := k.user
 			if k.caller {
 				want = callerUser
 			}
-			if u := ssr.Status.UserInfo; u.Username != want || (k.caller && slices.Contains(u.Groups, "system:masters")) {
+			if u.Username != want || (k.caller && slices.Contains(u.Groups, "system:masters")) {
 				t.Errorf("managed-1 served %q in %v, want %q", u.Username, u.Groups, want)
 			}
 
