@@ -69,7 +69,12 @@ func startStore(t testing.TB, namespace string, secrets ...*corev1.Secret) *gate
 // for tests that change the Secrets through client.
 func runStore(t testing.TB, namespace string, client kubernetes.Interface) *gateways.Store {
 	t.Helper()
-	store := gateways.NewStore(client, namespace)
+	return runGatewayStore(t, gateways.NewStore(client, namespace))
+}
+
+// runGatewayStore runs store until the test ends, once it has synced.
+func runGatewayStore(t testing.TB, store *gateways.Store) *gateways.Store {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); store.Run(ctx) }()
@@ -119,11 +124,19 @@ func upstreamCA(srv *httptest.Server) []byte {
 // trusting one upstream would trust them all), closed at cleanup.
 func newTLSUpstream(t testing.TB, h http.Handler) *httptest.Server {
 	t.Helper()
+	return newTLSUpstreamAsking(t, h, tls.NoClientCert)
+}
+
+// newTLSUpstreamAsking is newTLSUpstream with a policy for client
+// certificates: tls.RequestClientCert lets the handler see the certificate
+// an X.509 gateway presents (r.TLS.PeerCertificates).
+func newTLSUpstreamAsking(t testing.TB, h http.Handler, clientAuth tls.ClientAuthType) *httptest.Server {
+	t.Helper()
 	ca := testpki.MustCA(t, "upstream-ca")
 	serving := ca.MustIssue(t, testpki.Spec{CommonName: "upstream", IPs: []string{"127.0.0.1"}, Server: true}).TLS()
 	serving.Certificate = append(serving.Certificate, ca.Cert.Raw)
 	srv := httptest.NewUnstartedServer(h)
-	srv.TLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{serving}}
+	srv.TLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{serving}, ClientAuth: clientAuth}
 	srv.EnableHTTP2 = true
 	srv.StartTLS()
 	t.Cleanup(srv.Close)

@@ -9,10 +9,15 @@ import (
 
 // FuzzHeaderHygiene sends requests with arbitrary client headers (names as
 // sent, non-canonical ones included, and a Connection header that may name
-// any of them) through the whole request path. Whatever the client sends,
-// what reaches the cluster carries exactly the gateway's identity: its token,
-// the hub caller's impersonation in Caller mode and nothing else, and none
-// of the client's credentials (bearer subprotocols included).
+// any of them) through the whole request path, to a gateway of every kind
+// with the impersonation mode asked for (caller: Caller, else None): a
+// stored token or client certificate, a token or TLS Secret read from a
+// credential source, a provider's token or certificate. Whatever the client
+// sends, what reaches the cluster carries exactly the gateway's identity:
+// its token if it has one (an X.509 gateway sends no Authorization at all),
+// its client certificate if it has one, the hub caller's impersonation in
+// Caller mode and nothing else, and none of the client's credentials (bearer
+// subprotocols included).
 // Fuzz it with: go test -run '^$' -fuzz FuzzHeaderHygiene -fuzztime 1m ./pkg/proxy/
 func FuzzHeaderHygiene(f *testing.F) {
 	seeds := []string{
@@ -22,15 +27,16 @@ func FuzzHeaderHygiene(f *testing.F) {
 		"X-Remote-User: mallory\nX-Remote-Group: system:masters\nX-Remote-Extra-Scopes: all\nCookie: s=1\nProxy-Authorization: Basic eDp5",
 		"Sec-WebSocket-Protocol: base64url.bearer.authorization.k8s.io.Y2xpZW50, v5.channel.k8s.io\nSec_WebSocket_Protocol: Base64Url.Bearer.Authorization.K8s.Io.eA",
 		"Connection: close, Impersonate-Extra-Scopes\nImpersonate-Extra-Scopes: admin\nImpersonate-Uid: 1",
+		// A hub bearer token with cookies and front-proxy headers, as a
+		// caller straight to the gateway's port sends them.
+		"Authorization: Bearer hub-token\nCookie: session=alice\nX-Remote-User: mallory\nX-Remote-Extra-Example.com%2ftenant%3aid: t",
+		"Connection: Authorization, Cookie, X-Remote-User\nauthorization: Bearer hub-token\ncookie: a=b\nx-remote-group: system:masters",
 	}
 	for _, s := range seeds {
 		f.Add(s, true)
 		f.Add(s, false)
 	}
-	up := newCapture(f)
-	px := newFixtureProxyWith(f, nil,
-		tokenSecret("caller", up.srv.URL, upstreamCA(up.srv), "gw-token", "Caller"),
-		tokenSecret("none", up.srv.URL, upstreamCA(up.srv), "gw-token-2", "None"))
+	kf := newKindsFixture(f)
 
 	f.Fuzz(func(t *testing.T, raw string, caller bool) {
 		h := http.Header{}
@@ -40,31 +46,32 @@ func FuzzHeaderHygiene(f *testing.F) {
 				h[k] = append(h[k], strings.TrimSpace(v)) // as sent: not canonicalized
 			}
 		}
-		gw, token := "none", "gw-token-2"
-		if caller {
-			gw, token = "caller", "gw-token"
-		}
-		req := httptest.NewRequest(http.MethodGet, "/x", nil)
-		req.Header = h
-		before := len(up.requests())
-		serveAs(px, gw, "/api/v1/namespaces", alice, req)
-		reqs := up.requests()
-		if len(reqs) == before {
-			return // refused before the wire (e.g. a header the transport cannot send): nothing leaked
-		}
-		got := reqs[len(reqs)-1].Header
-		if caller {
-			wantIdentity(t, got, token, alice)
-		} else {
-			wantIdentity(t, got, token, nil)
-		}
-		for k, vs := range got {
-			if !strings.EqualFold(strings.ReplaceAll(k, "_", "-"), "Sec-WebSocket-Protocol") {
+		for _, k := range kf.kinds {
+			if k.caller != caller {
 				continue
 			}
-			for _, v := range vs {
-				if strings.Contains(strings.ToLower(v), wsBearerPrefix) {
-					t.Errorf("the client's bearer subprotocol reached the cluster: %s: %q", k, v)
+			req := httptest.NewRequest(http.MethodGet, "/x", nil)
+			req.Header = h.Clone()
+			before := len(kf.up.requests())
+			serveAs(kf.px, k.gateway, "/api/v1/namespaces", alice, req)
+			reqs := kf.up.requests()
+			if len(reqs) == before {
+				continue // refused before the wire (e.g. a header the transport cannot send): nothing leaked
+			}
+			got := reqs[len(reqs)-1]
+			failed := t.Failed()
+			k.want(t, got, alice)
+			if t.Failed() && !failed {
+				t.Logf("through gateway %s", k.gateway)
+			}
+			for name, vs := range got.Header {
+				if !strings.EqualFold(strings.ReplaceAll(name, "_", "-"), "Sec-WebSocket-Protocol") {
+					continue
+				}
+				for _, v := range vs {
+					if strings.Contains(strings.ToLower(v), wsBearerPrefix) {
+						t.Errorf("%s: the client's bearer subprotocol reached the cluster: %s: %q", k.gateway, name, v)
+					}
 				}
 			}
 		}

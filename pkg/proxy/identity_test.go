@@ -10,7 +10,6 @@ import (
 	"reflect"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 
 	"golang.org/x/net/http/httpguts"
@@ -85,57 +84,48 @@ func TestSetImpersonation(t *testing.T) {
 	}
 }
 
-// Through the whole request path: the client's credentials and claimed
-// identities are dropped, the gateway's token is sent, and with
-// impersonation Caller the hub caller is who the managed cluster sees.
+// Through the whole request path, for a gateway of every kind (token or
+// client certificate, stored, read from a Secret or from a provider; None
+// and Caller): the client's credentials and claimed identities are dropped,
+// the gateway's token (if it has one) is sent, and with impersonation
+// Caller the hub caller is who the managed cluster sees.
 func TestProxyIdentityHeaders(t *testing.T) {
-	var mu sync.Mutex
-	var got http.Header
-	up := newTLSUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		got = r.Header.Clone()
-		mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"kind":"NamespaceList","apiVersion":"v1","items":[]}`))
-	}))
-	px := newFixtureProxy(t,
-		tokenSecret("caller", up.URL, upstreamCA(up), "gw-token", "Caller"),
-		tokenSecret("none", up.URL, upstreamCA(up), "gw-token-2", "None"))
+	f := newKindsFixture(t)
 	alice := &user.DefaultInfo{Name: "alice", Groups: []string{"developers", user.AllAuthenticated},
 		Extra: map[string][]string{"authentication.kubernetes.io/node-name": {"n1"}}}
 
-	for _, tc := range []struct {
-		gateway, token string
-		impersonate    bool
-	}{{"caller", "gw-token", true}, {"none", "gw-token-2", false}} {
-		t.Run(tc.gateway, func(t *testing.T) {
+	for _, k := range f.kinds {
+		t.Run(k.gateway, func(t *testing.T) {
 			req := httptest.NewRequest(http.MethodGet, "/whatever", nil)
 			req.Header = hostileHeaders()
-			rec := serveAs(px, tc.gateway, "/api/v1/namespaces", alice, req)
-			if rec.Code != http.StatusOK {
-				t.Fatalf("status %d: %s", rec.Code, rec.Body)
+			n := len(f.up.requests())
+			rec := serveAs(f.px, k.gateway, "/api/v1/namespaces", alice, req)
+			got := f.up.requests()[n:]
+			if rec.Code != http.StatusOK || len(got) != 1 {
+				t.Fatalf("status %d (%s); the cluster received %d requests, want 1", rec.Code, rec.Body, len(got))
 			}
-			mu.Lock()
-			h := got
-			mu.Unlock()
-			if a := h.Values("Authorization"); len(a) != 1 || a[0] != "Bearer "+tc.token {
+			h := got[0].Header
+			if a := h.Values("Authorization"); k.token != "" && (len(a) != 1 || a[0] != "Bearer "+k.token) {
 				t.Errorf("Authorization upstream = %v, want only the gateway's token", a)
+			} else if k.token == "" && len(a) != 0 {
+				t.Errorf("Authorization upstream = %v, want none: the gateway's identity is its client certificate", a)
 			}
-			for _, k := range []string{"Proxy-Authorization", "Cookie", "X-Remote-User", "X-Remote-Group", "X-Remote-Extra-Scopes", "Impersonate-Uid", "Impersonate-Extra-Scopes"} {
-				if v, ok := h[k]; ok {
-					t.Errorf("%s reached the managed cluster: %v", k, v)
+			for _, key := range []string{"Proxy-Authorization", "Cookie", "X-Remote-User", "X-Remote-Group", "X-Remote-Extra-Scopes", "Impersonate-Uid", "Impersonate-Extra-Scopes"} {
+				if v, ok := h[key]; ok {
+					t.Errorf("%s reached the managed cluster: %v", key, v)
 				}
 			}
 			if h.Get("Accept") != "application/json" {
 				t.Errorf("Accept was not forwarded: %v", h)
 			}
-			if tc.impersonate {
+			if k.caller {
 				if u, g := h.Values("Impersonate-User"), h.Values("Impersonate-Group"); !reflect.DeepEqual(u, []string{"alice"}) || !reflect.DeepEqual(g, []string{"developers"}) {
 					t.Errorf("impersonation upstream: user %v groups %v, want [alice] [developers]", u, g)
 				}
 			} else if v, ok := h["Impersonate-User"]; ok {
 				t.Errorf("impersonation None but Impersonate-User %v reached the managed cluster", v)
 			}
+			k.want(t, got[0], alice)
 		})
 	}
 }

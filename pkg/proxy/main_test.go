@@ -12,5 +12,5 @@ import (
 // every test must leave no goroutine behind.
 func TestMain(m *testing.M) {
 	credentials.RunLauncherIfAsked() // credential providers run through this binary
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { removeTestProvider() }))
 }

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"crypto/tls"
 	"fmt"
 	"net/http"
@@ -28,15 +27,54 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 )
 
-// buildTestProvider builds pkg/credentials' test provider into the test's
-// temporary directory.
-func buildTestProvider(t *testing.T) string {
+// testProvider is pkg/credentials' test provider, built once for the
+// package's tests (several build fixtures with it) into a directory that
+// TestMain removes.
+var testProvider struct {
+	once     sync.Once
+	dir, bin string
+	err      error
+}
+
+// buildTestProvider builds pkg/credentials' test provider, once.
+func buildTestProvider(t testing.TB) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "provider")
-	if out, err := exec.Command("go", "build", "-o", bin, "../credentials/testdata/provider").CombinedOutput(); err != nil {
-		t.Fatalf("build the test provider: %v\n%s", err, out)
+	p := &testProvider
+	p.once.Do(func() {
+		if p.dir, p.err = os.MkdirTemp("", "proxy-test-provider-"); p.err != nil {
+			return
+		}
+		p.bin = filepath.Join(p.dir, "provider")
+		if out, err := exec.Command("go", "build", "-o", p.bin, "../credentials/testdata/provider").CombinedOutput(); err != nil {
+			p.err = fmt.Errorf("%v\n%s", err, out)
+		}
+	})
+	if p.err != nil {
+		t.Fatalf("build the test provider: %v", p.err)
 	}
-	return bin
+	return p.bin
+}
+
+// removeTestProvider removes what buildTestProvider built, if anything.
+func removeTestProvider() {
+	if testProvider.dir != "" {
+		_ = os.RemoveAll(testProvider.dir)
+	}
+}
+
+// startProviders runs the providers of a providers file until the test ends.
+func startProviders(t testing.TB, providersFile string) *credentials.Providers {
+	t.Helper()
+	cfg, err := credentials.LoadConfig(providersFile, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	providers, err := credentials.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = providers.Close() })
+	return providers
 }
 
 // refusingCluster answers with the client certificate's CN and the token
@@ -115,15 +153,7 @@ providers:
     - {name: PROVIDER_CERT_FILE, value: %s}
     - {name: PROVIDER_KEY_FILE, value: %s}
 `, bin, bothCert, bothKey, tokenFile, bin, onlyCert, onlyKey)))
-	cfg, err := credentials.LoadConfig(providersFile, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	providers, err := credentials.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = providers.Close() })
+	providers := startProviders(t, providersFile)
 
 	cluster := &refusingCluster{refused: map[string]bool{}}
 	up := httptest.NewUnstartedServer(cluster)
@@ -150,11 +180,7 @@ providers:
 	if err := store.SetProviders(providers); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); store.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	testpoll.EventuallyTrue(t, 30*time.Second, "the store syncs", store.HasSynced)
+	runGatewayStore(t, store)
 	pl := newTestPool(t, 4, 2*time.Second, nil)
 	px, err := New(Options{Store: store, Pool: pl, Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()})
 	if err != nil {

@@ -99,10 +99,11 @@ func TestRouteServesTheProxySubresource(t *testing.T) {
 	}
 }
 
-// The route serves exactly the methods the REST handler installs the proxy
-// subresource for (ProxyREST.ConnectMethods, as the server wires them), and
-// leaves every other method to the REST handler.
-func TestRouteMethodsAreTheREST(t *testing.T) {
+// The route serves exactly the methods it is given (ProxyREST.ConnectMethods
+// here), and leaves every other method to the REST handler. That the server
+// gives it the methods the REST installs is pkg/apiserver's
+// TestRouteMethodsAreTheREST, on the assembled server.
+func TestRouteServesOnlyTheMethodsItIsGiven(t *testing.T) {
 	up := newTLSUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	px := newFixtureProxy(t, tokenSecret("c1", up.URL, upstreamCA(up), "t", "None"))
 	rest := clustergateway.NewProxyREST(px).ConnectMethods()

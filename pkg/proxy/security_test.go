@@ -35,8 +35,14 @@ type capture struct {
 }
 
 func newCapture(t testing.TB) *capture {
+	return newCaptureAsking(t, tls.NoClientCert)
+}
+
+// newCaptureAsking is newCapture with a policy for client certificates
+// (newTLSUpstreamAsking): each recorded request keeps its TLS state.
+func newCaptureAsking(t testing.TB, clientAuth tls.ClientAuthType) *capture {
 	c := &capture{}
-	c.srv = newTLSUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	c.srv = newTLSUpstreamAsking(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c.mu.Lock()
 		c.reqs = append(c.reqs, r.Clone(context.Background()))
 		answer := c.answer
@@ -56,7 +62,7 @@ func newCapture(t testing.TB) *capture {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Success"}`))
-	}))
+	}), clientAuth)
 	return c
 }
 
@@ -90,9 +96,18 @@ func proxyServer(t *testing.T, px *Proxy, u user.Info, http2 bool) *httptest.Ser
 	return srv
 }
 
+// wantIdentity checks that h carries exactly the gateway's identity: its
+// bearer token (none when token is empty: an X.509 gateway's identity is
+// its client certificate) and, with a caller, that caller's impersonation.
 func wantIdentity(t *testing.T, h http.Header, token string, caller user.Info) {
 	t.Helper()
-	if got := h.Values("Authorization"); len(got) != 1 || got[0] != "Bearer "+token {
+	if token == "" {
+		for k, v := range h {
+			if strings.EqualFold(k, "Authorization") {
+				t.Errorf("%s at the cluster of a gateway without a token = %q, want none", k, v)
+			}
+		}
+	} else if got := h.Values("Authorization"); len(got) != 1 || got[0] != "Bearer "+token {
 		t.Errorf("Authorization at the cluster = %q, want only the gateway's token", got)
 	}
 	if caller == nil {
@@ -120,21 +135,16 @@ var alice = &user.DefaultInfo{Name: "alice", UID: "a-1", Groups: []string{"devel
 
 // A client that names the gateway's identity headers in Connection cannot
 // make the reverse proxy drop them: the identity is applied after hop-by-hop
-// removal, for ordinary requests over HTTP/1.1 and HTTP/2 and for upgrades.
+// removal, for ordinary requests over HTTP/1.1 and HTTP/2 and for upgrades,
+// through a gateway of every kind.
 func TestIdentityOutlivesHopByHopHeaders(t *testing.T) {
-	up := newCapture(t)
-	px := newFixtureProxy(t,
-		tokenSecret("caller", up.srv.URL, upstreamCA(up.srv), "gw-token", "Caller"),
-		tokenSecret("none", up.srv.URL, upstreamCA(up.srv), "gw-token-2", "None"))
+	f := newKindsFixture(t)
 	hostile := "Impersonate-User, Impersonate-Group, Impersonate-Uid, Authorization, X-Remote-User"
-	for _, tc := range []struct {
-		gateway, token string
-		caller         user.Info
-	}{{"caller", "gw-token", alice}, {"none", "gw-token-2", nil}} {
+	for _, k := range f.kinds {
 		for _, h2 := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/http2=%v", tc.gateway, h2), func(t *testing.T) {
-				srv := proxyServer(t, px, alice, h2)
-				req, _ := http.NewRequest(http.MethodGet, srv.URL+"/"+tc.gateway+"/proxy/api/v1/namespaces", nil)
+			t.Run(fmt.Sprintf("%s/http2=%v", k.gateway, h2), func(t *testing.T) {
+				srv := proxyServer(t, f.px, alice, h2)
+				req, _ := http.NewRequest(http.MethodGet, srv.URL+"/"+k.gateway+"/proxy/api/v1/namespaces", nil)
 				if !h2 {
 					// HTTP/2 has no Connection header (Go's client refuses it,
 					// servers must reject it); HTTP/1.1 is where it matters.
@@ -142,31 +152,40 @@ func TestIdentityOutlivesHopByHopHeaders(t *testing.T) {
 				}
 				req.Header.Set("Impersonate-User", "system:admin")
 				req.Header.Set("Authorization", "Bearer client-token")
+				req.Header.Set("Cookie", "session=client")
+				req.Header.Set("X-Remote-User", "mallory")
+				n := len(f.up.requests())
 				resp, err := srv.Client().Do(req)
 				if err != nil {
 					t.Fatal(err)
 				}
 				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK || (h2 && resp.ProtoMajor != 2) {
-					t.Fatalf("status %d over %s", resp.StatusCode, resp.Proto)
+				got := f.up.requests()[n:]
+				if resp.StatusCode != http.StatusOK || (h2 && resp.ProtoMajor != 2) || len(got) != 1 {
+					t.Fatalf("status %d over %s; the cluster received %d requests, want 1", resp.StatusCode, resp.Proto, len(got))
 				}
-				wantIdentity(t, up.last(t).Header, tc.token, tc.caller)
+				k.want(t, got[0], alice)
 			})
 		}
-		t.Run(tc.gateway+"/upgrade", func(t *testing.T) {
-			srv := proxyServer(t, px, alice, false)
-			got := rawUpgrade(t, srv, "/"+tc.gateway+"/proxy/api/v1/namespaces/default/pods/p/exec?command=ls", http.Header{
+		t.Run(k.gateway+"/upgrade", func(t *testing.T) {
+			srv := proxyServer(t, f.px, alice, false)
+			n := len(f.up.requests())
+			status := rawUpgrade(t, srv, "/"+k.gateway+"/proxy/api/v1/namespaces/default/pods/p/exec?command=ls", http.Header{
 				"Connection":       {"Upgrade, " + hostile},
 				"Upgrade":          {"websocket"},
 				"Impersonate-User": {"system:admin"},
+				"Authorization":    {"Bearer client-token"},
+				"Cookie":           {"session=client"},
+				"X-Remote-User":    {"mallory"},
 				// The bearer prefix anywhere in a subprotocol, in any case, goes too.
 				"Sec-Websocket-Protocol": {"v5.channel.k8s.io, base64url.bearer.authorization.k8s.io.Y2xpZW50LXRva2Vu, x.Base64Url.Bearer.Authorization.K8s.Io.dG9rZW4"},
 			})
-			if !strings.HasPrefix(got, "HTTP/1.1 101") {
-				t.Fatalf("upgrade answered %q", got)
+			got := f.up.requests()[n:]
+			if !strings.HasPrefix(status, "HTTP/1.1 101") || len(got) != 1 {
+				t.Fatalf("upgrade answered %q; the cluster received %d requests, want 1", status, len(got))
 			}
-			h := up.last(t).Header
-			wantIdentity(t, h, tc.token, tc.caller)
+			h := got[0].Header
+			k.want(t, got[0], alice)
 			if c := h.Values("Connection"); len(c) != 1 || !strings.EqualFold(c[0], "Upgrade") {
 				t.Errorf("Connection at the cluster = %q, want only Upgrade", c)
 			}

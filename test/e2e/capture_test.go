@@ -38,6 +38,9 @@ type captureCluster struct {
 type capturedRequest struct {
 	Method, Path, RawQuery string
 	Header                 http.Header
+	// ClientCN is the common name of the client certificate the gateway
+	// presented ("" for none): an X.509 gateway's identity.
+	ClientCN string
 }
 
 func startCapture(t *testing.T) *captureCluster {
@@ -56,8 +59,10 @@ func startCaptureAt(t *testing.T, ip string) *captureCluster {
 	}
 	c := &captureCluster{URL: "https://" + l.Addr().String(), CAPEM: ca.CertPEM}
 	c.srv = &http.Server{
-		Handler:           http.HandlerFunc(c.serve),
-		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{serving.TLS()}},
+		Handler: http.HandlerFunc(c.serve),
+		// Asked for, not required: a client certificate is recorded, and
+		// relayTo presents the same identity to the real cluster.
+		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{serving.TLS()}, ClientAuth: tls.RequestClientCert},
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	go func() { _ = c.srv.ServeTLS(l, "", "") }()
@@ -76,7 +81,7 @@ func (c *captureCluster) serve(w http.ResponseWriter, r *http.Request) {
 	prober := strings.HasPrefix(r.UserAgent(), "cluster-gateway-prober/")
 	c.mu.Lock()
 	if !prober {
-		c.reqs = append(c.reqs, capturedRequest{Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header.Clone()})
+		c.reqs = append(c.reqs, capturedRequest{Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header.Clone(), ClientCN: clientCN(r)})
 	}
 	redirect, forward := c.redirect, c.forward
 	c.mu.Unlock()
@@ -130,6 +135,59 @@ func (c *captureCluster) forwardTo(t *testing.T, m *localenv.Cluster) {
 	c.mu.Lock()
 	c.forward = rp
 	c.mu.Unlock()
+}
+
+// relayTo puts c in front of managed cluster m as a relay that changes
+// nothing: what c records goes on to m's kube-apiserver with every header
+// as it came (Authorization and Impersonate-* included) and, when the
+// gateway presented a client certificate, the same certificate (from certs,
+// by common name; the test issued them). So m answers exactly what the
+// gateway asked for, as whom it asked: a SelfSubjectReview through c says
+// whom m served. Ordinary requests only.
+func (c *captureCluster) relayTo(t *testing.T, m *localenv.Cluster, certs map[string]tls.Certificate) {
+	t.Helper()
+	target, err := url.Parse(m.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	transport := func(cert *tls.Certificate) *http.Transport {
+		cfg := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: poolOf(m.CA.CertPEM)}
+		if cert != nil {
+			cfg.Certificates = []tls.Certificate{*cert}
+		}
+		tr := &http.Transport{TLSClientConfig: cfg}
+		t.Cleanup(tr.CloseIdleConnections)
+		return tr
+	}
+	byCN := map[string]*http.Transport{"": transport(nil)}
+	for cn, cert := range certs {
+		byCN[cn] = transport(&cert)
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target) },
+		Transport: roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			tr, ok := byCN[clientCN(req)]
+			if !ok {
+				return nil, fmt.Errorf("the relay has no certificate for CN %q", clientCN(req))
+			}
+			return tr.RoundTrip(req)
+		}),
+	}
+	c.mu.Lock()
+	c.forward = rp
+	c.mu.Unlock()
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// clientCN is the common name of the client certificate r came with, or "".
+func clientCN(r *http.Request) string {
+	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+		return ""
+	}
+	return r.TLS.PeerCertificates[0].Subject.CommonName
 }
 
 // requests returns what reached the capture so far.

@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -115,6 +116,18 @@ func (f *securityFixture) send(t *testing.T, v via, method, path string, headers
 	return rawRequest(t, v.addr, v.ca, &f.alice, b.String())
 }
 
+// reviewedUser is the user a SelfSubjectReview's answer names.
+func reviewedUser(r rawResponse) (authenticationv1.UserInfo, error) {
+	var ssr authenticationv1.SelfSubjectReview
+	if r.Code != http.StatusCreated {
+		return authenticationv1.UserInfo{}, fmt.Errorf("%d %s", r.Code, r.Body)
+	}
+	if err := json.Unmarshal([]byte(r.Body), &ssr); err != nil {
+		return authenticationv1.UserInfo{}, fmt.Errorf("%v: %s", err, r.Body)
+	}
+	return ssr.Status.UserInfo, nil
+}
+
 // identityAt returns the identity headers a captured request carried.
 func identityAt(r capturedRequest) map[string][]string {
 	out := map[string][]string{}
@@ -165,18 +178,11 @@ func (f *securityFixture) testHopByHop(t *testing.T) {
 			// gateway's system:masters credential.
 			r := f.send(t, v, http.MethodPost, proxyPath(f.realCaller, "/apis/authentication.k8s.io/v1/selfsubjectreviews"),
 				[]string{"Connection: close, " + hostile}, ssrBody)
-			var ssr struct {
-				Status struct {
-					UserInfo struct {
-						Username string   `json:"username"`
-						Groups   []string `json:"groups"`
-					} `json:"userInfo"`
-				} `json:"status"`
+			u, err := reviewedUser(r)
+			if err != nil {
+				t.Fatalf("SelfSubjectReview through the gateway: %v", err)
 			}
-			if r.Code != http.StatusCreated || json.Unmarshal([]byte(r.Body), &ssr) != nil {
-				t.Fatalf("SelfSubjectReview through the gateway: %d %s", r.Code, r.Body)
-			}
-			if u := ssr.Status.UserInfo; u.Username != env.Alice.Name || slices.Contains(u.Groups, "system:masters") || !slices.Contains(u.Groups, "developers") {
+			if u.Username != env.Alice.Name || slices.Contains(u.Groups, "system:masters") || !slices.Contains(u.Groups, "developers") {
 				t.Fatalf("managed-1 served %q in %v; want alice (developers), never the gateway's own credential", u.Username, u.Groups)
 			}
 
@@ -696,11 +702,20 @@ func (f *securityFixture) testEndpointPolicy(t *testing.T) {
 // response bodies and the upgrade proxy its headers), under traffic through
 // a BearerToken gateway and a Caller gateway: ordinary requests, a watch, an
 // upgrade, the health subresource, writes carrying material, and a caller
-// that authenticates to the gateway with a bearer token of its own.
+// that authenticates to the gateway with a bearer token of its own, also
+// through a gateway of every kind (gatewayKinds), where that caller's
+// cookies and front-proxy headers must not reach the cluster either and
+// the cluster must serve exactly the gateway's identity.
 func TestSecurityNoCredentialsInLogs(t *testing.T) {
 	requireGateway(t)
-	restartGateway(t, append(slices.Clone(gatewayArgs), "--v=10"))
-	t.Cleanup(func() { restartGateway(t, nil) })
+	kinds := newGatewayKinds(t)
+	restartGateway(t, append(slices.Clone(gatewayArgs), "--v=10", "--credential-providers-file="+kinds.ProvidersFile))
+	restored := false
+	t.Cleanup(func() {
+		if !restored {
+			restartGateway(t, nil)
+		}
+	})
 	f := newSecurityFixture(t)
 
 	// Material that appears nowhere else: a token gateway with a proxy
@@ -728,6 +743,8 @@ func TestSecurityNoCredentialsInLogs(t *testing.T) {
 	t.Cleanup(func() { _ = kubectl(t, env.Hub.Kubeconfig, nil, "", "delete", "serviceaccount", sa, "-n", "default") })
 	bind(t, "clusterrolebinding", sa, "--clusterrole=cluster-gateway:proxy", "--serviceaccount=default:"+sa)
 	callerToken := strings.TrimSpace(mustKubectl(t, env.Hub.Kubeconfig, "create", "token", sa, "-n", "default"))
+	saUID := strings.TrimSpace(mustKubectl(t, env.Hub.Kubeconfig, "get", "serviceaccount", sa, "-n", "default", "-o", "jsonpath={.metadata.uid}"))
+	kinds.createGateways(t)
 
 	// Traffic, through the hub and straight to the gateway.
 	for _, gw := range []string{tokenGW, x509GW, srcGW} {
@@ -762,10 +779,14 @@ func TestSecurityNoCredentialsInLogs(t *testing.T) {
 	if r.Code != http.StatusOK {
 		t.Fatalf("a bearer-token caller straight to the gateway: %d %s", r.Code, r.Body)
 	}
+	t.Run("a bearer-token caller straight to the gateway, through every kind of gateway", func(t *testing.T) {
+		kinds.checkDirectBearerCaller(t, callerToken, saUser(sa), saUID)
+	})
 	// A write that carries material: the informer lists, the write sends and
 	// receives the Secret.
 	mustKubectl(t, env.Hub.Kubeconfig, "label", "clustergateway", x509GW, "logged=yes")
 	restartGateway(t, nil) // stop the -v=10 gateway: its log is complete
+	restored = true
 
 	logs, err := filepath.Glob(filepath.Join(env.StateDir, "logs", "*"))
 	if err != nil || len(logs) == 0 {
@@ -788,7 +809,7 @@ func TestSecurityNoCredentialsInLogs(t *testing.T) {
 		"the source's first token":  srcTokens[0],
 		"the source's second token": srcTokens[1],
 	}
-	for i, n := range secretNeedles([]byte(tok.Spec.Credential.BearerToken), []byte(callerToken), real.Spec.Credential.X509.PrivateKey) {
+	for i, n := range secretNeedles(append(kinds.material(), []byte(tok.Spec.Credential.BearerToken), []byte(callerToken), real.Spec.Credential.X509.PrivateKey)...) {
 		needles[fmt.Sprintf("material form %d", i)] = n
 	}
 	needles["the caller's token, base64url"] = base64.RawURLEncoding.EncodeToString([]byte(callerToken))
