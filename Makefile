@@ -35,6 +35,20 @@ build: ## Build the gateway and kubectl-cgw into _output/bin (stamped with VERSI
 IMAGE            ?= ghcr.io/clustergateway/cluster-gateway
 CONTAINER_ENGINE ?= docker
 
+# What a release ships, built and checked here and published by nobody:
+# cluster-gateway for linux, kubectl-cgw for linux and darwin, on amd64 and
+# arm64, as reproducible .tar.gz archives with LICENSE, with sha256sums.txt
+# and the krew manifest cgw.yaml (hack/krew) whose sha256 are the archives'.
+# VERSION must be a semantic version (a tag); an untagged checkout is
+# released as v0.0.0-dev.g<commit>. RELEASE_FLAGS passes more flags to
+# hack/release (e.g. -platforms linux/amd64, -url for the archives' base URL).
+RELEASE_DIR := $(OUTPUT)/release
+
+.PHONY: release
+release: ## Build the release archives, sha256sums.txt and the krew manifest into _output/release (nothing is published).
+	cd hack && $(GO) run ./release -go $(GO) -version $(VERSION) -commit $(GIT_COMMIT) -date $(BUILD_DATE) \
+		-out $(RELEASE_DIR) $(RELEASE_FLAGS)
+
 .PHONY: image
 image: ## Build the container image $(IMAGE):$(VERSION) (needs docker or podman; not run in CI).
 	$(CONTAINER_ENGINE) build --build-arg VERSION=$(VERSION) --build-arg GIT_COMMIT=$(GIT_COMMIT) \
