@@ -153,6 +153,8 @@ verify-chart: $(BIN)/helm ## helm lint and helm template of charts/cluster-gatew
 	$(BIN)/helm lint --strict $(CHART) --set tls.mode=certManager
 	$(BIN)/helm lint --strict $(CHART) --set tls.mode=existingSecret --set tls.caBundle=Q0E=
 	$(BIN)/helm lint --strict $(CHART) --set 'credentialSourceNamespaces={capi-clusters,ocm}'
+	$(BIN)/helm lint --strict $(CHART) --set serviceMonitor.enabled=true --set prometheusRule.enabled=true \
+		--set networkPolicy.enabled=true --set 'networkPolicy.apiServerCIDRs={10.0.0.0/8}'
 	$(BIN)/helm template cluster-gateway $(CHART) --namespace cluster-gateway-system >/dev/null
 	$(BIN)/helm template cluster-gateway $(CHART) --namespace cluster-gateway-system --set tls.mode=certManager >/dev/null
 	$(BIN)/helm template cluster-gateway $(CHART) --namespace cluster-gateway-system --set tls.mode=existingSecret --set tls.caBundle=Q0E= >/dev/null
