@@ -178,9 +178,9 @@ docs: $(BIN)/helm-docs ## Regenerate docs/flags.md, the alerts of docs/metrics.m
 
 .PHONY: verify-docs
 verify-docs: docs ## Fail if the generated docs are not what `make docs` writes, or a chart value is undocumented.
+	@! grep -n '|  |$$' $(CHART)/README.md || { echo "the chart values above have no description: add a '# -- ' comment above each in $(CHART)/values.yaml"; exit 1; }
 	@git diff --exit-code --stat -- $(GENERATED_DOCS) || { echo "generated docs are stale: run make docs and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- $(GENERATED_DOCS))" || { git status --porcelain -- $(GENERATED_DOCS); echo "make docs left new files: commit them"; exit 1; }
-	@! grep -n '|  |$$' $(CHART)/README.md || { echo "the chart values above have no description: add a '# -- ' comment above each in $(CHART)/values.yaml"; exit 1; }
 
 verify: verify-docs
 
