@@ -35,6 +35,20 @@ build: ## Build the gateway and kubectl-cgw into _output/bin (stamped with VERSI
 IMAGE            ?= ghcr.io/clustergateway/cluster-gateway
 CONTAINER_ENGINE ?= docker
 
+# What a release ships, built and checked here and published by nobody:
+# cluster-gateway for linux, kubectl-cgw for linux and darwin, on amd64 and
+# arm64, as reproducible .tar.gz archives with LICENSE, with sha256sums.txt
+# and the krew manifest cgw.yaml (hack/krew) whose sha256 are the archives'.
+# VERSION must be a semantic version (a tag); an untagged checkout is
+# released as v0.0.0-dev.g<commit>. RELEASE_FLAGS passes more flags to
+# hack/release (e.g. -platforms linux/amd64, -url for the archives' base URL).
+RELEASE_DIR := $(OUTPUT)/release
+
+.PHONY: release
+release: ## Build the release archives, sha256sums.txt and the krew manifest into _output/release (nothing is published).
+	cd hack && $(GO) run ./release -go $(GO) -version $(VERSION) -commit $(GIT_COMMIT) -date $(BUILD_DATE) \
+		-out $(RELEASE_DIR) $(RELEASE_FLAGS)
+
 .PHONY: image
 image: ## Build the container image $(IMAGE):$(VERSION) (needs docker or podman; not run in CI).
 	$(CONTAINER_ENGINE) build --build-arg VERSION=$(VERSION) --build-arg GIT_COMMIT=$(GIT_COMMIT) \
@@ -128,7 +142,7 @@ test-e2e: tools build ## End-to-end tests: a real hub, managed clusters, konnect
 verify: ## gofmt, go vet, and tidy go.mod files.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "run gofmt -w on the files above"; exit 1; }
 	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
-	@for m in $(MODULES) hack/tools hack/konnectivity hack/helm; do (cd $$m && $(GO) mod tidy -diff >/dev/null) || { echo "go.mod in $$m is not tidy: run go mod tidy there"; exit 1; }; done
+	@for m in $(MODULES) hack/tools hack/konnectivity hack/helm hack/helm-docs; do (cd $$m && $(GO) mod tidy -diff >/dev/null) || { echo "go.mod in $$m is not tidy: run go mod tidy there"; exit 1; }; done
 
 # The Helm chart lints and renders in each serving-certificate mode (test/chart
 # checks what it renders); hack/helm's go.mod is tidy.
@@ -139,11 +153,36 @@ verify-chart: $(BIN)/helm ## helm lint and helm template of charts/cluster-gatew
 	$(BIN)/helm lint --strict $(CHART) --set tls.mode=certManager
 	$(BIN)/helm lint --strict $(CHART) --set tls.mode=existingSecret --set tls.caBundle=Q0E=
 	$(BIN)/helm lint --strict $(CHART) --set 'credentialSourceNamespaces={capi-clusters,ocm}'
+	$(BIN)/helm lint --strict $(CHART) --set serviceMonitor.enabled=true --set prometheusRule.enabled=true \
+		--set networkPolicy.enabled=true --set 'networkPolicy.apiServerCIDRs={10.0.0.0/8}'
 	$(BIN)/helm template cluster-gateway $(CHART) --namespace cluster-gateway-system >/dev/null
 	$(BIN)/helm template cluster-gateway $(CHART) --namespace cluster-gateway-system --set tls.mode=certManager >/dev/null
 	$(BIN)/helm template cluster-gateway $(CHART) --namespace cluster-gateway-system --set tls.mode=existingSecret --set tls.caBundle=Q0E= >/dev/null
 
 verify: verify-chart
+
+# Documentation generated from the code: docs/flags.md from the flag sets,
+# the alerts table of docs/metrics.md from the chart's alert rules
+# (hack/docgen), and the chart's values table from the `# --` comments of
+# values.yaml (helm-docs, from its own module in hack/helm-docs).
+$(BIN)/helm-docs: hack/helm-docs/go.mod
+	cd hack/helm-docs && $(GO) build -o $@ github.com/norwoodj/helm-docs/cmd/helm-docs
+
+GENERATED_DOCS := docs/flags.md docs/metrics.md $(CHART)/README.md
+
+.PHONY: docs
+docs: $(BIN)/helm-docs ## Regenerate docs/flags.md, the alerts of docs/metrics.md and the chart's values table.
+	cd hack && $(GO) run ./docgen -flags ../docs/flags.md -alerts ../$(CHART)/files/alerts.yaml -metrics ../docs/metrics.md
+	$(BIN)/helm-docs --chart-search-root charts --template-files README.md.gotmpl --sort-values-order file \
+		--skip-version-footer --log-level warning
+
+.PHONY: verify-docs
+verify-docs: docs ## Fail if the generated docs are not what `make docs` writes, or a chart value is undocumented.
+	@! grep -n '|  |$$' $(CHART)/README.md || { echo "the chart values above have no description: add a '# -- ' comment above each in $(CHART)/values.yaml"; exit 1; }
+	@git diff --exit-code --stat -- $(GENERATED_DOCS) || { echo "generated docs are stale: run make docs and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- $(GENERATED_DOCS))" || { git status --porcelain -- $(GENERATED_DOCS); echo "make docs left new files: commit them"; exit 1; }
+
+verify: verify-docs
 
 # The local environment of hack/localenv: etcd, a hub and two managed
 # kube-apiservers with fake kubelets, and the gateway, all on 127.0.0.0/8.

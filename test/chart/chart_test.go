@@ -1,8 +1,12 @@
 // Package chart checks that charts/cluster-gateway renders what config/ holds,
 // and each of its serving-certificate modes and values, with the real helm and
-// kubectl (kustomize) binaries that `make tools` builds.
+// kubectl (kustomize) binaries that `make tools` builds; and that the metrics
+// its alerts use are served by a running gateway (alerts_test.go), in the
+// local environment of hack/localenv.
 //
-//	KUBE_BIN  directory with helm and kubectl (default ../../_output/bin)
+//	KUBE_BIN  directory with helm and kubectl, and for the alerts etcd,
+//	          kube-apiserver, proxy-server, proxy-agent and cluster-gateway
+//	          (`make tools build`; default ../../_output/bin)
 package chart
 
 import (
