@@ -46,6 +46,12 @@ func profileGateway(p *unstructured.Unstructured, providers []string) (*v1alpha1
 	if c.InsecureSkipTLSVerify {
 		return nil, fmt.Errorf("its access provider %q skips TLS verification of the cluster (insecure-skip-tls-verify): the gateway does not send a credential unverified; give the cluster's certificate-authority-data", ap.Name)
 	}
+	if c.CertificateAuthority != "" {
+		// A path names a file on the reader's machine: the gateway reads no
+		// file a ClusterProfile writer names, and verifying against the
+		// system roots instead would trust more than the profile asked for.
+		return nil, fmt.Errorf("its access provider %q names a certificate-authority file (%q): the gateway reads no file a ClusterProfile names; give the cluster's certificate-authority-data instead", ap.Name, c.CertificateAuthority)
+	}
 	ref := &v1alpha1.ProviderReference{Name: ap.Name}
 	for _, ext := range c.Extensions {
 		if ext.Name == execExtension && len(ext.Extension.Raw) > 0 {
