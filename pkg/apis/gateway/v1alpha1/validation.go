@@ -195,6 +195,11 @@ func validateSecretRef(ref *SecretReference, p *field.Path) field.ErrorList {
 	return allErrs
 }
 
+// MaxProviderConfigBytes bounds spec.credential.provider.config, JSON as
+// stored: the whole ExecCredential, this config included, must fit in the one
+// environment variable a provider reads it from.
+const MaxProviderConfigBytes = 64 << 10
+
 func validateProviderRef(ref *ProviderReference, p *field.Path) field.ErrorList {
 	if ref == nil {
 		return field.ErrorList{field.Required(p, "the name of a credential provider configured on the gateway is required for type Provider")}
@@ -203,7 +208,12 @@ func validateProviderRef(ref *ProviderReference, p *field.Path) field.ErrorList 
 	for _, msg := range apivalidation.NameIsDNSSubdomain(ref.Name, false) {
 		allErrs = append(allErrs, field.Invalid(p.Child("name"), ref.Name, msg))
 	}
-	if ref.Config != nil && len(ref.Config.Raw) > 0 {
+	if ref.Config != nil && len(ref.Config.Raw) > MaxProviderConfigBytes {
+		// Checked before parsing: the provider gets it in an environment
+		// variable (KUBERNETES_EXEC_INFO), which Linux caps at 128 KiB, so a
+		// larger config could only fail every run.
+		allErrs = append(allErrs, field.TooLong(p.Child("config"), "<config>", MaxProviderConfigBytes))
+	} else if ref.Config != nil && len(ref.Config.Raw) > 0 {
 		var obj map[string]interface{}
 		if err := json.Unmarshal(ref.Config.Raw, &obj); err != nil {
 			allErrs = append(allErrs, field.Invalid(p.Child("config"), "<config>", "must be a JSON object: "+err.Error()))

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
@@ -65,5 +66,28 @@ func TestEndpointHostsInOtherIPv4FormsAreInvalid(t *testing.T) {
 		if errs := ValidateClusterGateway(tokenGateway(EndpointDirect, "https://cluster.example:6443", proxyURL)); len(errs) > 0 {
 			t.Errorf("proxy %s: %v, want valid", proxyURL, errs)
 		}
+	}
+}
+
+// A provider's config larger than MaxProviderConfigBytes is refused as too
+// long, before it is parsed; one at the bound is valid.
+func TestProviderConfigIsBounded(t *testing.T) {
+	gw := func(n int) *ClusterGateway {
+		raw := []byte(`{"k":"` + strings.Repeat("x", n-len(`{"k":""}`)) + `"}`)
+		return &ClusterGateway{
+			ObjectMeta: metav1.ObjectMeta{Name: "c"},
+			Spec: ClusterGatewaySpec{
+				Endpoint:      Endpoint{Type: EndpointDirect, Address: "https://cluster.example:6443"},
+				Credential:    Credential{Type: CredentialProvider, Provider: &ProviderReference{Name: "eks", Config: &runtime.RawExtension{Raw: raw}}},
+				Impersonation: Impersonation{Mode: ImpersonationNone},
+			},
+		}
+	}
+	if errs := ValidateClusterGateway(gw(MaxProviderConfigBytes)); len(errs) > 0 {
+		t.Errorf("a config of %d bytes: %v, want valid", MaxProviderConfigBytes, errs)
+	}
+	errs := ValidateClusterGateway(gw(MaxProviderConfigBytes + 1))
+	if len(errs) != 1 || errs[0].Field != "spec.credential.provider.config" || errs[0].Type != field.ErrorTypeTooLong {
+		t.Errorf("a config of %d bytes: %v, want one TooLong error on spec.credential.provider.config", MaxProviderConfigBytes+1, errs)
 	}
 }
