@@ -290,8 +290,8 @@ func TestSyncCAPI(t *testing.T) {
 
 // A ClusterProfile naming a configured provider gets a Provider gateway with
 // the provider's cluster as endpoint and its exec extension as config; one
-// naming none, asking for no TLS verification, or naming a CA file on the
-// gateway's disk, gets none.
+// naming none, asking for no TLS verification, naming a CA file on the
+// gateway's disk, or with an exec extension over the config bound, gets none.
 func TestSyncClusterProfile(t *testing.T) {
 	ctx := t.Context()
 	ca := testpki.MustCA(t, "prod-ca").CertPEM
@@ -307,6 +307,10 @@ func TestSyncClusterProfile(t *testing.T) {
 		profile("unknown", map[string]any{"name": "other", "cluster": map[string]any{"server": "https://10.0.0.9"}}),
 		profile("insecure", map[string]any{"name": "eks", "cluster": map[string]any{"server": "https://10.0.0.3", "insecure-skip-tls-verify": true}}),
 		profile("cafile", map[string]any{"name": "eks", "cluster": map[string]any{"server": "https://10.0.0.4", "certificate-authority": "/etc/ssl/certs/ca-certificates.crt"}}),
+		profile("bigconfig", map[string]any{"name": "eks", "cluster": map[string]any{
+			"server": "https://10.0.0.5", "certificate-authority-data": base64.StdEncoding.EncodeToString(ca),
+			"extensions": []any{map[string]any{"name": execExtension, "extension": map[string]any{"pad": strings.Repeat("x", v1alpha1.MaxProviderConfigBytes)}}},
+		}}),
 	} {
 		if _, err := profiles.Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -329,13 +333,13 @@ func TestSyncClusterProfile(t *testing.T) {
 	if gw.Labels[LabelSyncedFrom] != "clusterprofile" || gw.Annotations[AnnotationSource] != srcNamespace+"/prod" {
 		t.Errorf("labels %v, annotations %v", gw.Labels, gw.Annotations)
 	}
-	eventually(t, "the insecure and the CA-file profiles counted as invalid", func() error {
-		if v := metric(t, h.reg, "cluster_gateway_inventory_sync_errors_total", map[string]string{"source": "clusterprofile", "reason": "InvalidSource"}); v < 2 {
+	eventually(t, "the insecure, the CA-file and the too-large-config profiles counted as invalid", func() error {
+		if v := metric(t, h.reg, "cluster_gateway_inventory_sync_errors_total", map[string]string{"source": "clusterprofile", "reason": "InvalidSource"}); v < 3 {
 			return fmt.Errorf("errors = %v", v)
 		}
 		return nil
 	})
-	for _, n := range []string{"unknown", "insecure", "cafile"} {
+	for _, n := range []string{"unknown", "insecure", "cafile", "bigconfig"} {
 		if _, err := h.gateway(GatewayName(srcNamespace, n)); !apierrors.IsNotFound(err) {
 			t.Errorf("gateway for profile %s: %v, want none", n, err)
 		}
