@@ -173,4 +173,3 @@ func TestPerClusterMetrics(t *testing.T) {
 		return nil
 	})
 }
-
