@@ -30,6 +30,7 @@ import (
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/certauth"
+	"github.com/clustergateway/cluster-gateway/pkg/clustermetrics"
 	"github.com/clustergateway/cluster-gateway/pkg/credentials"
 	"github.com/clustergateway/cluster-gateway/pkg/fairness"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
@@ -66,6 +67,9 @@ type ExtraConfig struct {
 	Inventory inventory.Options
 	// Health probes every cluster (the Reachable condition, fail-fast 503s).
 	Health health.Options
+	// ClusterMetrics bounds the opt-in per-cluster series; the zero value
+	// serves none.
+	ClusterMetrics clustermetrics.Config
 	// ShutdownStreamDrain is how long, on shutdown, upgraded streams (exec,
 	// attach, port-forward) may go on after proxied watches were ended.
 	ShutdownStreamDrain time.Duration
@@ -243,7 +247,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	proxyREST := clustergateway.NewProxyREST(px)
 	c.route.Serve(px, proxyREST.ConnectMethods()) // the route serves what the REST would
-	if err := s.registerMetrics(c.Extra.Metrics, px); err != nil {
+	if err := s.registerMetrics(c.Extra.Metrics, px, c.Extra.ClusterMetrics); err != nil {
 		s.stop()
 		return nil, err
 	}
@@ -299,7 +303,7 @@ func (c CompletedConfig) New() (*Server, error) {
 }
 
 // registerMetrics registers every metric of the gateway once, into r.
-func (s *Server) registerMetrics(r metrics.KubeRegistry, px *proxy.Proxy) error {
+func (s *Server) registerMetrics(r metrics.KubeRegistry, px *proxy.Proxy, perCluster clustermetrics.Config) error {
 	if r == nil {
 		var ok bool
 		if r, ok = legacyregistry.DefaultGatherer.(metrics.KubeRegistry); !ok {
@@ -315,6 +319,7 @@ func (s *Server) registerMetrics(r metrics.KubeRegistry, px *proxy.Proxy) error 
 	px.Metrics().Register(r)
 	s.Limiter.Metrics().Register(r)
 	s.Prober.Metrics().Register(r)
+	clustermetrics.New(perCluster, clustermetrics.FromStore(s.Store, s.Prober)).Register(r)
 	if s.Inventory != nil {
 		s.Inventory.Metrics().Register(r)
 	}

@@ -56,8 +56,12 @@ type Result struct {
 	Reason, Message    string
 	LastTransitionTime time.Time
 	LastProbeTime      time.Time
-	Latency            time.Duration
-	ServerVersion      string
+	// LastSuccessTime is the last probe the cluster answered with 200 (zero:
+	// none since the gateway was created). It outlives a change of the
+	// gateway, as it says how long the cluster has been out of reach.
+	LastSuccessTime time.Time
+	Latency         time.Duration
+	ServerVersion   string
 	// Addresses are each address's last probe (a gateway with more than one).
 	Addresses []AddressResult
 }
@@ -179,10 +183,11 @@ func (p *Prober) reset(name string, addresses int) {
 		st = &state{}
 		p.states[name] = st
 	}
-	gen := st.generation + 1
+	gen, lastSuccess := st.generation+1, st.result.LastSuccessTime
 	*st = state{generation: gen, interval: p.opts.Interval, addresses: addresses, result: Result{
 		Status: metav1.ConditionUnknown, Reason: v1alpha1.ReasonNotProbed,
 		Message: "the cluster has not been probed since the gateway was created or changed", LastTransitionTime: p.now(),
+		LastSuccessTime: lastSuccess,
 	}}
 	p.mu.Unlock()
 	p.notify(name)
@@ -248,6 +253,7 @@ func (p *Prober) fold(st *state, out Outcome) bool {
 		st.successes++
 		st.failures = 0
 		st.interval = p.opts.Interval
+		r.LastSuccessTime = r.LastProbeTime
 		r.Latency, r.ServerVersion = out.Latency, out.ServerVersion
 		if r.Status == metav1.ConditionTrue || r.Status == metav1.ConditionUnknown || st.successes >= p.opts.SuccessThreshold {
 			r.Status, r.Reason, r.Message = metav1.ConditionTrue, out.Reason, out.Message

@@ -36,6 +36,10 @@ type selector struct {
 	labels        []string
 }
 
+// targetLabels are the labels Prometheus adds to every series it scrapes
+// through the chart's ServiceMonitor, not served by the gateway.
+var targetLabels = map[string]bool{"namespace": true, "job": true, "instance": true, "pod": true, "service": true, "endpoint": true, "container": true}
+
 // ruleSelectors parses each rule's expr with Prometheus' own PromQL parser
 // and returns every vector selector in it.
 func ruleSelectors(t *testing.T, rules map[string]object) []selector {
@@ -48,12 +52,23 @@ func ruleSelectors(t *testing.T, rules map[string]object) []selector {
 			continue
 		}
 		n := 0
-		parser.Inspect(expr, func(node parser.Node, _ []parser.Node) error {
+		parser.Inspect(expr, func(node parser.Node, path []parser.Node) error {
 			vs, ok := node.(*parser.VectorSelector)
 			if !ok {
 				return nil
 			}
 			s := selector{alert: alert, metric: vs.Name}
+			// Labels an enclosing aggregation keeps (by) must be served too,
+			// but for those Prometheus adds to every target.
+			for _, p := range path {
+				if ag, ok := p.(*parser.AggregateExpr); ok && !ag.Without {
+					for _, l := range ag.Grouping {
+						if !targetLabels[l] {
+							s.labels = append(s.labels, l)
+						}
+					}
+				}
+			}
 			for _, m := range vs.LabelMatchers {
 				if m.Name == labels.MetricName {
 					if m.Type != labels.MatchEqual {
@@ -173,8 +188,26 @@ c 1
 func TestAlertRulesUseServedMetrics(t *testing.T) {
 	objs := helmTemplate(t, "prometheusRule.enabled=true", "serviceMonitor.enabled=true",
 		"serviceMonitor.scraperSubjects[0].kind=ServiceAccount", "serviceMonitor.scraperSubjects[0].name=prometheus",
-		"serviceMonitor.scraperSubjects[0].namespace=monitoring")
-	sels := ruleSelectors(t, renderedRules(t, objs))
+		"serviceMonitor.scraperSubjects[0].namespace=monitoring", "gateway.perClusterMetrics.maxClusters=10")
+	rules := renderedRules(t, objs)
+	sels := ruleSelectors(t, rules)
+	// The per-cluster alerts are among those checked, and the gateway runs
+	// with the flag the chart passes for them.
+	_, _, perCluster := alertRules(t)
+	for n := range perCluster {
+		if _, ok := rules[n]; !ok {
+			t.Errorf("%s not rendered with gateway.perClusterMetrics.maxClusters", n)
+		}
+	}
+	var perClusterArgs []string
+	for _, a := range args(t, objs) {
+		if strings.HasPrefix(a, "--per-cluster-metrics-max-clusters=") {
+			perClusterArgs = append(perClusterArgs, a)
+		}
+	}
+	if len(perClusterArgs) != 1 {
+		t.Errorf("the Deployment's per-cluster flag: %v, want one", perClusterArgs)
+	}
 	if t.Failed() {
 		t.FailNow()
 	}
@@ -186,6 +219,7 @@ func TestAlertRulesUseServedMetrics(t *testing.T) {
 	env, err := localenv.Start(context.Background(), localenv.Options{
 		StateDir: t.TempDir(), BinDir: bin, ManagedClusters: 1, KonnectivityServers: 1, Logf: t.Logf,
 		GatewayArgs: []string{
+			perClusterArgs[0],
 			"--inventory-sync=capi", "--inventory-sync-lease-duration=4s", "--inventory-sync-renew-deadline=2s", "--inventory-sync-retry-period=500ms",
 			// One stream slot per cluster, so a second watch queues and is refused.
 			"--max-streams-per-cluster=1", "--max-streams-per-user-per-cluster=1", "--queue-wait-timeout=1s",
@@ -388,4 +422,26 @@ func get(t *testing.T, c *http.Client, url string) int {
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return resp.StatusCode
+}
+
+// A label an aggregation keeps (by) is required of the metrics under it,
+// but not a target label nor one a without drops: a per-cluster series
+// served with its label renamed fails the check.
+func TestRuleSelectorsKeepGroupingLabels(t *testing.T) {
+	sels := ruleSelectors(t, map[string]object{
+		"A": {"expr": `min by (namespace, job, cluster_name) (a_seconds{kind="x"}) - time() < 3600`},
+		"B": {"expr": `sum without (server) (b) == 0 and on (instance) min by (instance) (c) == 1`},
+	})
+	sort.Slice(sels, func(i, j int) bool { return sels[i].metric < sels[j].metric })
+	want := []selector{{"A", "a_seconds", []string{"cluster_name", "kind"}}, {"B", "b", nil}, {"B", "c", nil}}
+	if fmt.Sprint(sels) != fmt.Sprint(want) {
+		t.Errorf("selectors %v, want %v", sels, want)
+	}
+	have, err := served(strings.NewReader("# TYPE a_seconds gauge\na_seconds{kind=\"x\",cluster=\"one\"} 1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := missing(sels[:1], have); fmt.Sprint(m) != "[A: a_seconds has no label cluster_name]" {
+		t.Errorf("missing %v, want cluster_name reported", m)
+	}
 }

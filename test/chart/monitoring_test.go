@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"os"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -180,8 +181,13 @@ func matches(sel object, o object) bool {
 	return true
 }
 
-// alertRules reads the chart's files/alerts.yaml: alert name -> rule.
-func alertRules(t *testing.T) ([]string, map[string]object) {
+// perClusterGroup is the group of files/alerts.yaml that uses the
+// per-cluster series: rendered only with gateway.perClusterMetrics.maxClusters.
+const perClusterGroup = "cluster-gateway.per-cluster"
+
+// alertRules reads the chart's files/alerts.yaml: alert name -> rule, and
+// the names of the alerts of perClusterGroup.
+func alertRules(t *testing.T) ([]string, map[string]object, map[string]bool) {
 	t.Helper()
 	b, err := os.ReadFile(chartDir + "/files/alerts.yaml")
 	if err != nil {
@@ -197,7 +203,7 @@ func alertRules(t *testing.T) ([]string, map[string]object) {
 		t.Fatal(err)
 	}
 	var names []string
-	rules := map[string]object{}
+	rules, perCluster := map[string]object{}, map[string]bool{}
 	for _, g := range f.Groups {
 		for _, r := range g.Rules {
 			name := r["alert"].(string)
@@ -205,9 +211,12 @@ func alertRules(t *testing.T) ([]string, map[string]object) {
 				t.Fatalf("alert %s twice", name)
 			}
 			names, rules[name] = append(names, name), r
+			if g.Name == perClusterGroup {
+				perCluster[name] = true
+			}
 		}
 	}
-	return names, rules
+	return names, rules, perCluster
 }
 
 // renderedRules are the PrometheusRule's rules by alert name.
@@ -230,28 +239,65 @@ func renderedRules(t *testing.T, objs map[string]object) map[string]object {
 }
 
 // The PrometheusRule holds files/alerts.yaml's rules as they are, less
-// disabledAlerts, with ruleLabels on each (over the rules' own).
+// disabledAlerts, with ruleLabels on each (over the rules' own); the
+// per-cluster alerts only with gateway.perClusterMetrics.maxClusters above 0,
+// which also passes the flag that serves their series.
 func TestChartPrometheusRule(t *testing.T) {
-	names, want := alertRules(t)
-	for _, must := range []string{"ClusterGatewayCredentialExpiresSoon", "ClusterGatewayClusterUnreachable"} {
-		if _, ok := want[must]; !ok {
+	names, all, perCluster := alertRules(t)
+	for _, must := range []string{"ClusterGatewayCredentialExpiresSoon", "ClusterGatewayClusterUnreachable", "ClusterGatewayClusterCredentialExpiresSoon", "ClusterGatewayClusterDown"} {
+		if _, ok := all[must]; !ok {
 			t.Errorf("files/alerts.yaml has no %s", must)
 		}
 	}
-	if want["ClusterGatewayClusterUnreachable"]["for"] != "5m" || !strings.Contains(want["ClusterGatewayCredentialExpiresSoon"]["expr"].(string), "< 3600") {
-		t.Errorf("a cluster unreachable for 5 minutes, a credential expiring within the hour: %v, %v",
-			want["ClusterGatewayClusterUnreachable"], want["ClusterGatewayCredentialExpiresSoon"])
+	for _, down := range []string{"ClusterGatewayClusterUnreachable", "ClusterGatewayClusterDown"} {
+		if all[down]["for"] != "5m" {
+			t.Errorf("%s: for %v, want a cluster unreachable for 5 minutes", down, all[down]["for"])
+		}
+	}
+	for _, exp := range []string{"ClusterGatewayCredentialExpiresSoon", "ClusterGatewayClusterCredentialExpiresSoon"} {
+		if !strings.Contains(all[exp]["expr"].(string), "< 3600") {
+			t.Errorf("%s: %v, want a credential expiring within the hour", exp, all[exp])
+		}
+	}
+	for _, n := range []string{"ClusterGatewayClusterCredentialExpiresSoon", "ClusterGatewayClusterDown", "ClusterGatewayPerClusterSeriesCapped"} {
+		if !perCluster[n] {
+			t.Errorf("%s is not in the group %s", n, perClusterGroup)
+		}
+	}
+	for _, n := range []string{"ClusterGatewayClusterCredentialExpiresSoon", "ClusterGatewayClusterDown"} {
+		if !strings.Contains(all[n]["expr"].(string), "by (namespace, job, cluster_name)") {
+			t.Errorf("%s: %v, want it per cluster_name", n, all[n]["expr"])
+		}
+	}
+	want := map[string]object{}
+	for n, r := range all {
+		if !perCluster[n] {
+			want[n] = r
+		}
 	}
 	objs := helmTemplate(t, "prometheusRule.enabled=true", "prometheusRule.labels.release=kube-prometheus-stack")
 	if l := field(t, objs["PrometheusRule/"+namespace+"/"+release], "metadata", "labels").(object); l["release"] != "kube-prometheus-stack" {
 		t.Errorf("PrometheusRule labels %v lack prometheusRule.labels", l)
 	}
 	if got := renderedRules(t, objs); !reflect.DeepEqual(got, want) {
-		t.Errorf("the PrometheusRule's rules differ from files/alerts.yaml:\n%v\nwant\n%v", got, want)
+		t.Errorf("the PrometheusRule's rules differ from files/alerts.yaml less %s:\n%v\nwant\n%v", perClusterGroup, got, want)
+	}
+	for _, a := range args(t, objs) {
+		if strings.HasPrefix(a, "--per-cluster-metrics-max-clusters") {
+			t.Errorf("by default the gateway gets %s", a)
+		}
+	}
+	objs = helmTemplate(t, "prometheusRule.enabled=true", "gateway.perClusterMetrics.maxClusters=300")
+	if got := renderedRules(t, objs); !reflect.DeepEqual(got, all) {
+		t.Errorf("with gateway.perClusterMetrics.maxClusters the PrometheusRule's rules differ from files/alerts.yaml:\n%v\nwant\n%v", got, all)
+	}
+	if !slices.Contains(args(t, objs), "--per-cluster-metrics-max-clusters=300") {
+		t.Errorf("gateway.perClusterMetrics.maxClusters=300: args %v lack --per-cluster-metrics-max-clusters=300", args(t, objs))
 	}
 
+	want = all
 	objs = helmTemplate(t, "prometheusRule.enabled=true", "prometheusRule.ruleLabels.team=platform", "prometheusRule.ruleLabels.severity=page",
-		"prometheusRule.disabledAlerts={ClusterGatewayInventoryNoWriter,ClusterGatewayInventoryCollisions}")
+		"gateway.perClusterMetrics.maxClusters=1", "prometheusRule.disabledAlerts={ClusterGatewayInventoryNoWriter,ClusterGatewayInventoryCollisions}")
 	got := renderedRules(t, objs)
 	var gotNames []string
 	for n, r := range got {

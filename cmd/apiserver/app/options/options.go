@@ -22,6 +22,7 @@ import (
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/apiserver"
+	"github.com/clustergateway/cluster-gateway/pkg/clustermetrics"
 	"github.com/clustergateway/cluster-gateway/pkg/credentials"
 	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
 	"github.com/clustergateway/cluster-gateway/pkg/fairness"
@@ -56,6 +57,8 @@ type Options struct {
 	Fairness     *fairness.Options
 	Health       *health.Options
 	Inventory    *inventory.Options
+	// ClusterMetrics are the opt-in per-cluster series (clustermetrics.go).
+	ClusterMetrics clustermetrics.Config
 }
 
 // NewOptions returns the defaults.
@@ -108,6 +111,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	o.Fairness.AddFlags(fss.FlagSet("per-cluster limits"))
 	o.Health.AddFlags(fss.FlagSet("health"))
 	o.Inventory.AddFlags(fss.FlagSet("inventory sync"))
+	o.addClusterMetricsFlags(fss.FlagSet("metrics"))
 	return fss
 }
 
@@ -161,6 +165,9 @@ func (o *Options) Validate() error {
 	errs = append(errs, o.validateLimits()...)
 	errs = append(errs, o.Health.Validate()...)
 	errs = append(errs, o.Inventory.Validate()...)
+	if err := o.ClusterMetrics.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -209,6 +216,7 @@ func (o *Options) ServerConfig() (*apiserver.Config, error) {
 		Fairness:              *o.Fairness,
 		Health:                *o.Health,
 		Inventory:             *o.Inventory,
+		ClusterMetrics:        o.ClusterMetrics,
 		ShutdownStreamDrain:   o.ShutdownStreamDrain,
 		Tracing:               o.Recommended.Traces != nil && o.Recommended.Traces.ConfigFile != "",
 		StockHandlerChain:     o.StockHandlerChain,

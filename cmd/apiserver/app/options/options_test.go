@@ -40,6 +40,8 @@ func TestValidate(t *testing.T) {
 		{args: []string{"--shutdown-send-retry-after=true", "--shutdown-watch-termination-grace-period=5s"},
 			want: []string{"--shutdown-send-retry-after is not supported", "--shutdown-watch-termination-grace-period is not supported"}},
 		{args: []string{"--ab-stock-proxy-path=true"}},
+		{args: []string{"--per-cluster-metrics-max-clusters=100"}},
+		{args: []string{"--per-cluster-metrics-max-clusters=-1"}, want: []string{"--per-cluster-metrics-max-clusters must not be negative"}},
 		{args: []string{"--ab-stock-handler-chain=true", "--ab-stock-proxy-path=true"}, want: []string{"set one at most"}},
 		{args: []string{"--max-requests-per-cluster=150", "--max-queued-per-cluster=50"},
 			want: []string{"--max-requests-per-cluster + --max-queued-per-cluster (200) must be less than --max-mutating-requests-inflight (200)"}},
