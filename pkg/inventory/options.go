@@ -69,6 +69,22 @@ func (o *Options) CompleteProviders(configured []string) []error {
 	return errs
 }
 
+// ExcludeProvider keeps the provider name, the one the gateway publishes
+// itself under (pkg/publish), out of Providers: the sync never makes a
+// gateway from the gateway's own entry. Dropped from the default (every
+// provider of the file); refused when --inventory-sync-providers names it.
+// Call it after CompleteProviders.
+func (o *Options) ExcludeProvider(name string) []error {
+	if !slices.Contains(o.Providers, name) {
+		return nil
+	}
+	if !o.defaulted {
+		return []error{fmt.Errorf("--inventory-sync-providers: %q is the name the gateway publishes itself under (--publish-provider-name): a gateway made from that entry would proxy to itself; leave it out", name)}
+	}
+	o.Providers = slices.DeleteFunc(o.Providers, func(p string) bool { return p == name })
+	return nil
+}
+
 // Validate refuses unknown inventories, a ClusterProfile sync without
 // providers, and Lease timing that client-go's leader election refuses.
 func (o *Options) Validate() []error {

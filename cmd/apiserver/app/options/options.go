@@ -29,6 +29,7 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/inventory"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 	"github.com/clustergateway/cluster-gateway/pkg/pool/konnectivity"
+	"github.com/clustergateway/cluster-gateway/pkg/publish"
 )
 
 // Options are the gateway's flags.
@@ -56,6 +57,7 @@ type Options struct {
 	Fairness     *fairness.Options
 	Health       *health.Options
 	Inventory    *inventory.Options
+	Publish      *publish.Options
 }
 
 // NewOptions returns the defaults.
@@ -80,6 +82,7 @@ func NewOptions() *Options {
 		Health:              health.NewOptions(),
 		Fairness:            fairness.NewOptions(),
 		Inventory:           inventory.NewOptions(),
+		Publish:             publish.NewOptions(),
 	}
 }
 
@@ -108,6 +111,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	o.Fairness.AddFlags(fss.FlagSet("per-cluster limits"))
 	o.Health.AddFlags(fss.FlagSet("health"))
 	o.Inventory.AddFlags(fss.FlagSet("inventory sync"))
+	addPublishFlags(o.Publish, fss.FlagSet("clusterprofile publisher"))
 	return fss
 }
 
@@ -139,6 +143,9 @@ func (o *Options) Validate() error {
 	if o.CredentialProvidersFile == "" {
 		errs = append(errs, o.Inventory.CompleteProviders(nil)...)
 	}
+	if o.Publish.Enabled {
+		errs = append(errs, o.Inventory.ExcludeProvider(o.Publish.ProviderName)...)
+	}
 	if o.CertCacheSize < 0 {
 		errs = append(errs, fmt.Errorf("--authentication-certificate-cache-size must not be negative, not %d", o.CertCacheSize))
 	}
@@ -161,6 +168,7 @@ func (o *Options) Validate() error {
 	errs = append(errs, o.validateLimits()...)
 	errs = append(errs, o.Health.Validate()...)
 	errs = append(errs, o.Inventory.Validate()...)
+	errs = append(errs, o.Publish.Validate()...)
 	return errors.Join(errs...)
 }
 
@@ -209,6 +217,7 @@ func (o *Options) ServerConfig() (*apiserver.Config, error) {
 		Fairness:              *o.Fairness,
 		Health:                *o.Health,
 		Inventory:             *o.Inventory,
+		Publish:               *o.Publish,
 		ShutdownStreamDrain:   o.ShutdownStreamDrain,
 		Tracing:               o.Recommended.Traces != nil && o.Recommended.Traces.ConfigFile != "",
 		StockHandlerChain:     o.StockHandlerChain,
