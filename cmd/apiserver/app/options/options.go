@@ -169,6 +169,9 @@ func (o *Options) Validate() error {
 	errs = append(errs, o.Health.Validate()...)
 	errs = append(errs, o.Inventory.Validate()...)
 	errs = append(errs, o.Publish.Validate()...)
+	if o.Publish.Enabled && !o.Inventory.Enabled() { // the publisher holds the sync's Lease
+		errs = append(errs, o.Inventory.ValidateLease()...)
+	}
 	return errors.Join(errs...)
 }
 

@@ -55,4 +55,7 @@ providers:
 	if _, err := validate("--publish-clusterprofiles"); err == nil || !strings.Contains(err.Error(), "--publish-namespace") || !strings.Contains(err.Error(), "--publish-hub-server") {
 		t.Errorf("publishing without namespace and hub: %v", err)
 	}
+	if _, err := validate("--publish-clusterprofiles", "--publish-namespace=fleet", "--publish-hub-server=https://hub:6443", "--inventory-sync-retry-period=0"); err == nil || !strings.Contains(err.Error(), "--inventory-sync-retry-period must be positive") {
+		t.Errorf("publishing alone with a bad Lease timing: %v, want it refused", err)
+	}
 }
