@@ -39,6 +39,7 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 	"github.com/clustergateway/cluster-gateway/pkg/pool/konnectivity"
 	"github.com/clustergateway/cluster-gateway/pkg/proxy"
+	"github.com/clustergateway/cluster-gateway/pkg/publish"
 	"github.com/clustergateway/cluster-gateway/pkg/registry/clustergateway"
 )
 
@@ -65,6 +66,9 @@ type ExtraConfig struct {
 	// Inventory syncs ClusterGateways from Cluster API and ClusterProfile
 	// inventories in SourceNamespaces, when any is switched on.
 	Inventory inventory.Options
+	// Publish publishes gateways as a ClusterProfile access provider, under
+	// the inventory sync's Lease.
+	Publish publish.Options
 	// Health probes every cluster (the Reachable condition, fail-fast 503s).
 	Health health.Options
 	// ClusterMetrics bounds the opt-in per-cluster series; the zero value
@@ -119,8 +123,11 @@ type Server struct {
 	// Providers run gateways' credential providers; nil without a
 	// --credential-providers-file.
 	Providers *credentials.Providers
-	// Inventory syncs gateways from inventories; nil when off.
+	// Inventory syncs gateways from inventories; nil when off (and the
+	// publisher off: its Lease is the publisher's too).
 	Inventory *inventory.Controller
+	// Publisher publishes gateways to ClusterProfiles; nil when off.
+	Publisher *publish.Publisher
 	// CertCache verifies client-certificate chains once; nil when off.
 	CertCache *certauth.Cache
 }
@@ -239,8 +246,8 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 	s.Prober = px.Prober()
-	if c.Extra.Inventory.Enabled() {
-		if s.Inventory, err = newInventory(c.hub, client, s.Store, c.Extra); err != nil {
+	if c.Extra.Inventory.Enabled() || c.Extra.Publish.Enabled {
+		if s.Inventory, s.Publisher, err = newInventory(c.hub, client, s.Store, s.Prober, c.Extra); err != nil {
 			s.stop()
 			return nil, err
 		}
@@ -291,6 +298,9 @@ func (c CompletedConfig) New() (*Server, error) {
 		if s.Inventory != nil {
 			go s.Inventory.Run(ctx)
 		}
+		if s.Publisher != nil {
+			go s.Publisher.RunInformers(ctx)
+		}
 		if s.Tunnel != nil {
 			s.Tunnel.Start(ctx)
 		}
@@ -330,24 +340,40 @@ func (s *Server) registerMetrics(r metrics.KubeRegistry, px *proxy.Proxy, perClu
 }
 
 // newInventory builds the inventory sync over the store, reading the
-// namespaces whose Secrets the gateway reads.
-func newInventory(hub *restclient.Config, client kubernetes.Interface, store *gateways.Store, extra *ExtraConfig) (*inventory.Controller, error) {
+// namespaces whose Secrets the gateway reads, and the ClusterProfile
+// publisher, which runs under the sync's Lease (with no inventory synced,
+// the sync only holds the Lease for it).
+func newInventory(hub *restclient.Config, client kubernetes.Interface, store *gateways.Store, prober *health.Prober, extra *ExtraConfig) (*inventory.Controller, *publish.Publisher, error) {
 	cfg := inventory.Config{Options: extra.Inventory, Store: store, Client: client, Namespaces: extra.SourceNamespaces}
 	if len(cfg.Namespaces) == 0 {
 		cfg.Namespaces = []string{extra.SecretNamespace}
 	}
-	if cfg.Syncs(inventory.SourceClusterProfile) {
+	if cfg.Syncs(inventory.SourceClusterProfile) || extra.Publish.Enabled {
 		var err error
 		if cfg.Dynamic, err = dynamic.NewForConfig(hub); err != nil {
-			return nil, fmt.Errorf("building the hub's dynamic client for ClusterProfiles: %w", err)
+			return nil, nil, fmt.Errorf("building the hub's dynamic client for ClusterProfiles: %w", err)
 		}
+	}
+	var pub *publish.Publisher
+	if extra.Publish.Enabled {
+		pc := publish.Config{Options: extra.Publish, Store: store, Prober: prober, Client: client, Dynamic: cfg.Dynamic}
+		if cfg.Syncs(inventory.SourceClusterProfile) {
+			pc.SyncNamespaces = cfg.Namespaces
+		}
+		var err error
+		if pub, err = publish.New(pc); err != nil {
+			return nil, nil, err
+		}
+		cfg.Skip = pub.Owns
+		cfg.Tasks = append(cfg.Tasks, pub)
 	}
 	host, err := os.Hostname()
 	if err != nil {
-		return nil, fmt.Errorf("naming this replica in the inventory sync's Lease: %w", err)
+		return nil, nil, fmt.Errorf("naming this replica in the inventory sync's Lease: %w", err)
 	}
 	cfg.Identity = host + "_" + string(uuid.NewUUID())
-	return inventory.New(cfg)
+	ctrl, err := inventory.New(cfg)
+	return ctrl, pub, err
 }
 
 // Run serves until ctx is done, then drains and stops every transport and tunnel.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -52,6 +53,19 @@ type Config struct {
 	Namespaces []string
 	// Identity names this replica in the Lease.
 	Identity string
+	// Skip names ClusterProfiles the sync makes no gateway from: those the
+	// ClusterProfile publisher (pkg/publish) created. Nil: none.
+	Skip func(namespace, name string, uid types.UID) bool
+	// Tasks run beside the sync while this replica holds the Lease.
+	Tasks []Task
+}
+
+// Task is work done only by the replica that holds the Lease (one writer):
+// Prepare before the sync's first pass, tried again until it succeeds, then
+// Run until the context is done.
+type Task interface {
+	Prepare(ctx context.Context) error
+	Run(ctx context.Context)
 }
 
 // Controller keeps the gateways in sync with the inventories while this
@@ -247,6 +261,28 @@ func (c *Controller) lead(ctx, lctx context.Context) {
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, synced...) {
 		return
 	}
+	for _, t := range c.cfg.Tasks {
+		for {
+			err := t.Prepare(ctx)
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			klog.ErrorS(err, "Inventory sync: a task of the Lease holder cannot start; trying again")
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(c.cfg.RetryPeriod):
+			}
+		}
+	}
+	var tasks sync.WaitGroup
+	defer tasks.Wait()
+	for _, t := range c.cfg.Tasks {
+		tasks.Go(func() { t.Run(ctx) })
+	}
 	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
 	c.queue.Store(&q)
 	c.metrics.leader.Set(1)
@@ -408,6 +444,9 @@ func (c *Controller) desired(src Source, ns, name string) (*v1alpha1.ClusterGate
 	case *corev1.Secret:
 		return capiGateway(o), nil
 	case *unstructured.Unstructured:
+		if c.cfg.Skip != nil && c.cfg.Skip(o.GetNamespace(), o.GetName(), o.GetUID()) {
+			return nil, nil
+		}
 		gw, err := profileGateway(o, c.cfg.Providers)
 		if err != nil {
 			return nil, fmt.Errorf("ClusterProfile %s/%s: %w", ns, name, err)

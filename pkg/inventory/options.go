@@ -69,6 +69,22 @@ func (o *Options) CompleteProviders(configured []string) []error {
 	return errs
 }
 
+// ExcludeProvider keeps the provider name, the one the gateway publishes
+// itself under (pkg/publish), out of Providers: the sync never makes a
+// gateway from the gateway's own entry. Dropped from the default (every
+// provider of the file); refused when --inventory-sync-providers names it.
+// Call it after CompleteProviders.
+func (o *Options) ExcludeProvider(name string) []error {
+	if !slices.Contains(o.Providers, name) {
+		return nil
+	}
+	if !o.defaulted {
+		return []error{fmt.Errorf("--inventory-sync-providers: %q is the name the gateway publishes itself under (--publish-provider-name): a gateway made from that entry would proxy to itself; leave it out", name)}
+	}
+	o.Providers = slices.DeleteFunc(o.Providers, func(p string) bool { return p == name })
+	return nil
+}
+
 // Validate refuses unknown inventories, a ClusterProfile sync without
 // providers, and Lease timing that client-go's leader election refuses.
 func (o *Options) Validate() []error {
@@ -87,16 +103,25 @@ func (o *Options) Validate() []error {
 		}
 	}
 	if o.Enabled() {
-		if o.RetryPeriod <= 0 {
-			errs = append(errs, fmt.Errorf("--inventory-sync-retry-period must be positive, not %v", o.RetryPeriod))
-		}
-		// As client-go's leaderelection.NewLeaderElector requires.
-		if o.RenewDeadline <= time.Duration(1.2*float64(o.RetryPeriod)) {
-			errs = append(errs, fmt.Errorf("--inventory-sync-renew-deadline (%v) must be more than 1.2 x --inventory-sync-retry-period (%v)", o.RenewDeadline, o.RetryPeriod))
-		}
-		if o.LeaseDuration <= o.RenewDeadline {
-			errs = append(errs, fmt.Errorf("--inventory-sync-lease-duration (%v) must be more than --inventory-sync-renew-deadline (%v)", o.LeaseDuration, o.RenewDeadline))
-		}
+		errs = append(errs, o.ValidateLease()...)
+	}
+	return errs
+}
+
+// ValidateLease refuses Lease timing that client-go's leader election
+// refuses; Validate checks it when a sync is on, and the ClusterProfile
+// publisher, which holds the same Lease, when it is on.
+func (o *Options) ValidateLease() []error {
+	var errs []error
+	if o.RetryPeriod <= 0 {
+		errs = append(errs, fmt.Errorf("--inventory-sync-retry-period must be positive, not %v", o.RetryPeriod))
+	}
+	// As client-go's leaderelection.NewLeaderElector requires.
+	if o.RenewDeadline <= time.Duration(1.2*float64(o.RetryPeriod)) {
+		errs = append(errs, fmt.Errorf("--inventory-sync-renew-deadline (%v) must be more than 1.2 x --inventory-sync-retry-period (%v)", o.RenewDeadline, o.RetryPeriod))
+	}
+	if o.LeaseDuration <= o.RenewDeadline {
+		errs = append(errs, fmt.Errorf("--inventory-sync-lease-duration (%v) must be more than --inventory-sync-renew-deadline (%v)", o.LeaseDuration, o.RenewDeadline))
 	}
 	return errs
 }

@@ -73,3 +73,23 @@ func TestCompleteProviders(t *testing.T) {
 		t.Errorf("clusterprofile without providers: %v, want it to say where to configure them", err)
 	}
 }
+
+// The gateway's own provider name is dropped from the default providers and
+// refused when named: the sync never makes a gateway from its own entry.
+func TestExcludeProvider(t *testing.T) {
+	o := NewOptions()
+	if errs := o.CompleteProviders([]string{"a", "cluster-gateway"}); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if errs := o.ExcludeProvider("cluster-gateway"); len(errs) > 0 || len(o.Providers) != 1 || o.Providers[0] != "a" {
+		t.Errorf("defaulted: providers %v, errors %v; want [a]", o.Providers, errs)
+	}
+	o = NewOptions()
+	o.Providers = []string{"cluster-gateway"}
+	if errs := o.CompleteProviders([]string{"a", "cluster-gateway"}); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if errs := o.ExcludeProvider("cluster-gateway"); len(errs) != 1 {
+		t.Errorf("named: errors %v, want one", errs)
+	}
+}

@@ -541,3 +541,52 @@ func TestChartInventorySync(t *testing.T) {
 		t.Errorf("clusterProfile with a providers file and no list: %v", err)
 	}
 }
+
+// The ClusterProfile publisher: off by default; switched on, its flags, the
+// hub CA in a ConfigMap mounted where the flag points, the Lease Role, and a
+// Role in publish.namespace rule for rule as config/publish/ has it (create,
+// delete, list, watch on profiles, patch on their status, nothing else);
+// with the ClusterProfile sync, patch on profiles' status in each source
+// namespace too.
+func TestChartPublish(t *testing.T) {
+	for k := range helmTemplate(t) {
+		if strings.Contains(k, "publish") {
+			t.Errorf("%s rendered with the defaults", k)
+		}
+	}
+	if out, err := helmTemplateErr(t, "publish.enabled=true", "publish.namespace=fleet"); err == nil || !strings.Contains(out+fmt.Sprint(err), "publish.hubServer is required") {
+		t.Errorf("publish without hubServer: %v\n%s", err, out)
+	}
+	objs := helmTemplate(t, "publish.enabled=true", "publish.namespace=fleet", "publish.hubServer=https://hub:6443",
+		"publish.hubCA=PEM", "publish.gatewaySelector=tier=prod", "credentialSourceNamespaces={inv}",
+		"inventorySync.clusterProfile=true", "inventorySync.providers={eks}")
+	got := args(t, objs)
+	for _, want := range []string{"--publish-clusterprofiles", "--publish-namespace=fleet", "--publish-hub-server=https://hub:6443",
+		"--publish-provider-name=cluster-gateway", "--publish-gateway-selector=tier=prod", "--publish-hub-ca-file=/etc/cluster-gateway/publish/ca.crt"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("args %v lack %s", got, want)
+		}
+	}
+	if cm := objs["ConfigMap/"+namespace+"/"+release+"-publish-hub-ca"]; cm == nil || !strings.Contains(fmt.Sprint(cm["data"]), "PEM") {
+		t.Errorf("hub CA ConfigMap: %v", cm)
+	}
+	if rules := fmt.Sprint(objs["Role/inv/"+release+":credential-source"]["rules"]); !strings.Contains(rules, "clusterprofiles/status") {
+		t.Errorf("source namespace rules %s: want patch on clusterprofiles/status", rules)
+	}
+	if objs["Role/"+namespace+"/"+release+":inventory-sync"] == nil {
+		t.Errorf("no Lease Role in %v", keys(objs))
+	}
+	raw, err := os.ReadFile(configDir + "/publish/rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := parse(t, strings.ReplaceAll(string(raw), "namespace: clusterprofiles", "namespace: fleet"))
+	want := config["Role/fleet/cluster-gateway:publish"]
+	role := objs["Role/fleet/"+release+":publish"]
+	if want == nil || role == nil || objs["RoleBinding/fleet/"+release+":publish"] == nil {
+		t.Fatalf("publish Role: chart %v, config %v", keys(objs), keys(config))
+	}
+	if g, w := fmt.Sprint(role["rules"]), fmt.Sprint(want["rules"]); g != w {
+		t.Errorf("publish Role rules: the chart renders %s, config/publish has %s", g, w)
+	}
+}

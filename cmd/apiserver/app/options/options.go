@@ -30,6 +30,7 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/inventory"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 	"github.com/clustergateway/cluster-gateway/pkg/pool/konnectivity"
+	"github.com/clustergateway/cluster-gateway/pkg/publish"
 )
 
 // Options are the gateway's flags.
@@ -59,6 +60,7 @@ type Options struct {
 	Inventory    *inventory.Options
 	// ClusterMetrics are the opt-in per-cluster series (clustermetrics.go).
 	ClusterMetrics clustermetrics.Config
+	Publish        *publish.Options
 }
 
 // NewOptions returns the defaults.
@@ -83,6 +85,7 @@ func NewOptions() *Options {
 		Health:              health.NewOptions(),
 		Fairness:            fairness.NewOptions(),
 		Inventory:           inventory.NewOptions(),
+		Publish:             publish.NewOptions(),
 	}
 }
 
@@ -112,6 +115,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	o.Health.AddFlags(fss.FlagSet("health"))
 	o.Inventory.AddFlags(fss.FlagSet("inventory sync"))
 	o.addClusterMetricsFlags(fss.FlagSet("metrics"))
+	addPublishFlags(o.Publish, fss.FlagSet("clusterprofile publisher"))
 	return fss
 }
 
@@ -143,6 +147,9 @@ func (o *Options) Validate() error {
 	if o.CredentialProvidersFile == "" {
 		errs = append(errs, o.Inventory.CompleteProviders(nil)...)
 	}
+	if o.Publish.Enabled {
+		errs = append(errs, o.Inventory.ExcludeProvider(o.Publish.ProviderName)...)
+	}
 	if o.CertCacheSize < 0 {
 		errs = append(errs, fmt.Errorf("--authentication-certificate-cache-size must not be negative, not %d", o.CertCacheSize))
 	}
@@ -167,6 +174,10 @@ func (o *Options) Validate() error {
 	errs = append(errs, o.Inventory.Validate()...)
 	if err := o.ClusterMetrics.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	errs = append(errs, o.Publish.Validate()...)
+	if o.Publish.Enabled && !o.Inventory.Enabled() { // the publisher holds the sync's Lease
+		errs = append(errs, o.Inventory.ValidateLease()...)
 	}
 	return errors.Join(errs...)
 }
@@ -217,6 +228,7 @@ func (o *Options) ServerConfig() (*apiserver.Config, error) {
 		Health:                *o.Health,
 		Inventory:             *o.Inventory,
 		ClusterMetrics:        o.ClusterMetrics,
+		Publish:               *o.Publish,
 		ShutdownStreamDrain:   o.ShutdownStreamDrain,
 		Tracing:               o.Recommended.Traces != nil && o.Recommended.Traces.ConfigFile != "",
 		StockHandlerChain:     o.StockHandlerChain,

@@ -1,0 +1,115 @@
+package publish
+
+import (
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net/url"
+	"os"
+
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// DefaultProviderName is the access provider name the gateway publishes
+// under unless told otherwise.
+const DefaultProviderName = "cluster-gateway"
+
+// Options switch the publisher on. They are plain fields: the flags are
+// defined in cmd/apiserver/app/options.
+type Options struct {
+	// Enabled publishes the gateways (off by default).
+	Enabled bool
+	// Selector is a label selector over ClusterGateways: those it matches
+	// are published. Empty: all.
+	Selector string
+	// Namespace holds the ClusterProfiles the publisher creates.
+	Namespace string
+	// ProviderName is the name of the gateway's access provider entry.
+	ProviderName string
+	// HubServer is the hub's URL as consumers reach it (https://host[:port]).
+	HubServer string
+	// HubCAFile is a PEM bundle of the CA that consumers verify the hub
+	// with; empty: none (the hub's certificate is publicly trusted).
+	HubCAFile string
+}
+
+// NewOptions returns the defaults: off.
+func NewOptions() *Options { return &Options{ProviderName: DefaultProviderName} }
+
+// Validate checks the options when publishing is on.
+func (o *Options) Validate() []error {
+	if !o.Enabled {
+		return nil
+	}
+	var errs []error
+	if _, err := labels.Parse(o.Selector); err != nil {
+		errs = append(errs, fmt.Errorf("--publish-gateway-selector: %v", err))
+	}
+	if msgs := apivalidation.ValidateNamespaceName(o.Namespace, false); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--publish-namespace: %q is not a namespace name (it is required with --publish-clusterprofiles): %v", o.Namespace, msgs))
+	}
+	if msgs := apivalidation.NameIsDNSSubdomain(o.ProviderName, false); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--publish-provider-name: %q is not a provider name: %v", o.ProviderName, msgs))
+	}
+	if _, err := hubBase(o.HubServer); err != nil {
+		errs = append(errs, err)
+	}
+	if o.HubCAFile != "" {
+		if _, err := LoadHubCA(o.HubCAFile); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// hubBase is the hub URL without a trailing slash, or why it cannot be one.
+func hubBase(s string) (string, error) {
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("--publish-hub-server: %q must be the hub's https URL as consumers reach it, e.g. https://hub.example.com:6443 (no user, query or fragment)", s)
+	}
+	return u.Scheme + "://" + u.Host + trimSlash(u.EscapedPath()), nil
+}
+
+func trimSlash(p string) string {
+	for len(p) > 0 && p[len(p)-1] == '/' {
+		p = p[:len(p)-1]
+	}
+	return p
+}
+
+// maxCABytes bounds the hub CA file: it is copied into every profile.
+const maxCABytes = 64 << 10
+
+// LoadHubCA reads the hub CA bundle: PEM certificates only. A file holding
+// anything else (a private key above all) is refused, since its bytes are
+// published to everyone who may read ClusterProfiles.
+func LoadHubCA(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--publish-hub-ca-file: %w", err)
+	}
+	if len(b) > maxCABytes {
+		return nil, fmt.Errorf("--publish-hub-ca-file %s: %d bytes, more than the %d a CA bundle needs", path, len(b), maxCABytes)
+	}
+	rest, n := b, 0
+	for {
+		var blk *pem.Block
+		blk, rest = pem.Decode(rest)
+		if blk == nil {
+			break
+		}
+		if blk.Type != "CERTIFICATE" {
+			return nil, fmt.Errorf("--publish-hub-ca-file %s: holds a %q PEM block; it is published to every ClusterProfile reader, so it may hold CERTIFICATE blocks only", path, blk.Type)
+		}
+		if _, err := x509.ParseCertificate(blk.Bytes); err != nil {
+			return nil, fmt.Errorf("--publish-hub-ca-file %s: a certificate cannot be parsed: %v", path, err)
+		}
+		n++
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("--publish-hub-ca-file %s: no PEM certificate in it", path)
+	}
+	return b, nil
+}
