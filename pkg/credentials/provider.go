@@ -312,13 +312,18 @@ func (p *Providers) fetch(ctx context.Context, e *cluster, ref refused) *State {
 		p.metrics.backedOff(e.name)
 		return e.state.Load()
 	}
-	_, span := p.tracer.Start(ctx, "cluster-gateway.credential-provider.run", trace.SpanKindInternal,
-		tracing.Cluster.String(e.spec.Gateway), tracing.Provider.String(e.name))
 	outcome := "ok"
-	defer func() {
-		span.SetAttributes(tracing.Outcome.String(outcome))
-		span.End()
-	}()
+	if p.tracer != nil { // its attributes would allocate on every fetch, traced or not
+		_, span := p.tracer.Start(ctx, "cluster-gateway.credential-provider.run", trace.SpanKindInternal,
+			tracing.Cluster.String(e.spec.Gateway), tracing.Provider.String(e.name))
+		defer func() {
+			if outcome != "ok" && outcome != "cached" {
+				span.SetStatus(codes.Error, outcome)
+			}
+			span.SetAttributes(tracing.Outcome.String(outcome))
+			span.End()
+		}()
+	}
 	start := time.Now()
 	var token string
 	isRefused := func() bool { // the credential client-go has now is ref
@@ -355,7 +360,6 @@ func (p *Providers) fetch(ctx context.Context, e *cluster, ref refused) *State {
 		reason, problem := describe(err, e.name, e.timeout)
 		p.metrics.providerCall(e.name, reason, time.Since(start))
 		outcome = reason
-		span.SetStatus(codes.Error, reason)
 		if prev != nil && prev.Problem == problem {
 			return prev
 		}
