@@ -33,6 +33,10 @@ var (
 type abVariant struct {
 	Key, What string
 	Args      []string
+	// Cost marks a row that switches something on that the defaults leave
+	// off: its ratio is what that costs, not a piece's saving, and no bar
+	// applies.
+	Cost bool
 }
 
 // abVariants are the pieces a reviewer must read twice, each switched off
@@ -43,6 +47,10 @@ var abVariants = []abVariant{
 	// The whole stock path: what handlerchain.go, route.go and memo.go
 	// together save (the issue-38 row).
 	{Key: "stock-path", What: "the whole stock path: k8s.io/apiserver's DefaultBuildHandlerChain, the proxy subresource served by go-restful's REST connect handler (no proxy route, no inner-request memo)", Args: []string{"--ab-stock-proxy-path"}},
+	// Tracing: the defaults trace nothing (no --tracing-config-file); this
+	// row traces every request, gateway spans included, to a provider that
+	// exports nothing (issue 40: what tracing costs, and that off is free).
+	{Key: "tracing-no-exporter", What: "tracing on (every request sampled: the server span, the fairness, lease, dial and client spans) to a provider that exports nothing", Args: []string{"--ab-tracing-no-exporter"}, Cost: true},
 	{Key: "no-certauth", What: "the certificate cache off: the generic authenticators verify every request's chain", Args: []string{"--authentication-certificate-cache-size=0"}},
 }
 

@@ -19,6 +19,7 @@ func TestABSectionJudgesEachPiece(t *testing.T) {
 		{Variant: abVariant{Key: "baseline"}, Res: res(500 * time.Microsecond)},
 		{Variant: abVariant{Key: "cheap"}, Res: res(510 * time.Microsecond)},
 		{Variant: abVariant{Key: "dear"}, Res: res(600 * time.Microsecond)},
+		{Variant: abVariant{Key: "on", Cost: true}, Res: res(530 * time.Microsecond)},
 	}}}
 	out, err := render("ab", r.AB)
 	if err != nil {
@@ -28,6 +29,7 @@ func TestABSectionJudgesEachPiece(t *testing.T) {
 		"| cheap |", "1.02×", "| dear |", "1.20×",
 		"- cheap (): 1.02× through the hub, below the bar",
 		"- dear (): 1.20× through the hub, at or above the bar.",
+		"- on (): 1.06× through the hub, what switching it on costs over the defaults",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the section lacks %q:\n%s", want, out)

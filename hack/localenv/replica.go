@@ -7,17 +7,18 @@ import (
 	"path/filepath"
 )
 
-// StartAPIServerReplica starts another kube-apiserver of managed cluster c on ip (a
-// loopback address of its own): a second control-plane node of the same
-// cluster, with c's etcd prefix, CA, service-account keys and flags, so
-// the same credentials work on both. Its serving certificate, from c's CA,
+// StartAPIServerReplica starts another kube-apiserver of cluster c (a
+// managed cluster, or the hub) on ip (a loopback address of its own): a
+// second control-plane node of the same cluster, with c's etcd prefix, CA,
+// service-account keys and flags, so the same credentials work on both (a
+// hub replica aggregates the same APIService, so it reaches the gateway). Its serving certificate, from c's CA,
 // covers c's address and ip. Stop it with StopCluster or KillCluster, which
 // stop only it; StartCluster brings it back on its port. Env.Stop stops it
 // with everything else. extra flags are added to c's (an authentication
 // config, say).
 func (e *Env) StartAPIServerReplica(ctx context.Context, c *Cluster, ip string, extra ...string) (*Cluster, error) {
-	if c == e.Hub || c.GatewayUser == nil {
-		return nil, fmt.Errorf("%s is not a managed cluster: replicas are of managed clusters", c.Name)
+	if c != e.Hub && c.GatewayUser == nil {
+		return nil, fmt.Errorf("%s is neither the hub nor a managed cluster of this environment", c.Name)
 	}
 	name := c.Name + "-at-" + ip
 	dir := filepath.Join(e.StateDir, "pki", name)

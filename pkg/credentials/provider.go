@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/singleflight"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/pkg/apis/clientauthentication"
@@ -26,6 +28,8 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/clustergateway/cluster-gateway/pkg/tracing"
 )
 
 // Cluster is what a ClusterGateway gives its provider: the provider's name
@@ -80,7 +84,14 @@ type Providers struct {
 	seq      uint64 // numbers the clusters' expiry files
 	onChange atomic.Pointer[func(gateway string)]
 	unknown  sync.Map // provider name -> *State of a provider not configured
+	tracer   *tracing.Tracer
 }
+
+// Trace has each run of a provider (a fetch: client-go runs the plugin
+// unless its credential is still good) make a span under the request that
+// asked for it, with the gateway, the provider and the outcome; never the
+// credential or the plugin's output. Call it before the first Get.
+func (p *Providers) Trace(t *tracing.Tracer) { p.tracer = t }
 
 // New returns the providers of cfg (nil: none configured).
 func New(cfg *Config) (*Providers, error) {
@@ -269,7 +280,13 @@ func (p *Providers) get(ctx context.Context, e *cluster, r refused) (*State, err
 	if e.auth == nil {
 		return e.state.Load(), nil
 	}
-	ch := e.flight.DoChan(r.key(), func() (interface{}, error) { return p.fetch(e, r), nil })
+	// The run goes on when this caller leaves: its span keeps only the
+	// caller's span context, not its cancellation.
+	sctx := context.Background()
+	if p.tracer != nil {
+		sctx = trace.ContextWithSpanContext(sctx, trace.SpanContextFromContext(ctx))
+	}
+	ch := e.flight.DoChan(r.key(), func() (interface{}, error) { return p.fetch(sctx, e, r), nil })
 	select {
 	case r := <-ch:
 		return r.Val.(*State), nil
@@ -286,7 +303,7 @@ func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { r
 // offers: a round trip through its wrapper, which sets the token (running
 // the plugin if needed) and runs it again on a 401 for the credential
 // refused (its token, or its certificate when it has no token).
-func (p *Providers) fetch(e *cluster, ref refused) *State {
+func (p *Providers) fetch(ctx context.Context, e *cluster, ref refused) *State {
 	e.runMu.Lock() // the expiry read below is of the runs of this fetch
 	defer e.runMu.Unlock()
 	if e.backoff.IsInBackOffSinceUpdate("", p.clock.Now()) {
@@ -294,6 +311,18 @@ func (p *Providers) fetch(e *cluster, ref refused) *State {
 		// the failed one sees it): its State stands until the backoff ends.
 		p.metrics.backedOff(e.name)
 		return e.state.Load()
+	}
+	outcome := "ok"
+	if p.tracer != nil { // its attributes would allocate on every fetch, traced or not
+		_, span := p.tracer.Start(ctx, "cluster-gateway.credential-provider.run", trace.SpanKindInternal,
+			tracing.Cluster.String(e.spec.Gateway), tracing.Provider.String(e.name))
+		defer func() {
+			if outcome != "ok" && outcome != "cached" {
+				span.SetStatus(codes.Error, outcome)
+			}
+			span.SetAttributes(tracing.Outcome.String(outcome))
+			span.End()
+		}()
 	}
 	start := time.Now()
 	var token string
@@ -330,6 +359,7 @@ func (p *Providers) fetch(e *cluster, ref refused) *State {
 		e.backoff.Next("", p.clock.Now())
 		reason, problem := describe(err, e.name, e.timeout)
 		p.metrics.providerCall(e.name, reason, time.Since(start))
+		outcome = reason
 		if prev != nil && prev.Problem == problem {
 			return prev
 		}
@@ -358,6 +388,7 @@ func (p *Providers) fetch(e *cluster, ref refused) *State {
 		e.backoff.Reset("") // a new credential
 	}
 	if same && prev.Expires.Equal(next.Expires) {
+		outcome = "cached"
 		return prev // client-go's cached credential
 	}
 	p.metrics.providerCall(e.name, "ok", time.Since(start))

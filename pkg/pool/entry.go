@@ -10,6 +10,10 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/clustergateway/cluster-gateway/pkg/tracing"
 )
 
 // errRetired is returned by dials on an entry whose connections were closed:
@@ -37,6 +41,10 @@ type entry struct {
 
 	rawDial   dialFunc // direct, tunnel or proxy; wrapped by dialContext
 	tunnelled bool     // rawDial goes through a tunnel (Target.Tunnel)
+	route     string   // rawDial's route, for the dial span: tracing.Route*
+	// traced is the leases' transport with a client span per round trip,
+	// when the pool traces (Options.Tracer); nil otherwise.
+	traced http.RoundTripper
 
 	lastUsed atomic.Int64 // by users; pool clock, see Pool.now
 	// lastActive is when a request or a health probe last ended on the
@@ -77,6 +85,7 @@ func (p *Pool) newEntry(t *Target, fp string) (*entry, error) {
 		tls:       tlsm,
 		rawDial:   raw,
 		tunnelled: t.Tunnel != nil,
+		route:     routeOf(t),
 		drained:   make(chan struct{}),
 		conns:     make(map[*trackedConn]struct{}),
 	}
@@ -86,6 +95,9 @@ func (p *Pool) newEntry(t *Target, fp string) (*entry, error) {
 	e.rt, e.h2, err = newTransport(e.dialTLS, p.opts)
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", t.Cluster, err)
+	}
+	if tr := p.opts.Tracer; tr != nil {
+		e.traced = tr.WrapTransport(spread{e})
 	}
 	e.h2.onNew = func(hostport string) {
 		if a := e.addressOf(hostport); a != nil {
@@ -259,7 +271,15 @@ func (e *entry) dialContext(ctx context.Context, network, addr string) (net.Conn
 	dctx, cancel := context.WithTimeout(ctx, e.pool.opts.DialTimeout)
 	defer cancel()
 	e.note(e.pool.noteDial)
+	var span trace.Span
+	if tr := e.pool.opts.Tracer; tr != nil {
+		dctx, span = tr.Start(dctx, "cluster-gateway.dial", trace.SpanKindInternal,
+			tracing.Cluster.String(e.cluster), tracing.Route.String(e.route), tracing.Address.String(a.hostport))
+	}
 	c, err := e.rawDial(dctx, network, a.hostport)
+	if span != nil {
+		tracing.End(span, err, "dial failed")
+	}
 	if err != nil {
 		e.note(e.pool.noteDialFailure)
 		if ctx.Err() == nil {
@@ -395,4 +415,15 @@ func (e *entry) closeAll() {
 		_ = c.Close()
 	}
 	e.closeIdle()
+}
+
+// routeOf names how an entry of t reaches its cluster (the dial span's route).
+func routeOf(t *Target) string {
+	switch {
+	case t.Tunnel != nil:
+		return tracing.RouteKonnectivity
+	case t.ProxyURL != nil:
+		return tracing.RouteProxy
+	}
+	return tracing.RouteDirect
 }

@@ -25,7 +25,13 @@ func (l *Lease) Created() bool { return l.created }
 // maxDialsPerRequest times (see dialGuard): the transport counts them
 // itself, so the caller's context carries nothing of the pool's. With
 // several addresses it spreads requests over them (spread).
-func (l *Lease) Transport() http.RoundTripper { return spread{l.e} }
+// With tracing on (Options.Tracer), each round trip has a client span.
+func (l *Lease) Transport() http.RoundTripper {
+	if l.e.traced != nil {
+		return l.e.traced
+	}
+	return spread{l.e}
+}
 
 // PickAddress sets u's host to the entry's next address that is up, for a
 // request that dials once and keeps its connection (exec, attach,

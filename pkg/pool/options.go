@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
+	"github.com/clustergateway/cluster-gateway/pkg/tracing"
 )
 
 // Options bound and time the pool. NewOptions has the defaults, AddFlags the
@@ -54,6 +55,11 @@ type Options struct {
 	// form it cannot judge (endpointpolicy's flags and ParseHost). Nil
 	// allows all.
 	Endpoints *endpointpolicy.Policy
+
+	// Tracer gives each round trip to a cluster a client span (its context
+	// goes on in traceparent) and each new connection's dial a span; nil
+	// (no --tracing-config-file) traces nothing.
+	Tracer *tracing.Tracer
 }
 
 // NewOptions returns the defaults.

@@ -19,7 +19,7 @@ func (p *Pool) Probe(t *Target, fn func(http.RoundTripper) error) error {
 			return err
 		}
 		defer e.releaseQuiet()
-		return fn(countedDials{byURL{e}})
+		return fn(p.opts.Tracer.WrapTransport(countedDials{byURL{e}}))
 	}
 	if err := t.validate(); err != nil {
 		return err
@@ -33,7 +33,7 @@ func (p *Pool) Probe(t *Target, fn func(http.RoundTripper) error) error {
 	}
 	e.transient = true
 	defer e.closeAll()
-	return fn(countedDials{byURL{e}})
+	return fn(p.opts.Tracer.WrapTransport(countedDials{byURL{e}}))
 }
 
 // ReportAddress tells the live entry of t's shape, if any, what a probe of

@@ -36,6 +36,7 @@ import (
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
+	"github.com/clustergateway/cluster-gateway/pkg/tracing"
 )
 
 const (
@@ -182,18 +183,45 @@ func BenchmarkProxyGateway(b *testing.B) {
 // what is measured here (requests never read it, only the informer's store).
 func newBenchProxy(b *testing.B, up *benchUpstream) (*Proxy, *pool.Pool) {
 	b.Helper()
+	return newBenchProxyTraced(b, up, nil)
+}
+
+// newBenchProxyTraced is newBenchProxy with tr as the proxy's and the
+// pool's Tracer (nil: tracing off).
+func newBenchProxyTraced(b *testing.B, up *benchUpstream, tr *tracing.Tracer) (*Proxy, *pool.Pool) {
+	b.Helper()
 	o := pool.NewOptions()
+	o.Tracer = tr
 	pl, err := pool.New(*o)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(pl.Close)
 	px, err := New(Options{Store: startStore(b, benchNamespace, benchSecret(benchCluster, up)), Pool: pl,
-		Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()})
+		Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer(), Tracer: tr})
 	if err != nil {
 		b.Fatal(err)
 	}
 	return px, pl
+}
+
+// BenchmarkProxyGatewayTracing is BenchmarkProxyGateway's GET with tracing
+// off and with every request traced to a provider that exports nothing
+// (the gateway's own spans; the generic server's server span is not in
+// this path): the two side by side, for a ratio, never a timed assertion.
+func BenchmarkProxyGatewayTracing(b *testing.B) {
+	up := newBenchUpstream(b)
+	admin := &user.DefaultInfo{Name: "hub-admin", Groups: []string{"system:masters", user.AllAuthenticated}}
+	for _, v := range []struct {
+		name string
+		tr   *tracing.Tracer
+	}{{"off", nil}, {"no-exporter", tracing.New(tracing.NoExporter())}} {
+		px, _ := newBenchProxyTraced(b, up, v.tr)
+		srv := testfrontend.MustStart(b, testfrontend.Handler(px, admin))
+		c := srv.Client()
+		b.Cleanup(c.CloseIdleConnections)
+		b.Run(v.name, func(b *testing.B) { runLoad(b, c, srv.ProxyURL(benchCluster), benchPaths[0].path, nil) })
+	}
 }
 
 // benchSecret is a ClusterGateway as stored on the hub: Direct, X509.

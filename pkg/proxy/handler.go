@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -27,6 +30,7 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/health"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
+	"github.com/clustergateway/cluster-gateway/pkg/tracing"
 )
 
 // codecs encode the Status objects of errors; metav1 types are enough.
@@ -75,6 +79,11 @@ type Options struct {
 	// before the request takes a cluster slot (the generic server's
 	// MaxRequestBodyBytes); 0: none, the body streams with the slot taken.
 	MaxBodyBytes int64
+	// Tracer makes the spans of the fairness wait, the pool lease, an
+	// upgrade's setup and the probe, and gives the hub's server span the
+	// cluster, verb and resource; nil (no --tracing-config-file): none.
+	// The pool's Options.Tracer makes the round trips' client spans.
+	Tracer *tracing.Tracer
 }
 
 func (p *Proxy) upgradeSetupTimeout() time.Duration {
@@ -238,7 +247,14 @@ func (p *Proxy) Serve(w http.ResponseWriter, req *http.Request, name, subpath st
 		}
 		req = read
 	}
+	var attrs []attribute.KeyValue
+	if tr := p.opts.Tracer; tr != nil {
+		attrs = spanAttributes(name, in)
+		trace.SpanFromContext(req.Context()).SetAttributes(attrs...)
+	}
+	_, span := p.opts.Tracer.Start(req.Context(), "cluster-gateway.fairness.wait", trace.SpanKindInternal, attrs...)
 	release, err := p.opts.Limiter.Acquire(req.Context(), name, u.GetName(), limitKind(kind))
+	tracing.End(span, err, "refused or abandoned")
 	if err != nil {
 		if req.Context().Err() == nil { // else nobody is listening
 			writeStatus(w, req, err)
@@ -251,7 +267,12 @@ func (p *Proxy) Serve(w http.ResponseWriter, req *http.Request, name, subpath st
 		return
 	}
 	lease := &x.lease
+	_, span = p.opts.Tracer.Start(req.Context(), "cluster-gateway.pool.lease", trace.SpanKindInternal, attrs...)
 	err = p.acquire(lease, &x.target)
+	if err == nil && p.opts.Tracer != nil { // a variadic call on an interface allocates, even on a no-op span
+		span.SetAttributes(attribute.Bool("cluster_gateway.pool.created", lease.Created()))
+	}
+	tracing.End(span, err, "no transport")
 	if errors.Is(err, endpointpolicy.ErrDenied) {
 		writeStatus(w, req, endpointDenied(name, err))
 		return
@@ -307,10 +328,17 @@ func (p *Proxy) Serve(w http.ResponseWriter, req *http.Request, name, subpath st
 	h.UseRequestLocation = true
 	h.UseLocationHost = true
 	// Upgrades need HTTP/1.1.
-	up := &upstreamUpgrade{base: lease.UpgradeTransport(), id: id}
+	up := &upstreamUpgrade{base: lease.UpgradeTransport(), id: id, tracer: p.opts.Tracer}
 	h.UpgradeTransport = up
 	var stop func()
 	w, out, up.setup, stop = upgradeWatchdog(w, out, p.upgradeSetupTimeout())
+	if tr := p.opts.Tracer; tr != nil {
+		// The client span of the upgrade's request, up to the upgrade
+		// (or its refusal): the stream after it is not traced.
+		var ctx context.Context
+		ctx, up.setup.span = tr.Start(out.Context(), "cluster-gateway.upgrade", trace.SpanKindClient, attrs...)
+		out = out.WithContext(ctx)
+	}
 	defer stop()
 	p.streams.upgradeStarted()
 	defer p.streams.upgradeEnded()
@@ -401,4 +429,17 @@ func (p *Proxy) knownUnreachable(w http.ResponseWriter, name string) error {
 	return statusError(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, fmt.Sprintf(
 		"cluster %q is unreachable (Reachable=False since %s: %s: %s); the gateway probes it and lets requests through again once it answers",
 		name, r.LastTransitionTime.UTC().Format(time.RFC3339), r.Reason, r.Message))
+}
+
+// spanAttributes are the cluster and the inner request's verb and resource
+// (with its subresource), as the managed cluster sees them.
+func spanAttributes(cluster string, in *apirequest.RequestInfo) []attribute.KeyValue {
+	attrs := []attribute.KeyValue{tracing.Cluster.String(cluster)}
+	if in != nil {
+		attrs = append(attrs, tracing.Verb.String(in.Verb))
+		if in.IsResourceRequest {
+			attrs = append(attrs, tracing.Resource.String(strings.Trim(in.Resource+"/"+in.Subresource, "/")))
+		}
+	}
+	return attrs
 }

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
@@ -24,6 +25,7 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/health"
+	"github.com/clustergateway/cluster-gateway/pkg/tracing"
 	"github.com/clustergateway/cluster-gateway/pkg/version"
 )
 
@@ -95,10 +97,13 @@ func (p *Proxy) ProbeCluster(ctx context.Context, name string) health.Outcome {
 		return health.Outcome{Reason: v1alpha1.ReasonGatewayNotReady, Message: err.Error()}
 	}
 	id, _ := p.identityFor(gw, nil) // no caller, no error
+	ctx, span := p.opts.Tracer.Start(ctx, "cluster-gateway.probe", trace.SpanKindInternal, tracing.Cluster.String(name))
+	defer span.End()
 	rss := p.getEach(ctx, gw, id, proberUserAgent, "/readyz", "/version")
 	rs := rss[firstReachable(rss)]
 	r := rs[0]
 	out := health.Outcome{Reason: r.reason, Message: r.message, Latency: r.latency}
+	span.SetAttributes(tracing.Outcome.String(r.reason))
 	if len(rss) > 1 {
 		out.Addresses = addressOutcomes(gw, rss)
 		p.reportAddresses(gw, rss)

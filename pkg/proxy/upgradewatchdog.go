@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 )
 
@@ -53,6 +55,7 @@ type upgradeSetup struct {
 	mu       sync.Mutex
 	conns    []*setupConn
 	finished bool
+	span     trace.Span // the upgrade's client span, when traced: ends with the setup
 }
 
 func (s *upgradeSetup) guard(c net.Conn) net.Conn {
@@ -75,6 +78,10 @@ func (s *upgradeSetup) done() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.finished = true
+	if s.span != nil {
+		s.span.End()
+		s.span = nil
+	}
 	for _, c := range s.conns {
 		c.setUp.Store(true)
 		c.timer.Stop()

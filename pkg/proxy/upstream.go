@@ -15,6 +15,7 @@ import (
 	utilproxy "k8s.io/apimachinery/pkg/util/proxy"
 
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
+	"github.com/clustergateway/cluster-gateway/pkg/tracing"
 )
 
 // upstreamTransport is the last step before the wire for ordinary requests,
@@ -69,6 +70,9 @@ type upstreamUpgrade struct {
 	base  *http.Transport
 	id    identity
 	setup *upgradeSetup // bounds the backend connection until set up
+	// tracer sends the upgrade's span context (in the request's context)
+	// in traceparent; nil: none.
+	tracer *tracing.Tracer
 }
 
 var (
@@ -86,6 +90,7 @@ func (u *upstreamUpgrade) WrapRequest(req *http.Request) (*http.Request, error) 
 	out := ownHeaders(req)
 	u.id.replace(out.Header)
 	upgradeConnectionHeader(out.Header)
+	u.tracer.Inject(req.Context(), out.Header)
 	return out, nil
 }
 

@@ -51,6 +51,7 @@ type Options struct {
 	CertCacheSize             int
 	// A/B switches for make bench (hidden).
 	StockHandlerChain, StockProxyPath bool
+	TracingNoExporter                 bool
 
 	Pool         *pool.Options
 	Konnectivity *konnectivity.Options
@@ -108,6 +109,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	_ = fs.MarkHidden("ab-stock-handler-chain")
 	fs.BoolVar(&o.StockProxyPath, "ab-stock-proxy-path", false, "Measurement only: the generic server's handler chain, and the proxy subresource served by its REST handler (no route, no inner-request memo).")
 	_ = fs.MarkHidden("ab-stock-proxy-path")
+	fs.BoolVar(&o.TracingNoExporter, "ab-tracing-no-exporter", false, "Measurement only: trace every request as --tracing-config-file would, to a tracer that exports nothing.")
+	_ = fs.MarkHidden("ab-tracing-no-exporter")
 	o.Endpoints.AddFlags(fs)
 	o.Pool.AddFlags(fss.FlagSet("pool"))
 	o.Konnectivity.AddFlags(fss.FlagSet("konnectivity"))
@@ -233,6 +236,7 @@ func (o *Options) ServerConfig() (*apiserver.Config, error) {
 		Tracing:               o.Recommended.Traces != nil && o.Recommended.Traces.ConfigFile != "",
 		StockHandlerChain:     o.StockHandlerChain,
 		StockProxyPath:        o.StockProxyPath,
+		TracingNoExporter:     o.TracingNoExporter,
 	}
 	cfg.Extra.Pool.Endpoints = endpoints
 	cfg.Extra.CertCacheSize = o.CertCacheSize
