@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -82,5 +83,27 @@ func TestLoadConfigRefuses(t *testing.T) {
 				t.Errorf("err %v, want one saying %q", err, c.want)
 			}
 		})
+	}
+}
+
+// TestLoadConfigDocsProviderFile: the provider file line docs/install.md
+// tells consumers to add is one the gateway's --credential-providers-file
+// reads as it is (only the command's path is this machine's).
+func TestLoadConfigDocsProviderFile(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "docs", "install.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)<!-- recipe: provider-file -->\n```json\n(.*?)```\n").FindSubmatch(raw)
+	if m == nil {
+		t.Fatal("docs/install.md has no provider-file recipe")
+	}
+	cmd := script(t, t.TempDir(), "kubectl-cgw", "exit 0")
+	c, err := LoadConfig(writeConfig(t, strings.ReplaceAll(string(m[1]), "/usr/local/bin/kubectl-cgw", cmd)), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := c.provider("cluster-gateway"); p == nil || p.Exec.Command != cmd || len(p.Exec.Args) == 0 || p.Exec.Args[0] != "credential" {
+		t.Errorf("providers %+v, want cluster-gateway running %s credential", c.Providers, cmd)
 	}
 }
