@@ -53,7 +53,10 @@ Outside a pod, any file holding a hub ServiceAccount JWT with an exp serves, for
   kubectl create token my-consumer -n my-team --duration 1h > token
 The token is not verified here (the hub does that); one without exp, malformed or expired is
 refused with an error on stderr. Nothing but the ExecCredential is ever printed on stdout.`,
-		Example: `  # users[].user.exec of a kubeconfig whose server is the hub's proxy path for a cluster
+		Example: `  # What client-go gets, with a token written by kubectl create token
+  kubectl cgw credential --token-file token
+
+  # users[].user.exec of a kubeconfig whose server is the hub's proxy path for a cluster
   exec:
     apiVersion: client.authentication.k8s.io/v1
     command: kubectl-cgw
