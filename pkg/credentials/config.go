@@ -30,7 +30,8 @@ type Config struct {
 	Kind       string     `json:"kind"`
 	Providers  []Provider `json:"providers"`
 
-	clusterProfileFormat bool // read from a SIG-Multicluster provider file
+	clusterProfileFormat bool   // read from a SIG-Multicluster provider file
+	raw                  []byte // the file's content, as LoadConfig read it
 }
 
 // Provider is one named exec plugin. Exec has the shape of a kubeconfig
@@ -66,6 +67,7 @@ func LoadConfig(path string, defaultTimeout time.Duration) (*Config, error) {
 	if err := c.validate(defaultTimeout); err != nil {
 		return nil, fmt.Errorf("--credential-providers-file %s: %w", path, err)
 	}
+	c.raw = raw
 	return c, nil
 }
 

@@ -54,7 +54,14 @@ func sameProvider(a, b *Provider) bool {
 // or is not valid keeps the last good configuration: the log says why and
 // the reload metric counts a failure; the same bad content is reported once.
 func (p *Providers) WatchConfig(ctx context.Context, path string, defaultTimeout, interval time.Duration) {
-	last, _ := os.ReadFile(path) // what the gateway started with (validated by then)
+	// What the gateway runs: a change made after the flags were read is a change.
+	var last []byte
+	if cfg := p.cfg.Load(); cfg != nil {
+		last = cfg.raw
+	}
+	if last == nil {
+		last, _ = os.ReadFile(path)
+	}
 	p.metrics.reloadOK.Set(1)
 	reported := "" // the problem last logged, so each is logged once
 	fail := func(key string, err error, msg string) {
@@ -91,6 +98,7 @@ func (p *Providers) WatchConfig(ctx context.Context, path string, defaultTimeout
 			return
 		}
 		last, reported = raw, ""
+		cfg.raw = raw
 		changed := p.Reload(cfg)
 		p.metrics.reloaded(true)
 		klog.InfoS("Reloaded --credential-providers-file", "path", path, "providers", cfg.Names(), "gatewaysChanged", len(changed))
