@@ -54,6 +54,9 @@ type ExtraConfig struct {
 	// CredentialProviders are the exec plugins gateways of credential type
 	// Provider may name (nil: none).
 	CredentialProviders *credentials.Config
+	// CredentialProvidersReload is where that configuration came from and
+	// how often the gateway looks for changes.
+	CredentialProvidersReload credentials.ReloadConfig
 	// AuthorizeProxySubpath also authorizes the inner request of every proxied call.
 	AuthorizeProxySubpath bool
 	// Pool bounds and times the pooled transports (its Endpoints policy included).
@@ -322,6 +325,9 @@ func (c CompletedConfig) New() (*Server, error) {
 		}
 		if s.Tunnel != nil {
 			s.Tunnel.Start(ctx)
+		}
+		if r := c.Extra.CredentialProvidersReload; s.Providers != nil && r.File != "" && r.Interval > 0 {
+			go s.Providers.WatchConfig(ctx, r.File, r.DefaultTimeout, r.Interval)
 		}
 		return nil
 	}); err != nil {

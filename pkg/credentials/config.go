@@ -29,6 +29,9 @@ type Config struct {
 	APIVersion string     `json:"apiVersion"`
 	Kind       string     `json:"kind"`
 	Providers  []Provider `json:"providers"`
+
+	clusterProfileFormat bool   // read from a SIG-Multicluster provider file
+	raw                  []byte // the file's content, as LoadConfig read it
 }
 
 // Provider is one named exec plugin. Exec has the shape of a kubeconfig
@@ -44,23 +47,79 @@ type Provider struct {
 	Exec    clientcmdv1.ExecConfig `json:"exec"`
 
 	timeout time.Duration
+	// KEP-5339 policies, from a SIG-Multicluster provider file only.
+	profileArgsPolicy, profileEnvPolicy string
 }
 
 // LoadConfig reads and validates the providers file; defaultTimeout
-// applies to providers that set none.
+// applies to providers that set none. The file is either a
+// CredentialProviderConfig or, without apiVersion and kind, a
+// SIG-Multicluster provider file (see parseClusterProfileProviders).
 func LoadConfig(path string, defaultTimeout time.Duration) (*Config, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("--credential-providers-file: %w", err)
 	}
-	var c Config
-	if err := yaml.UnmarshalStrict(raw, &c); err != nil {
-		return nil, fmt.Errorf("--credential-providers-file %s: not a %s (check the field names): %w", path, ConfigKind, err)
+	c, err := parseConfig(raw)
+	if err != nil {
+		return nil, fmt.Errorf("--credential-providers-file %s: %w", path, err)
 	}
 	if err := c.validate(defaultTimeout); err != nil {
 		return nil, fmt.Errorf("--credential-providers-file %s: %w", path, err)
 	}
+	c.raw = raw
+	return c, nil
+}
+
+// parseConfig tells the two formats apart by apiVersion and kind: a
+// CredentialProviderConfig has them, a SIG-Multicluster provider file has
+// neither.
+func parseConfig(raw []byte) (*Config, error) {
+	var head struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+	}
+	if err := yaml.Unmarshal(raw, &head); err != nil {
+		return nil, fmt.Errorf("neither a %s nor a SIG-Multicluster provider file: %w", ConfigKind, err)
+	}
+	if head.APIVersion == "" && head.Kind == "" {
+		return parseClusterProfileProviders(raw)
+	}
+	var c Config
+	if err := yaml.UnmarshalStrict(raw, &c); err != nil {
+		return nil, fmt.Errorf("not a %s (check the field names): %w", ConfigKind, err)
+	}
 	return &c, nil
+}
+
+// clusterProfileProviders is the SIG-Multicluster provider file
+// (sigs.k8s.io/cluster-inventory-api pkg/access, read by Argo CD,
+// MultiKueue and multicluster-runtime with --clusterprofile-provider-file),
+// so that one file serves the gateway and its other consumers.
+type clusterProfileProviders struct {
+	Providers []struct {
+		Name       string                 `json:"name"`
+		ExecConfig clientcmdv1.ExecConfig `json:"execConfig"`
+		// KEP-5339's policies for a ClusterProfile's additional-args and
+		// additional-envs extensions (see profilePolicies).
+		ProfileSourcedCLIArgsPolicy string `json:"profileSourcedCLIArgsPolicy,omitempty"`
+		ProfileSourcedEnvVarsPolicy string `json:"profileSourcedEnvVarsPolicy,omitempty"`
+		// Timeout is the gateway's own addition; other readers ignore it.
+		Timeout string `json:"timeout,omitempty"`
+	} `json:"providers"`
+}
+
+func parseClusterProfileProviders(raw []byte) (*Config, error) {
+	var f clusterProfileProviders
+	if err := yaml.UnmarshalStrict(raw, &f); err != nil {
+		return nil, fmt.Errorf("not a SIG-Multicluster provider file ({providers: [{name, execConfig}]}; check the field names) nor, without apiVersion and kind, a %s: %w", ConfigKind, err)
+	}
+	c := &Config{APIVersion: ConfigAPIVersion, Kind: ConfigKind, Providers: make([]Provider, len(f.Providers)), clusterProfileFormat: true}
+	for i, p := range f.Providers {
+		c.Providers[i] = Provider{Name: p.Name, Timeout: p.Timeout, Exec: p.ExecConfig,
+			profileArgsPolicy: p.ProfileSourcedCLIArgsPolicy, profileEnvPolicy: p.ProfileSourcedEnvVarsPolicy}
+	}
+	return c, nil
 }
 
 func (c *Config) validate(defaultTimeout time.Duration) error {
@@ -106,6 +165,19 @@ func (c *Config) validate(defaultTimeout time.Duration) error {
 			fail("exec.command: %v", err)
 		} else if st.IsDir() || st.Mode().Perm()&0o111 == 0 {
 			fail("exec.command %s is not an executable file", e.Command)
+		}
+		switch p.profileArgsPolicy {
+		case "", "Ignore", "Append":
+		default:
+			fail("profileSourcedCLIArgsPolicy must be Append, Ignore or empty, not %q", p.profileArgsPolicy)
+		}
+		switch p.profileEnvPolicy {
+		case "", "Ignore", "AppendIfNotExists":
+		case "Replace":
+			// A ClusterProfile writer may not override what the operator set (PATH, LD_PRELOAD, ...).
+			fail("profileSourcedEnvVarsPolicy Replace would let a ClusterProfile writer override the environment this file sets: the gateway refuses it; use AppendIfNotExists or Ignore")
+		default:
+			fail("profileSourcedEnvVarsPolicy must be AppendIfNotExists, Ignore or empty, not %q", p.profileEnvPolicy)
 		}
 		for _, env := range e.Env {
 			if env.Name == "" || env.Name == execInfoEnv {

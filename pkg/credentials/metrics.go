@@ -14,6 +14,8 @@ type Metrics struct {
 	providerCalls *metrics.CounterVec
 	duration      *metrics.HistogramVec
 	backoff       *metrics.CounterVec
+	reloads       *metrics.CounterVec
+	reloadOK      *metrics.Gauge
 }
 
 // DefaultMetrics are the process's: credentials are read in one place per
@@ -37,12 +39,22 @@ func newMetrics() *Metrics {
 			Help:           "Provider runs not made because the provider's last run for the gateway failed, or did not replace a credential the cluster refused, less than its backoff ago (1s, doubled by each failure in a row up to 1m): the request or 401 had the latest state instead. Concurrent requests that would share one run count once. By provider.",
 			StabilityLevel: metrics.ALPHA,
 		}, []string{"provider"}),
+		reloads: metrics.NewCounterVec(&metrics.CounterOpts{
+			Namespace: "cluster_gateway", Subsystem: "credential", Name: "providers_file_reloads_total",
+			Help:           "Changes of --credential-providers-file seen, by result: success (reloaded), failure (unreadable or not valid: the last good configuration stays).",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"result"}),
+		reloadOK: metrics.NewGauge(&metrics.GaugeOpts{
+			Namespace: "cluster_gateway", Subsystem: "credential", Name: "providers_file_last_reload_successful",
+			Help:           "1 when the gateway runs the current content of --credential-providers-file, 0 when its last change could not be loaded (the last good configuration is in use).",
+			StabilityLevel: metrics.ALPHA,
+		}),
 	}
 }
 
 // Register adds the metrics to r (the server's registry).
 func (m *Metrics) Register(r metrics.KubeRegistry) {
-	r.MustRegister(m.providerCalls, m.duration, m.backoff)
+	r.MustRegister(m.providerCalls, m.duration, m.backoff, m.reloads, m.reloadOK)
 }
 
 func (m *Metrics) providerCall(provider, result string, d time.Duration) {
@@ -52,4 +64,14 @@ func (m *Metrics) providerCall(provider, result string, d time.Duration) {
 
 func (m *Metrics) backedOff(provider string) {
 	m.backoff.WithLabelValues(provider).Inc()
+}
+
+func (m *Metrics) reloaded(ok bool) {
+	if ok {
+		m.reloads.WithLabelValues("success").Inc()
+		m.reloadOK.Set(1)
+		return
+	}
+	m.reloads.WithLabelValues("failure").Inc()
+	m.reloadOK.Set(0)
 }

@@ -71,8 +71,8 @@ type State struct {
 
 // Providers runs the configured providers for the gateways that name one.
 type Providers struct {
-	cfg  *Config
-	self string // the launcher: this binary
+	cfg  atomic.Pointer[Config] // replaced by Reload
+	self string                 // the launcher: this binary
 	// dir is private to this Providers (0700): the launcher notes there
 	// each gateway's credential's expiry, which client-go does not tell
 	// ("": none could be made).
@@ -105,7 +105,9 @@ func New(cfg *Config) (*Providers, error) {
 		klog.InfoS("Warning: no private directory for credential providers' expiry notes: status.credential.expirationTime will not show an ExecCredential's expirationTimestamp (give the gateway a writable $TMPDIR)", "err", err)
 		dir = ""
 	}
-	return &Providers{cfg: cfg, self: self, dir: dir, metrics: DefaultMetrics, clock: clock.RealClock{}, clusters: map[string]*cluster{}}, nil
+	p := &Providers{self: self, dir: dir, metrics: DefaultMetrics, clock: clock.RealClock{}, clusters: map[string]*cluster{}}
+	p.cfg.Store(cfg)
+	return p, nil
 }
 
 // Close releases every gateway and removes the private directory.
@@ -159,7 +161,7 @@ func (p *Providers) entry(c *Cluster) *cluster {
 	e := &cluster{spec: *c, name: c.Provider, backoff: flowcontrol.NewBackOff(minBackoff, maxBackoff)}
 	e.backoff.Clock = p.clock
 	p.clusters[c.Gateway] = e
-	prov := p.cfg.provider(c.Provider)
+	prov := p.cfg.Load().provider(c.Provider)
 	if prov == nil {
 		st, _ := p.unknown.LoadOrStore(c.Provider, p.unconfigured(c.Provider))
 		e.state.Store(st.(*State))
@@ -211,7 +213,7 @@ func (p *Providers) execConfig(prov *Provider, expiryFile string) *clientcmdapi.
 // anything): nil before its first run, or when c is not what the gateway's
 // provider last ran for (an older version of the gateway, say).
 func (p *Providers) Latest(c *Cluster) *State {
-	if p.cfg.provider(c.Provider) == nil {
+	if p.cfg.Load().provider(c.Provider) == nil {
 		st, _ := p.unknown.LoadOrStore(c.Provider, p.unconfigured(c.Provider))
 		return st.(*State)
 	}
@@ -226,7 +228,7 @@ func (p *Providers) Latest(c *Cluster) *State {
 
 func (p *Providers) unconfigured(name string) *State {
 	return &State{Problem: fmt.Sprintf("names credential provider %q, which this gateway does not configure (its --credential-providers-file has %s): name one of those, or add it there",
-		name, describeNames(p.cfg.Names()))}
+		name, describeNames(p.cfg.Load().Names()))}
 }
 
 // Get is c's credential as client-go's Authenticator has it, running the

@@ -75,7 +75,7 @@ The binary is kubectl-cgw; on PATH, kubectl runs it as "kubectl cgw".`,
 	cmd.SetOut(h.streams.Out)
 	cmd.SetErr(h.streams.ErrOut)
 	h.flags.AddFlags(cmd.PersistentFlags())
-	cmd.AddCommand(newJoinCommand(h), newKubeconfigCommand(h), newListCommand(h))
+	cmd.AddCommand(newJoinCommand(h), newKubeconfigCommand(h), newListCommand(h), newCredentialCommand())
 	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return fmt.Errorf("%w\nSee '%s --help'.", err, c.CommandPath())
 	})

@@ -45,10 +45,12 @@ type Options struct {
 	// (read and checked by Validate into credentialProviders).
 	CredentialProvidersFile   string
 	CredentialProviderTimeout time.Duration
-	credentialProviders       *credentials.Config
-	AuthorizeProxySubpath     bool
-	ShutdownStreamDrain       time.Duration
-	CertCacheSize             int
+	// CredentialProvidersReloadInterval: how often the file is looked at for changes (0: never).
+	CredentialProvidersReloadInterval time.Duration
+	credentialProviders               *credentials.Config
+	AuthorizeProxySubpath             bool
+	ShutdownStreamDrain               time.Duration
+	CertCacheSize                     int
 	// A/B switches for make bench (hidden).
 	StockHandlerChain, StockProxyPath bool
 	TracingNoExporter                 bool
@@ -74,19 +76,20 @@ func NewOptions() *Options {
 	rec.Features.EnablePriorityAndFairness = false
 	rec.SecureServing.BindPort = 8443
 	return &Options{
-		Recommended:         rec,
-		ServerRun:           genericoptions.NewServerRunOptions(),
-		Logs:                logsapi.NewLoggingConfiguration(),
-		SecretNamespace:     "cluster-gateway-system",
-		ShutdownStreamDrain: 20 * time.Second,
-		CertCacheSize:       4096,
-		Pool:                pool.NewOptions(),
-		Konnectivity:        konnectivity.NewOptions(),
-		Endpoints:           endpointpolicy.NewOptions(),
-		Health:              health.NewOptions(),
-		Fairness:            fairness.NewOptions(),
-		Inventory:           inventory.NewOptions(),
-		Publish:             publish.NewOptions(),
+		Recommended:                       rec,
+		ServerRun:                         genericoptions.NewServerRunOptions(),
+		Logs:                              logsapi.NewLoggingConfiguration(),
+		SecretNamespace:                   "cluster-gateway-system",
+		ShutdownStreamDrain:               20 * time.Second,
+		CertCacheSize:                     4096,
+		CredentialProvidersReloadInterval: 10 * time.Second,
+		Pool:                              pool.NewOptions(),
+		Konnectivity:                      konnectivity.NewOptions(),
+		Endpoints:                         endpointpolicy.NewOptions(),
+		Health:                            health.NewOptions(),
+		Fairness:                          fairness.NewOptions(),
+		Inventory:                         inventory.NewOptions(),
+		Publish:                           publish.NewOptions(),
 	}
 }
 
@@ -100,8 +103,9 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs := fss.FlagSet("gateway")
 	fs.StringVar(&o.SecretNamespace, "secret-namespace", o.SecretNamespace, "Hub namespace whose Secrets labelled gateway.clustergateway.io/cluster-gateway=true are the ClusterGateways.")
 	fs.StringSliceVar(&o.SourceNamespaces, "credential-source-namespaces", o.SourceNamespaces, "Hub namespaces whose Secrets ClusterGateways may name as their credential (spec.credential.secretRef), besides --secret-namespace, which is always one. The gateway watches the Secrets of each (it needs get, list and watch on Secrets there); a writer who names one needs get on that Secret.")
-	fs.StringVar(&o.CredentialProvidersFile, "credential-providers-file", o.CredentialProvidersFile, "A CredentialProviderConfig (gateway.clustergateway.io/v1alpha1) naming the exec credential plugins that ClusterGateways of credential type Provider may use: each a name, an exec section as in a kubeconfig (absolute command, args, env, apiVersion) and an optional timeout. A provider runs with only its exec.env as its environment; its output is never logged. See docs/install.md.")
+	fs.StringVar(&o.CredentialProvidersFile, "credential-providers-file", o.CredentialProvidersFile, "A CredentialProviderConfig (gateway.clustergateway.io/v1alpha1) naming the exec credential plugins that ClusterGateways of credential type Provider may use: each a name, an exec section as in a kubeconfig (absolute command, args, env, apiVersion) and an optional timeout. A SIG-Multicluster provider file (providers: [{name, execConfig}], as read with --clusterprofile-provider-file by Argo CD, MultiKueue and multicluster-runtime) is accepted too, so one file serves them all. A provider runs with only its exec.env as its environment; its output is never logged. See docs/install.md.")
 	fs.DurationVar(&o.CredentialProviderTimeout, "credential-provider-timeout", credentials.DefaultTimeout, "How long a credential provider may run before it is killed, unless its entry in --credential-providers-file sets a timeout.")
+	fs.DurationVar(&o.CredentialProvidersReloadInterval, "credential-providers-reload-interval", o.CredentialProvidersReloadInterval, "How often the gateway reads --credential-providers-file for changes; 0 never. A changed file is reloaded without a restart: gateways whose provider changed use the new one from their next request, others and open streams are untouched; a file that is not valid keeps the last good configuration (logged, and counted in cluster_gateway_credential_providers_file_reloads_total{result=\"failure\"}).")
 	fs.BoolVar(&o.AuthorizeProxySubpath, "authorize-proxy-subpath", o.AuthorizeProxySubpath, "Also authorize each proxied request's inner verb, resource, namespace and name (or non-resource path) against the hub for the caller.")
 	fs.DurationVar(&o.ShutdownStreamDrain, "shutdown-stream-drain", o.ShutdownStreamDrain, "On shutdown, after --shutdown-delay-duration, proxied watches end cleanly (clients re-watch elsewhere) and exec, attach and port-forward streams get this long to end before they are cut. terminationGracePeriodSeconds must cover the delay, this drain and --request-timeout.")
 	fs.IntVar(&o.CertCacheSize, "authentication-certificate-cache-size", o.CertCacheSize, "Verified client-certificate chains (the hub's front-proxy certificate, users' own) kept so a connection's certificate is verified once, not per request; 0 verifies every request. An entry ends at its chain's expiry, and a changed CA bundle is used at once.")
@@ -152,6 +156,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Publish.Enabled {
 		errs = append(errs, o.Inventory.ExcludeProvider(o.Publish.ProviderName)...)
+	}
+	if o.CredentialProvidersReloadInterval < 0 {
+		errs = append(errs, fmt.Errorf("--credential-providers-reload-interval must not be negative, not %v", o.CredentialProvidersReloadInterval))
 	}
 	if o.CertCacheSize < 0 {
 		errs = append(errs, fmt.Errorf("--authentication-certificate-cache-size must not be negative, not %d", o.CertCacheSize))
@@ -221,9 +228,11 @@ func (o *Options) ServerConfig() (*apiserver.Config, error) {
 		return nil, err
 	}
 	cfg.Extra = apiserver.ExtraConfig{
-		SecretNamespace:       o.SecretNamespace,
-		SourceNamespaces:      append([]string{o.SecretNamespace}, o.SourceNamespaces...),
-		CredentialProviders:   o.credentialProviders,
+		SecretNamespace:     o.SecretNamespace,
+		SourceNamespaces:    append([]string{o.SecretNamespace}, o.SourceNamespaces...),
+		CredentialProviders: o.credentialProviders,
+		CredentialProvidersReload: credentials.ReloadConfig{File: o.CredentialProvidersFile, DefaultTimeout: o.CredentialProviderTimeout,
+			Interval: o.CredentialProvidersReloadInterval},
 		AuthorizeProxySubpath: o.AuthorizeProxySubpath,
 		Pool:                  *o.Pool,
 		Konnectivity:          *o.Konnectivity,
