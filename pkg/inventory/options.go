@@ -6,12 +6,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spf13/pflag"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 )
 
-// Options switch the inventory sync on and time its leader election.
-// NewOptions has the defaults (off), AddFlags the flags, Validate the rules.
+// Options switch the inventory sync on and time its leader election. They
+// are plain config: the flags that fill them are defined in
+// cmd/apiserver/app/options. NewOptions has the defaults (off), Validate the
+// rules.
 type Options struct {
 	// Sources are the inventories synced: SourceCAPI, SourceClusterProfile.
 	// None: the sync is off.
@@ -30,15 +31,6 @@ type Options struct {
 // NewOptions returns the defaults: the sync off, client-go's usual Lease timing.
 func NewOptions() *Options {
 	return &Options{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}
-}
-
-// AddFlags adds the sync's flags.
-func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringSliceVar(&o.Sources, "inventory-sync", o.Sources, "Inventories to keep ClusterGateways in sync with: capi (Cluster API kubeconfig Secrets) and clusterprofile (multicluster.x-k8s.io ClusterProfiles), read in --secret-namespace and --credential-source-namespaces. One replica syncs at a time (a Lease in --secret-namespace). Empty: off.")
-	fs.StringSliceVar(&o.Providers, "inventory-sync-providers", o.Providers, "Credential providers that a ClusterProfile's status.accessProviders may name for --inventory-sync=clusterprofile; the first one a profile names is used. Default: every provider of --credential-providers-file; set it to allow only some of them (each must be in that file).")
-	fs.DurationVar(&o.LeaseDuration, "inventory-sync-lease-duration", o.LeaseDuration, "How long the syncing replica's Lease lasts unrenewed: another replica takes over this long after the leader died.")
-	fs.DurationVar(&o.RenewDeadline, "inventory-sync-renew-deadline", o.RenewDeadline, "How long the syncing replica tries to renew its Lease before it stops syncing.")
-	fs.DurationVar(&o.RetryPeriod, "inventory-sync-retry-period", o.RetryPeriod, "How often replicas try to take or renew the Lease.")
 }
 
 // Enabled tells whether any inventory is synced.

@@ -102,12 +102,12 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	_ = fs.MarkHidden("ab-stock-handler-chain")
 	fs.BoolVar(&o.StockProxyPath, "ab-stock-proxy-path", false, "Measurement only: the generic server's handler chain, and the proxy subresource served by its REST handler (no route, no inner-request memo).")
 	_ = fs.MarkHidden("ab-stock-proxy-path")
-	o.Endpoints.AddFlags(fs)
-	o.Pool.AddFlags(fss.FlagSet("pool"))
-	o.Konnectivity.AddFlags(fss.FlagSet("konnectivity"))
-	o.Fairness.AddFlags(fss.FlagSet("per-cluster limits"))
-	o.Health.AddFlags(fss.FlagSet("health"))
-	o.Inventory.AddFlags(fss.FlagSet("inventory sync"))
+	addEndpointFlags(o.Endpoints, fs)
+	addPoolFlags(o.Pool, fss.FlagSet("pool"))
+	addKonnectivityFlags(o.Konnectivity, fss.FlagSet("konnectivity"))
+	addFairnessFlags(o.Fairness, fss.FlagSet("per-cluster limits"))
+	addHealthFlags(o.Health, fss.FlagSet("health"))
+	addInventoryFlags(o.Inventory, fss.FlagSet("inventory sync"))
 	return fss
 }
 
