@@ -19,9 +19,9 @@ type Options struct {
 	Sources []string
 	// Providers are the credential providers a ClusterProfile's access
 	// providers may name; a profile naming none of them gets no gateway.
-	// Empty: all the configured ones (CompleteProviders).
+	// Empty: all the configured ones (DefaultProviders).
 	Providers []string
-	// defaulted: Providers are CompleteProviders' default, not the flag's.
+	// defaulted: Providers are DefaultProviders' default, not the flag's.
 	defaulted bool
 	// The Lease: how long a leader holds it unrenewed, how long the leader
 	// keeps trying to renew before it gives up, and how often candidates try.
@@ -39,15 +39,19 @@ func (o *Options) Enabled() bool { return len(o.Sources) > 0 }
 // Syncs tells whether the inventory src is synced.
 func (o *Options) Syncs(src Source) bool { return slices.Contains(o.Sources, string(src)) }
 
-// CompleteProviders has Providers default to configured, the names of the
-// credential providers of --credential-providers-file, and refuses a name
-// given in --inventory-sync-providers that is not among them. Call it
-// before Validate, once the providers file is read.
-func (o *Options) CompleteProviders(configured []string) []error {
+// DefaultProviders has Providers default to configured, the names of the
+// credential providers of --credential-providers-file, when the flag did
+// not name any (or named none but an earlier default). The options'
+// Complete calls it once the providers file is read.
+func (o *Options) DefaultProviders(configured []string) {
 	if o.defaulted || len(o.Providers) == 0 {
 		o.Providers, o.defaulted = slices.Clone(configured), len(configured) > 0
-		return nil
 	}
+}
+
+// ValidateProviders refuses a name given in --inventory-sync-providers that
+// is not among configured, the providers of --credential-providers-file.
+func (o *Options) ValidateProviders(configured []string) []error {
 	var errs []error
 	for _, p := range o.Providers {
 		if !slices.Contains(configured, p) {

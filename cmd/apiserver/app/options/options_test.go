@@ -56,6 +56,9 @@ func TestValidate(t *testing.T) {
 				}
 			}
 		}
+		if err := o.Complete(); err != nil {
+			t.Fatalf("%v: Complete: %v", tc.args, err)
+		}
 		err := o.Validate()
 		if len(tc.want) == 0 {
 			if err != nil {
