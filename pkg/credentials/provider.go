@@ -94,8 +94,11 @@ func New(cfg *Config) (*Providers, error) {
 		klog.InfoS("Warning: no private directory for credential providers' expiry notes: status.credential.expirationTime will not show an ExecCredential's expirationTimestamp (give the gateway a writable $TMPDIR)", "err", err)
 		dir = ""
 	}
-	return &Providers{cfg: cfg, self: self, dir: dir, metrics: DefaultMetrics, clock: clock.RealClock{}, clusters: map[string]*cluster{}}, nil
+	return &Providers{cfg: cfg, self: self, dir: dir, metrics: newMetrics(), clock: clock.RealClock{}, clusters: map[string]*cluster{}}, nil
 }
+
+// Metrics returns the providers' metrics, for the server to Register once.
+func (p *Providers) Metrics() *Metrics { return p.metrics }
 
 // Close releases every gateway and removes the private directory.
 func (p *Providers) Close() error {
