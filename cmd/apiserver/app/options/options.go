@@ -119,11 +119,17 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 }
 
 // Complete loads what the flags name and fills the defaults that depend on
-// other flags: it reads --credential-providers-file (and checks it, since
-// a file that does not parse has nothing to fill in), and
-// --inventory-sync-providers defaults to every provider of that file. Call
+// other flags: a self-signed serving certificate when none is given, the
+// providers of --credential-providers-file (read and checked, since a file
+// that does not parse has nothing to fill in), and
+// --inventory-sync-providers, which defaults to every one of them. Call
 // it once, before Validate; it returns the file's problems, all of them.
 func (o *Options) Complete() error {
+	// Without --tls-cert-file, a self-signed serving certificate (as
+	// k8s.io/sample-apiserver does).
+	if err := o.Recommended.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost", nil, []net.IP{net.ParseIP("127.0.0.1")}); err != nil {
+		return fmt.Errorf("creating self-signed certificates: %w", err)
+	}
 	o.credentialProviders = nil
 	if o.CredentialProvidersFile != "" && o.CredentialProviderTimeout > 0 { // Validate refuses a bad timeout
 		cfg, err := credentials.LoadConfig(o.CredentialProvidersFile, o.CredentialProviderTimeout)
@@ -191,9 +197,6 @@ func (o *Options) Validate() error {
 // ServerConfig turns the completed, valid flags into the server's
 // configuration.
 func (o *Options) ServerConfig() (*apiserver.Config, error) {
-	if err := o.Recommended.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost", nil, []net.IP{net.ParseIP("127.0.0.1")}); err != nil {
-		return nil, fmt.Errorf("creating self-signed certificates: %w", err)
-	}
 	cfg := apiserver.NewConfig()
 	if err := o.ServerRun.ApplyTo(&cfg.Generic.Config); err != nil {
 		return nil, err

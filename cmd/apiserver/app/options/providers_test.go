@@ -24,7 +24,7 @@ providers:
 	if err := os.WriteFile(file, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	o := NewOptions()
+	o := testOptions(t)
 	fs := o.Flags()
 	if err := fs.FlagSet("gateway").Parse([]string{"--credential-providers-file=" + file}); err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ providers:
 		t.Fatal(err)
 	}
 	validate := func(args ...string) (*Options, error) {
-		o := NewOptions()
+		o := testOptions(t)
 		fss := o.Flags()
 		for _, a := range args {
 			name := strings.TrimPrefix(strings.SplitN(a, "=", 2)[0], "--")
@@ -115,7 +115,7 @@ providers:
 	if err := os.WriteFile(file, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	o := NewOptions()
+	o := testOptions(t)
 	o.CredentialProvidersFile = file
 	o.Inventory.Sources = []string{"clusterprofile"}
 	err := o.Validate()
