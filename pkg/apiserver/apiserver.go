@@ -337,6 +337,11 @@ func (c CompletedConfig) New() (*Server, error) {
 	return s, nil
 }
 
+// registerer is how every component of the gateway gives its metrics: a
+// Metrics() whose Register adds them to the server's registry. No
+// package-level metrics: each is its component's, registered once here.
+type registerer interface{ Register(metrics.KubeRegistry) }
+
 // registerMetrics registers every metric of the gateway once, into r.
 func (s *Server) registerMetrics(r metrics.KubeRegistry, px *proxy.Proxy, perCluster clustermetrics.Config) error {
 	if r == nil {
@@ -345,21 +350,22 @@ func (s *Server) registerMetrics(r metrics.KubeRegistry, px *proxy.Proxy, perClu
 			return fmt.Errorf("the generic server's metrics registry is a %T, not a KubeRegistry", legacyregistry.DefaultGatherer)
 		}
 	}
-	r.CustomMustRegister(s.Pool.Collector())
-	s.Store.Metrics().Register(r)
-	credentials.DefaultMetrics.Register(r)
-	if s.CertCache != nil {
-		r.CustomMustRegister(s.CertCache.Collector())
+	all := []registerer{s.Pool.Metrics(), s.Store.Metrics(), px.Metrics(), s.Limiter.Metrics(), s.Prober.Metrics()}
+	if s.Providers != nil {
+		all = append(all, s.Providers.Metrics())
 	}
-	px.Metrics().Register(r)
-	s.Limiter.Metrics().Register(r)
-	s.Prober.Metrics().Register(r)
-	clustermetrics.New(perCluster, clustermetrics.FromStore(s.Store, s.Prober)).Register(r)
+	if s.CertCache != nil {
+		all = append(all, s.CertCache.Metrics())
+	}
+	all = append(all, clustermetrics.New(perCluster, clustermetrics.FromStore(s.Store, s.Prober)))
 	if s.Inventory != nil {
-		s.Inventory.Metrics().Register(r)
+		all = append(all, s.Inventory.Metrics())
 	}
 	if s.Tunnel != nil {
-		s.Tunnel.Metrics().Register(r)
+		all = append(all, s.Tunnel.Metrics())
+	}
+	for _, m := range all {
+		m.Register(r)
 	}
 	return nil
 }

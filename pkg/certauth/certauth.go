@@ -235,14 +235,22 @@ func allowed(subject pkix.Name, names []string) error {
 	return fmt.Errorf("x509: subject with cn=%s is not in the allowed list", subject.CommonName)
 }
 
-// Collector exposes the cache's counters as metrics, read at scrape time.
-func (c *Cache) Collector() metrics.StableCollector {
-	return scraped.Collector("cluster_gateway_authentication_certificate_cache_", []scraped.Metric{
+// Metrics are the cache's counters as metrics, read at scrape time.
+type Metrics struct{ collector metrics.StableCollector }
+
+// Register adds the metrics to r (the server's registry).
+func (m *Metrics) Register(r metrics.KubeRegistry) {
+	r.CustomMustRegister(m.collector)
+}
+
+// Metrics returns the cache's metrics, for the server to Register once.
+func (c *Cache) Metrics() *Metrics {
+	return &Metrics{collector: scraped.Collector("cluster_gateway_authentication_certificate_cache_", []scraped.Metric{
 		{Name: "hits_total", Help: "Client-certificate chains found verified in the cache (no chain verification for the request).", Type: metrics.CounterValue},
 		{Name: "misses_total", Help: "Client-certificate chains not in the cache (or expired, or under a changed CA bundle), verified for the request. A chain is looked up once per CA it is tried against (front proxy, then users' client CA).", Type: metrics.CounterValue},
 		{Name: "entries", Help: "Verified chains held (bounded by --authentication-certificate-cache-size).", Type: metrics.GaugeValue},
 	}, func() []float64 {
 		hits, misses, _, size := c.Stats()
 		return []float64{float64(hits), float64(misses), float64(size)}
-	})
+	})}
 }

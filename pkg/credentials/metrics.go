@@ -18,10 +18,6 @@ type Metrics struct {
 	reloadOK      *metrics.Gauge
 }
 
-// DefaultMetrics are the process's: credentials are read in one place per
-// process, and the server registers them once (Register).
-var DefaultMetrics = newMetrics()
-
 func newMetrics() *Metrics {
 	return &Metrics{
 		providerCalls: metrics.NewCounterVec(&metrics.CounterOpts{

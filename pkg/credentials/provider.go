@@ -105,10 +105,13 @@ func New(cfg *Config) (*Providers, error) {
 		klog.InfoS("Warning: no private directory for credential providers' expiry notes: status.credential.expirationTime will not show an ExecCredential's expirationTimestamp (give the gateway a writable $TMPDIR)", "err", err)
 		dir = ""
 	}
-	p := &Providers{self: self, dir: dir, metrics: DefaultMetrics, clock: clock.RealClock{}, clusters: map[string]*cluster{}}
+	p := &Providers{self: self, dir: dir, metrics: newMetrics(), clock: clock.RealClock{}, clusters: map[string]*cluster{}}
 	p.cfg.Store(cfg)
 	return p, nil
 }
+
+// Metrics returns the providers' metrics, for the server to Register once.
+func (p *Providers) Metrics() *Metrics { return p.metrics }
 
 // Close releases every gateway and removes the private directory.
 func (p *Providers) Close() error {

@@ -17,8 +17,6 @@ import (
 	"net/netip"
 	"strings"
 	"syscall"
-
-	"github.com/spf13/pflag"
 )
 
 // ErrDenied marks a connection the policy refused.
@@ -28,7 +26,8 @@ var ErrDenied = errors.New("refused by the gateway's endpoint policy")
 // (169.254.169.254, fe80::/10), and the IPv6 address of AWS's metadata service.
 var DefaultDeny = []string{"169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128"}
 
-// Options are the policy's flags.
+// Options are the policy's plain config, filled by --endpoint-allow-cidrs
+// and --endpoint-deny-cidrs (defined in cmd/apiserver/app/options).
 type Options struct {
 	AllowCIDRs []string
 	DenyCIDRs  []string
@@ -37,14 +36,6 @@ type Options struct {
 // NewOptions returns the defaults: everything but DefaultDeny is allowed.
 func NewOptions() *Options {
 	return &Options{DenyCIDRs: append([]string(nil), DefaultDeny...)}
-}
-
-// AddFlags adds --endpoint-allow-cidrs and --endpoint-deny-cidrs.
-func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringSliceVar(&o.AllowCIDRs, "endpoint-allow-cidrs", o.AllowCIDRs,
-		"If set, the gateway connects to managed clusters and forward proxies only at addresses in these CIDRs (checked after DNS resolution); --endpoint-deny-cidrs still applies.")
-	fs.StringSliceVar(&o.DenyCIDRs, "endpoint-deny-cidrs", o.DenyCIDRs,
-		"The gateway never connects to managed clusters or forward proxies at addresses in these CIDRs (checked after DNS resolution). Pass an empty value to deny nothing; in production consider adding 127.0.0.0/8,::1/128 and the pod and service CIDRs of the hub.")
 }
 
 // Validate checks the CIDRs.

@@ -6,21 +6,22 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spf13/pflag"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 )
 
-// Options switch the inventory sync on and time its leader election.
-// NewOptions has the defaults (off), AddFlags the flags, Validate the rules.
+// Options switch the inventory sync on and time its leader election. They
+// are plain config: the flags that fill them are defined in
+// cmd/apiserver/app/options. NewOptions has the defaults (off), Validate the
+// rules.
 type Options struct {
 	// Sources are the inventories synced: SourceCAPI, SourceClusterProfile.
 	// None: the sync is off.
 	Sources []string
 	// Providers are the credential providers a ClusterProfile's access
 	// providers may name; a profile naming none of them gets no gateway.
-	// Empty: all the configured ones (CompleteProviders).
+	// Empty: all the configured ones (DefaultProviders).
 	Providers []string
-	// defaulted: Providers are CompleteProviders' default, not the flag's.
+	// defaulted: Providers are DefaultProviders' default, not the flag's.
 	defaulted bool
 	// The Lease: how long a leader holds it unrenewed, how long the leader
 	// keeps trying to renew before it gives up, and how often candidates try.
@@ -32,30 +33,25 @@ func NewOptions() *Options {
 	return &Options{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}
 }
 
-// AddFlags adds the sync's flags.
-func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringSliceVar(&o.Sources, "inventory-sync", o.Sources, "Inventories to keep ClusterGateways in sync with: capi (Cluster API kubeconfig Secrets) and clusterprofile (multicluster.x-k8s.io ClusterProfiles), read in --secret-namespace and --credential-source-namespaces. One replica syncs at a time (a Lease in --secret-namespace). Empty: off.")
-	fs.StringSliceVar(&o.Providers, "inventory-sync-providers", o.Providers, "Credential providers that a ClusterProfile's status.accessProviders may name for --inventory-sync=clusterprofile; the first one a profile names is used. Default: every provider of --credential-providers-file; set it to allow only some of them (each must be in that file).")
-	fs.DurationVar(&o.LeaseDuration, "inventory-sync-lease-duration", o.LeaseDuration, "How long the syncing replica's Lease lasts unrenewed: another replica takes over this long after the leader died.")
-	fs.DurationVar(&o.RenewDeadline, "inventory-sync-renew-deadline", o.RenewDeadline, "How long the syncing replica tries to renew its Lease before it stops syncing.")
-	fs.DurationVar(&o.RetryPeriod, "inventory-sync-retry-period", o.RetryPeriod, "How often replicas try to take or renew the Lease.")
-}
-
 // Enabled tells whether any inventory is synced.
 func (o *Options) Enabled() bool { return len(o.Sources) > 0 }
 
 // Syncs tells whether the inventory src is synced.
 func (o *Options) Syncs(src Source) bool { return slices.Contains(o.Sources, string(src)) }
 
-// CompleteProviders has Providers default to configured, the names of the
-// credential providers of --credential-providers-file, and refuses a name
-// given in --inventory-sync-providers that is not among them. Call it
-// before Validate, once the providers file is read.
-func (o *Options) CompleteProviders(configured []string) []error {
+// DefaultProviders has Providers default to configured, the names of the
+// credential providers of --credential-providers-file, when the flag did
+// not name any (or named none but an earlier default). The options'
+// Complete calls it once the providers file is read.
+func (o *Options) DefaultProviders(configured []string) {
 	if o.defaulted || len(o.Providers) == 0 {
 		o.Providers, o.defaulted = slices.Clone(configured), len(configured) > 0
-		return nil
 	}
+}
+
+// ValidateProviders refuses a name given in --inventory-sync-providers that
+// is not among configured, the providers of --credential-providers-file.
+func (o *Options) ValidateProviders(configured []string) []error {
 	var errs []error
 	for _, p := range o.Providers {
 		if !slices.Contains(configured, p) {
@@ -69,20 +65,24 @@ func (o *Options) CompleteProviders(configured []string) []error {
 	return errs
 }
 
-// ExcludeProvider keeps the provider name, the one the gateway publishes
-// itself under (pkg/publish), out of Providers: the sync never makes a
-// gateway from the gateway's own entry. Dropped from the default (every
-// provider of the file); refused when --inventory-sync-providers names it.
-// Call it after CompleteProviders.
-func (o *Options) ExcludeProvider(name string) []error {
+// ExcludeFromDefault keeps the provider name, the one the gateway
+// publishes itself under (pkg/publish), out of the default Providers (every
+// provider of the file): the sync never makes a gateway from the gateway's
+// own entry. Call it after DefaultProviders; ValidateExcluded refuses the
+// name when --inventory-sync-providers lists it.
+func (o *Options) ExcludeFromDefault(name string) {
+	if o.defaulted {
+		o.Providers = slices.DeleteFunc(o.Providers, func(p string) bool { return p == name })
+	}
+}
+
+// ValidateExcluded refuses Providers that name the provider the gateway
+// publishes itself under.
+func (o *Options) ValidateExcluded(name string) []error {
 	if !slices.Contains(o.Providers, name) {
 		return nil
 	}
-	if !o.defaulted {
-		return []error{fmt.Errorf("--inventory-sync-providers: %q is the name the gateway publishes itself under (--publish-provider-name): a gateway made from that entry would proxy to itself; leave it out", name)}
-	}
-	o.Providers = slices.DeleteFunc(o.Providers, func(p string) bool { return p == name })
-	return nil
+	return []error{fmt.Errorf("--inventory-sync-providers: %q is the name the gateway publishes itself under (--publish-provider-name): a gateway made from that entry would proxy to itself; leave it out", name)}
 }
 
 // Validate refuses unknown inventories, a ClusterProfile sync without

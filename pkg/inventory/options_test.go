@@ -37,15 +37,22 @@ func TestOptionsValidate(t *testing.T) {
 	}
 }
 
+// completeProviders is what the gateway's options do with the providers
+// file's names: default (Complete), then check (Validate).
+func completeProviders(o *Options, configured []string) []error {
+	o.DefaultProviders(configured)
+	return o.ValidateProviders(configured)
+}
+
 // --inventory-sync-providers defaults to every configured provider; given,
 // it may only narrow them.
 func TestCompleteProviders(t *testing.T) {
 	o := NewOptions()
 	o.Sources = []string{"clusterprofile"}
-	if errs := o.CompleteProviders([]string{"eks", "gke"}); len(errs) > 0 || strings.Join(o.Providers, ",") != "eks,gke" {
+	if errs := completeProviders(o, []string{"eks", "gke"}); len(errs) > 0 || strings.Join(o.Providers, ",") != "eks,gke" {
 		t.Errorf("no flag: %v, %v; want every configured provider", o.Providers, errs)
 	}
-	if errs := o.CompleteProviders([]string{"aks"}); len(errs) > 0 || strings.Join(o.Providers, ",") != "aks" {
+	if errs := completeProviders(o, []string{"aks"}); len(errs) > 0 || strings.Join(o.Providers, ",") != "aks" {
 		t.Errorf("completed again for another file: %v, %v; want its providers", o.Providers, errs)
 	}
 	if errs := o.Validate(); len(errs) > 0 {
@@ -54,21 +61,21 @@ func TestCompleteProviders(t *testing.T) {
 
 	o = NewOptions()
 	o.Sources, o.Providers = []string{"clusterprofile"}, []string{"gke"}
-	if errs := o.CompleteProviders([]string{"eks", "gke"}); len(errs) > 0 || strings.Join(o.Providers, ",") != "gke" {
+	if errs := completeProviders(o, []string{"eks", "gke"}); len(errs) > 0 || strings.Join(o.Providers, ",") != "gke" {
 		t.Errorf("--inventory-sync-providers=gke: %v, %v; want gke alone", o.Providers, errs)
 	}
 	o.Providers = []string{"gke", "aks"}
-	err := errors.Join(o.CompleteProviders([]string{"eks", "gke"})...)
+	err := errors.Join(completeProviders(o, []string{"eks", "gke"})...)
 	if err == nil || !strings.Contains(err.Error(), `"aks" is not a provider of --credential-providers-file (which has eks, gke): add it`) || strings.Contains(err.Error(), `"gke"`) {
 		t.Errorf("--inventory-sync-providers=gke,aks: %v, want aks refused and what to do", err)
 	}
-	if err := errors.Join(o.CompleteProviders(nil)...); err == nil || !strings.Contains(err.Error(), "configures none") {
+	if err := errors.Join(completeProviders(o, nil)...); err == nil || !strings.Contains(err.Error(), "configures none") {
 		t.Errorf("no providers file: %v, want the names refused", err)
 	}
 
 	o = NewOptions()
 	o.Sources = []string{"clusterprofile"}
-	o.CompleteProviders(nil)
+	completeProviders(o, nil)
 	if err := errors.Join(o.Validate()...); err == nil || !strings.Contains(err.Error(), "configure them in --credential-providers-file") {
 		t.Errorf("clusterprofile without providers: %v, want it to say where to configure them", err)
 	}
@@ -78,18 +85,16 @@ func TestCompleteProviders(t *testing.T) {
 // refused when named: the sync never makes a gateway from its own entry.
 func TestExcludeProvider(t *testing.T) {
 	o := NewOptions()
-	if errs := o.CompleteProviders([]string{"a", "cluster-gateway"}); len(errs) > 0 {
-		t.Fatal(errs)
-	}
-	if errs := o.ExcludeProvider("cluster-gateway"); len(errs) > 0 || len(o.Providers) != 1 || o.Providers[0] != "a" {
+	o.DefaultProviders([]string{"a", "cluster-gateway"})
+	o.ExcludeFromDefault("cluster-gateway")
+	if errs := o.ValidateExcluded("cluster-gateway"); len(errs) > 0 || len(o.Providers) != 1 || o.Providers[0] != "a" {
 		t.Errorf("defaulted: providers %v, errors %v; want [a]", o.Providers, errs)
 	}
 	o = NewOptions()
 	o.Providers = []string{"cluster-gateway"}
-	if errs := o.CompleteProviders([]string{"a", "cluster-gateway"}); len(errs) > 0 {
-		t.Fatal(errs)
-	}
-	if errs := o.ExcludeProvider("cluster-gateway"); len(errs) != 1 {
-		t.Errorf("named: errors %v, want one", errs)
+	o.DefaultProviders([]string{"a", "cluster-gateway"})
+	o.ExcludeFromDefault("cluster-gateway")
+	if errs := o.ValidateExcluded("cluster-gateway"); len(errs) != 1 || len(o.Providers) != 1 {
+		t.Errorf("named: providers %v, errors %v; want it kept and one error", o.Providers, errs)
 	}
 }

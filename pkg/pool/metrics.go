@@ -4,11 +4,19 @@ import (
 	"k8s.io/component-base/metrics"
 )
 
-// Collector exposes the pool's counters (Stats) as metrics, read at scrape
-// time: each figure is kept once, by the pool. No per-cluster or per-path
-// labels: their cardinality is unbounded.
-func (p *Pool) Collector() metrics.StableCollector {
-	return &collector{p: p, descs: newDescs()}
+// Metrics are the pool's counters (Stats) as metrics, read at scrape time:
+// each figure is kept once, by the pool. No per-cluster or per-path labels:
+// their cardinality is unbounded.
+type Metrics struct{ collector *collector }
+
+// Metrics returns the pool's metrics, for the server to Register once.
+func (p *Pool) Metrics() *Metrics {
+	return &Metrics{collector: &collector{p: p, descs: newDescs()}}
+}
+
+// Register adds the metrics to r (the server's registry).
+func (m *Metrics) Register(r metrics.KubeRegistry) {
+	r.CustomMustRegister(m.collector)
 }
 
 type descs struct {

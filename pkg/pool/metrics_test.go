@@ -13,7 +13,7 @@ func TestMetricsRegistered(t *testing.T) {
 	u := newUpstream(t)
 	p := newTestPool(t, Options{})
 	reg := metrics.NewKubeRegistry()
-	reg.CustomMustRegister(p.Collector())
+	p.Metrics().Register(reg)
 	l := acquire(t, p, u.target(t, "metrics", "client"))
 	mustGet(t, l.Transport(), u.url, "/hello")
 	l.Release()
@@ -75,7 +75,7 @@ func TestAddressFailoversMetric(t *testing.T) {
 	s.srvs[1].Close()
 	p := newTestPool(t, Options{})
 	reg := metrics.NewKubeRegistry()
-	reg.CustomMustRegister(p.Collector())
+	p.Metrics().Register(reg)
 	l := acquire(t, p, s.target(t, "ha"))
 	for range 10 {
 		mustGet(t, l.Transport(), s.urls[0], "/hello")

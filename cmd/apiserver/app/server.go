@@ -43,6 +43,9 @@ one hub namespace, and their proxy subresource, which forwards any request to th
 			}, nil); err != nil {
 				return err
 			}
+			if err := o.Complete(); err != nil {
+				return err
+			}
 			if err := o.Validate(); err != nil {
 				return err
 			}

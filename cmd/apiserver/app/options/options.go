@@ -1,6 +1,10 @@
-// Package options holds the gateway's flags: the generic API server's and
-// each component's own (pool, konnectivity, endpoint policy, per-cluster
-// limits), validated in one pass and turned into the server's configuration.
+// Package options holds every flag of the gateway: the generic API
+// server's and each component's own (pool, konnectivity, endpoint policy,
+// per-cluster limits, health, inventory sync), which fill the plain config
+// types of the pkg/ packages; no pkg/ package defines a flag. As in
+// k8s.io/sample-apiserver: NewOptions, Flags, then Complete (load the files
+// the flags name, default what depends on other flags), Validate (check
+// everything in one pass, change nothing), and ServerConfig.
 package options
 
 import (
@@ -42,7 +46,7 @@ type Options struct {
 	SecretNamespace  string
 	SourceNamespaces []string
 	// CredentialProvidersFile names the exec plugins gateways may use
-	// (read and checked by Validate into credentialProviders).
+	// (read and checked by Complete into credentialProviders).
 	CredentialProvidersFile   string
 	CredentialProviderTimeout time.Duration
 	// CredentialProvidersReloadInterval: how often the file is looked at for changes (0: never).
@@ -76,11 +80,14 @@ func NewOptions() *Options {
 	rec.Features.EnablePriorityAndFairness = false
 	rec.SecureServing.BindPort = 8443
 	return &Options{
-		Recommended:                       rec,
-		ServerRun:                         genericoptions.NewServerRunOptions(),
-		Logs:                              logsapi.NewLoggingConfiguration(),
-		SecretNamespace:                   "cluster-gateway-system",
-		ShutdownStreamDrain:               20 * time.Second,
+		Recommended:         rec,
+		ServerRun:           genericoptions.NewServerRunOptions(),
+		Logs:                logsapi.NewLoggingConfiguration(),
+		SecretNamespace:     "cluster-gateway-system",
+		ShutdownStreamDrain: 20 * time.Second,
+		// The flag's default, set here so that options built without
+		// flags (tests, docgen) hold it too.
+		CredentialProviderTimeout:         credentials.DefaultTimeout,
 		CertCacheSize:                     4096,
 		CredentialProvidersReloadInterval: 10 * time.Second,
 		Pool:                              pool.NewOptions(),
@@ -104,7 +111,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.SecretNamespace, "secret-namespace", o.SecretNamespace, "Hub namespace whose Secrets labelled gateway.clustergateway.io/cluster-gateway=true are the ClusterGateways.")
 	fs.StringSliceVar(&o.SourceNamespaces, "credential-source-namespaces", o.SourceNamespaces, "Hub namespaces whose Secrets ClusterGateways may name as their credential (spec.credential.secretRef), besides --secret-namespace, which is always one. The gateway watches the Secrets of each (it needs get, list and watch on Secrets there); a writer who names one needs get on that Secret.")
 	fs.StringVar(&o.CredentialProvidersFile, "credential-providers-file", o.CredentialProvidersFile, "A CredentialProviderConfig (gateway.clustergateway.io/v1alpha1) naming the exec credential plugins that ClusterGateways of credential type Provider may use: each a name, an exec section as in a kubeconfig (absolute command, args, env, apiVersion) and an optional timeout. A SIG-Multicluster provider file (providers: [{name, execConfig}], as read with --clusterprofile-provider-file by Argo CD, MultiKueue and multicluster-runtime) is accepted too, so one file serves them all. A provider runs with only its exec.env as its environment; its output is never logged. See docs/install.md.")
-	fs.DurationVar(&o.CredentialProviderTimeout, "credential-provider-timeout", credentials.DefaultTimeout, "How long a credential provider may run before it is killed, unless its entry in --credential-providers-file sets a timeout.")
+	fs.DurationVar(&o.CredentialProviderTimeout, "credential-provider-timeout", o.CredentialProviderTimeout, "How long a credential provider may run before it is killed, unless its entry in --credential-providers-file sets a timeout.")
 	fs.DurationVar(&o.CredentialProvidersReloadInterval, "credential-providers-reload-interval", o.CredentialProvidersReloadInterval, "How often the gateway reads --credential-providers-file for changes; 0 never. A changed file is reloaded without a restart: gateways whose provider changed use the new one from their next request, others and open streams are untouched; a file that is not valid keeps the last good configuration (logged, and counted in cluster_gateway_credential_providers_file_reloads_total{result=\"failure\"}).")
 	fs.BoolVar(&o.AuthorizeProxySubpath, "authorize-proxy-subpath", o.AuthorizeProxySubpath, "Also authorize each proxied request's inner verb, resource, namespace and name (or non-resource path) against the hub for the caller.")
 	fs.DurationVar(&o.ShutdownStreamDrain, "shutdown-stream-drain", o.ShutdownStreamDrain, "On shutdown, after --shutdown-delay-duration, proxied watches end cleanly (clients re-watch elsewhere) and exec, attach and port-forward streams get this long to end before they are cut. terminationGracePeriodSeconds must cover the delay, this drain and --request-timeout.")
@@ -115,18 +122,46 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	_ = fs.MarkHidden("ab-stock-proxy-path")
 	fs.BoolVar(&o.TracingNoExporter, "ab-tracing-no-exporter", false, "Measurement only: trace every request as --tracing-config-file would, to a tracer that exports nothing.")
 	_ = fs.MarkHidden("ab-tracing-no-exporter")
-	o.Endpoints.AddFlags(fs)
-	o.Pool.AddFlags(fss.FlagSet("pool"))
-	o.Konnectivity.AddFlags(fss.FlagSet("konnectivity"))
-	o.Fairness.AddFlags(fss.FlagSet("per-cluster limits"))
-	o.Health.AddFlags(fss.FlagSet("health"))
-	o.Inventory.AddFlags(fss.FlagSet("inventory sync"))
+	addEndpointFlags(o.Endpoints, fs)
+	addPoolFlags(o.Pool, fss.FlagSet("pool"))
+	addKonnectivityFlags(o.Konnectivity, fss.FlagSet("konnectivity"))
+	addFairnessFlags(o.Fairness, fss.FlagSet("per-cluster limits"))
+	addHealthFlags(o.Health, fss.FlagSet("health"))
+	addInventoryFlags(o.Inventory, fss.FlagSet("inventory sync"))
 	o.addClusterMetricsFlags(fss.FlagSet("metrics"))
 	addPublishFlags(o.Publish, fss.FlagSet("clusterprofile publisher"))
 	return fss
 }
 
-// Validate checks every flag and reports all problems at once.
+// Complete loads what the flags name and fills the defaults that depend on
+// other flags: a self-signed serving certificate when none is given, the
+// providers of --credential-providers-file (read and checked, since a file
+// that does not parse has nothing to fill in), and
+// --inventory-sync-providers, which defaults to every one of them. Call
+// it once, before Validate; it returns the file's problems, all of them.
+func (o *Options) Complete() error {
+	// Without --tls-cert-file, a self-signed serving certificate (as
+	// k8s.io/sample-apiserver does).
+	if err := o.Recommended.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost", nil, []net.IP{net.ParseIP("127.0.0.1")}); err != nil {
+		return fmt.Errorf("creating self-signed certificates: %w", err)
+	}
+	o.credentialProviders = nil
+	if o.CredentialProvidersFile != "" && o.CredentialProviderTimeout > 0 { // Validate refuses a bad timeout
+		cfg, err := credentials.LoadConfig(o.CredentialProvidersFile, o.CredentialProviderTimeout)
+		if err != nil {
+			return err
+		}
+		o.credentialProviders = cfg
+	}
+	o.Inventory.DefaultProviders(o.credentialProviders.Names())
+	if o.Publish.Enabled {
+		o.Inventory.ExcludeFromDefault(o.Publish.ProviderName)
+	}
+	return nil
+}
+
+// Validate checks every flag, as Complete left them, and reports all
+// problems at once. It changes nothing.
 func (o *Options) Validate() error {
 	var errs []error
 	errs = append(errs, o.Recommended.Validate()...)
@@ -141,21 +176,19 @@ func (o *Options) Validate() error {
 	}
 	if o.CredentialProviderTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--credential-provider-timeout must be positive, not %v", o.CredentialProviderTimeout))
-	} else if o.CredentialProvidersFile != "" {
-		cfg, err := credentials.LoadConfig(o.CredentialProvidersFile, o.CredentialProviderTimeout)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		o.credentialProviders = cfg
-		if cfg != nil {
-			errs = append(errs, o.Inventory.CompleteProviders(cfg.Names())...)
-		}
 	}
-	if o.CredentialProvidersFile == "" {
-		errs = append(errs, o.Inventory.CompleteProviders(nil)...)
+	switch {
+	case o.CredentialProvidersFile != "" && o.credentialProviders == nil:
+		// Complete did not load it (a bad timeout, reported above, or
+		// Complete not called): there are no names to check against.
+		if o.CredentialProviderTimeout > 0 {
+			errs = append(errs, errors.New("--credential-providers-file was not loaded: call Complete before Validate"))
+		}
+	default:
+		errs = append(errs, o.Inventory.ValidateProviders(o.credentialProviders.Names())...)
 	}
 	if o.Publish.Enabled {
-		errs = append(errs, o.Inventory.ExcludeProvider(o.Publish.ProviderName)...)
+		errs = append(errs, o.Inventory.ValidateExcluded(o.Publish.ProviderName)...)
 	}
 	if o.CredentialProvidersReloadInterval < 0 {
 		errs = append(errs, fmt.Errorf("--credential-providers-reload-interval must not be negative, not %v", o.CredentialProvidersReloadInterval))
@@ -192,11 +225,9 @@ func (o *Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-// ServerConfig turns the flags into the server's configuration.
+// ServerConfig turns the completed, valid flags into the server's
+// configuration.
 func (o *Options) ServerConfig() (*apiserver.Config, error) {
-	if err := o.Recommended.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost", nil, []net.IP{net.ParseIP("127.0.0.1")}); err != nil {
-		return nil, fmt.Errorf("creating self-signed certificates: %w", err)
-	}
 	cfg := apiserver.NewConfig()
 	if err := o.ServerRun.ApplyTo(&cfg.Generic.Config); err != nil {
 		return nil, err

@@ -12,6 +12,14 @@ import (
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
 )
 
+// testOptions are the defaults, with the self-signed serving certificate
+// that Complete makes kept in the test's own directory.
+func testOptions(t *testing.T) *Options {
+	o := NewOptions()
+	o.Recommended.SecureServing.ServerCert.CertDirectory = t.TempDir()
+	return o
+}
+
 // Every component's flags are validated in one pass, the same way: each
 // invalid value is named by its flag, and the shared flags (--retire-grace-
 // period, --dial-timeout) mean one thing for the pool and the tunnel.
@@ -46,7 +54,7 @@ func TestValidate(t *testing.T) {
 		{args: []string{"--max-requests-per-cluster=150", "--max-queued-per-cluster=50"},
 			want: []string{"--max-requests-per-cluster + --max-queued-per-cluster (200) must be less than --max-mutating-requests-inflight (200)"}},
 	} {
-		o := NewOptions()
+		o := testOptions(t)
 		fs := o.Flags()
 		for _, f := range fs.FlagSets {
 			for _, a := range tc.args {
@@ -57,6 +65,9 @@ func TestValidate(t *testing.T) {
 					}
 				}
 			}
+		}
+		if err := o.Complete(); err != nil {
+			t.Fatalf("%v: Complete: %v", tc.args, err)
 		}
 		err := o.Validate()
 		if len(tc.want) == 0 {
@@ -116,6 +127,9 @@ func TestOneClientCAProvider(t *testing.T) {
 	a.SkipInClusterLookup = true // no request-header CA: the serving CA is the client CA alone
 	a.RemoteKubeConfigFileOptional = true
 	o.Recommended.Authorization, o.Recommended.CoreAPI = nil, nil
+	if err := o.Complete(); err != nil { // the self-signed serving certificate
+		t.Fatal(err)
+	}
 	cfg, err := o.ServerConfig()
 	if err != nil {
 		t.Fatal(err)

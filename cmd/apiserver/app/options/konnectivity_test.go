@@ -1,4 +1,4 @@
-package konnectivity
+package options
 
 import (
 	"slices"
@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/spf13/pflag"
+
+	"github.com/clustergateway/cluster-gateway/pkg/pool/konnectivity"
 )
 
 // --konnectivity-server-address takes several proxy-servers either way:
@@ -20,9 +22,9 @@ func TestAddressFlagRepeatedOrCommaSeparated(t *testing.T) {
 		{[]string{"--konnectivity-server-address=a.example:8090", "--konnectivity-server-address=b.example:8090,c.example:8090"},
 			[]string{"a.example:8090", "b.example:8090", "c.example:8090"}},
 	} {
-		o := NewOptions()
+		o := konnectivity.NewOptions()
 		fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
-		o.AddFlags(fs)
+		addKonnectivityFlags(o, fs)
 		if err := fs.Parse(tc.args); err != nil {
 			t.Fatalf("%v: %v", tc.args, err)
 		}
@@ -36,9 +38,9 @@ func TestAddressFlagRepeatedOrCommaSeparated(t *testing.T) {
 // refused with a message that says so, instead of later failing to resolve
 // a host named " b".
 func TestAddressWithSpacesRefused(t *testing.T) {
-	o := NewOptions()
+	o := konnectivity.NewOptions()
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
-	o.AddFlags(fs)
+	addKonnectivityFlags(o, fs)
 	if err := fs.Parse([]string{"--konnectivity-server-address=a.example:8090, b.example:8090"}); err != nil {
 		t.Fatal(err)
 	}
