@@ -65,8 +65,8 @@ func FromStore(store *gateways.Store, prober *health.Prober) Source {
 	return storeSource{store: store, prober: prober}
 }
 
-// Collector is the per-cluster series' collector.
-type Collector struct {
+// Metrics is the per-cluster series: a collector read at scrape time.
+type Metrics struct {
 	metrics.BaseStableCollector
 	max int
 	src Source
@@ -76,12 +76,12 @@ type Collector struct {
 
 // New returns the collector of cfg over src, or nil when cfg asks for no
 // per-cluster series.
-func New(cfg Config, src Source) *Collector {
+func New(cfg Config, src Source) *Metrics {
 	if cfg.MaxClusters <= 0 {
 		return nil
 	}
 	cluster := []string{LabelCluster}
-	return &Collector{
+	return &Metrics{
 		max: cfg.MaxClusters, src: src,
 		reachable: metrics.NewDesc("cluster_gateway_cluster_reachable",
 			"1 when the cluster's Reachable condition is True, 0 when False, as this gateway replica's prober sees it; absent while Unknown (not probed yet since the gateway was created or changed, or the gateway not Ready). Only for the first --per-cluster-metrics-max-clusters clusters by name.",
@@ -99,20 +99,20 @@ func New(cfg Config, src Source) *Collector {
 }
 
 // Register adds the collector to r; a nil collector registers nothing.
-func (c *Collector) Register(r metrics.KubeRegistry) {
+func (c *Metrics) Register(r metrics.KubeRegistry) {
 	if c != nil {
 		r.CustomMustRegister(c)
 	}
 }
 
-func (c *Collector) DescribeWithStability(ch chan<- *metrics.Desc) {
+func (c *Metrics) DescribeWithStability(ch chan<- *metrics.Desc) {
 	ch <- c.reachable
 	ch <- c.expiry
 	ch <- c.lastSuccess
 	ch <- c.omitted
 }
 
-func (c *Collector) CollectWithStability(ch chan<- metrics.Metric) {
+func (c *Metrics) CollectWithStability(ch chan<- metrics.Metric) {
 	gws := c.src.Gateways()
 	covered := firstByName(gws, c.max)
 	ch <- metrics.NewLazyConstMetric(c.omitted, metrics.GaugeValue, float64(len(gws)-len(covered)))

@@ -24,7 +24,7 @@ providers:
 		t.Fatal(err)
 	}
 	validate := func(args ...string) (*Options, error) {
-		o := NewOptions()
+		o := testOptions(t)
 		fss := o.Flags()
 		for _, a := range args {
 			name := strings.TrimPrefix(strings.SplitN(a, "=", 2)[0], "--")
@@ -35,6 +35,9 @@ providers:
 					}
 				}
 			}
+		}
+		if err := o.Complete(); err != nil {
+			return o, err
 		}
 		return o, o.Validate()
 	}
