@@ -5,7 +5,7 @@
 // into a ClusterProfile it creates and owns. It runs on the replica that
 // holds the inventory sync's Lease (an inventory.Task), writes only what
 // changed, and trusts nothing a ClusterProfile writer can set: what it owns
-// is in its record Secret (record.go), and the profile a synced gateway
+// is in its record Secrets (record.go), and the profile a synced gateway
 // came from is the one the gateway's owner record names, UID included.
 package publish
 
@@ -41,7 +41,7 @@ type Config struct {
 	Options
 	Store   *gateways.Store
 	Prober  *health.Prober
-	Client  kubernetes.Interface // the record Secret, in the Store's namespace
+	Client  kubernetes.Interface // the record Secrets, in the Store's namespace
 	Dynamic dynamic.Interface
 	// SyncNamespaces are where the inventory sync reads ClusterProfiles
 	// (none when it does not): synced gateways' profiles are there.
