@@ -26,6 +26,28 @@ import (
 
 const publishHub = "https://hub.e2e.example:6443"
 
+// installPublishRBAC applies the shipped publisher RBAC (config/publish)
+// for --publish-namespace=ns, until the test ends.
+func installPublishRBAC(t *testing.T, ns string) {
+	t.Helper()
+	rbac, err := os.ReadFile(filepath.Join(env.ConfigDir, "publish", "rbac.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rbacFile := filepath.Join(t.TempDir(), "publish-rbac.yaml")
+	writeFile(t, rbacFile, strings.ReplaceAll(string(rbac), "namespace: clusterprofiles", "namespace: "+ns))
+	mustKubectl(t, env.Hub.Kubeconfig, "apply", "-f", rbacFile)
+	t.Cleanup(func() { _, _ = env.Kubectl(env.Hub.Kubeconfig, "delete", "-f", rbacFile) })
+}
+
+// hubCAFile is the hub's CA in a file, for --publish-hub-ca-file.
+func hubCAFile(t *testing.T) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "hub-ca.crt")
+	writeFile(t, f, string(env.Hub.CA.CertPEM))
+	return f
+}
+
 // TestClusterProfilePublish runs the gateway with the ClusterProfile sync and
 // the publisher on, with the shipped RBAC only (config/inventory-sync,
 // config/publish and the chart's source-namespace Role). It restarts the
@@ -40,14 +62,7 @@ func TestClusterProfilePublish(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = admin.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
 	installInventoryRBAC(t, ns)
-	rbac, err := os.ReadFile(filepath.Join(env.ConfigDir, "publish", "rbac.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rbacFile := filepath.Join(t.TempDir(), "publish-rbac.yaml")
-	writeFile(t, rbacFile, strings.ReplaceAll(string(rbac), "namespace: clusterprofiles", "namespace: "+ns))
-	mustKubectl(t, env.Hub.Kubeconfig, "apply", "-f", rbacFile)
-	t.Cleanup(func() { _, _ = env.Kubectl(env.Hub.Kubeconfig, "delete", "-f", rbacFile) })
+	installPublishRBAC(t, ns)
 	crd := filepath.Join("testdata", "multicluster.x-k8s.io_clusterprofiles.yaml")
 	mustKubectl(t, env.Hub.Kubeconfig, "apply", "--server-side", "-f", crd)
 	mustKubectl(t, env.Hub.Kubeconfig, "wait", "--for=condition=Established", "--timeout=30s", "crd/clusterprofiles.multicluster.x-k8s.io")
@@ -76,8 +91,7 @@ func TestClusterProfilePublish(t *testing.T) {
 	}
 	profiles := dc.Resource(inventory.ClusterProfileResource).Namespace(ns)
 
-	hubCA := filepath.Join(t.TempDir(), "hub-ca.crt")
-	writeFile(t, hubCA, string(env.Hub.CA.CertPEM))
+	hubCA := hubCAFile(t)
 	providersFile := filepath.Join(t.TempDir(), "providers.yaml")
 	// The file also has a provider of the published name, as a file shared
 	// with consumers would: the sync must still never use that entry.

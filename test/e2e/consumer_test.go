@@ -210,11 +210,15 @@ func listsNamespace(cfg *rest.Config, ns string) error {
 	return nil
 }
 
+// consumerPublishLabel selects the gateways TestConsumer publishes.
+const consumerPublishLabel = "e2e-consumer"
+
 // TestConsumer: fleet tools reach managed-1 through the hub with their own
 // hub ServiceAccount's token, given by `kubectl cgw credential`, each built
 // from a recipe of docs/install.md exactly as shown (placeholders filled):
-// a SIG-Multicluster ClusterProfile consumer written with client-go only,
-// Argo CD's cluster Secret, Flux's kubeconfig Secret. A second hub
+// a SIG-Multicluster ClusterProfile consumer written with client-go only
+// (reading the entry the gateway's publisher wrote, which restarts the
+// gateway, so the test does not run in parallel), Argo CD's cluster Secret, Flux's kubeconfig Secret. A second hub
 // ServiceAccount without RBAC on clustergateways/proxy gets 403; in Caller
 // mode managed-1 sees the consumer's ServiceAccount; kubectl --as through the
 // proxy behaves as on a direct connection; a deleted ServiceAccount loses
@@ -259,6 +263,7 @@ func TestConsumer(t *testing.T) {
 	// Managed-1 in Caller mode; it lets the consumer's ServiceAccount (as
 	// the hub names it) list namespaces.
 	gw := directGateway(c.gateway, 0)
+	gw.Labels = map[string]string{consumerPublishLabel: c.ns} // published (below)
 	gw.Spec.Impersonation.Mode = gatewayv1alpha1.ImpersonationCaller
 	createGateway(t, gw)
 	consumerUser := "system:serviceaccount:" + c.ns + ":" + c.sa
@@ -284,42 +289,60 @@ func TestConsumer(t *testing.T) {
 	mustKubectl(t, env.Managed[0].Kubeconfig, "create", "namespace", marker)
 	t.Cleanup(func() { _, _ = env.Kubectl(env.Managed[0].Kubeconfig, "delete", "namespace", marker, "--wait=false") })
 
-	// The ClusterProfile. Until the publisher (issue 37, i37-publish) lands,
-	// the test writes the gateway's entry itself exactly as the publisher
-	// will: name cluster-gateway, server the hub's proxy path, the hub's CA.
-	// Another provider's entry comes first: the consumer must choose by name.
+	// The ClusterProfile, as the publisher writes it: the gateway restarts
+	// with the publisher on (the shipped RBAC), which creates a profile of
+	// the gateway's name in c.ns with its entry (name cluster-gateway, the
+	// hub's proxy path, the hub's CA). Another provider's entry is then put
+	// first: the consumer must choose by name.
 	crdFile := filepath.Join("testdata", "multicluster.x-k8s.io_clusterprofiles.yaml")
 	mustKubectl(t, env.Hub.Kubeconfig, "apply", "--server-side", "-f", crdFile)
 	t.Cleanup(func() { _, _ = env.Kubectl(env.Hub.Kubeconfig, "delete", "-f", crdFile, "--wait=false") })
 	mustKubectl(t, env.Hub.Kubeconfig, "wait", "--for=condition=Established", "--timeout=30s", "crd/clusterprofiles.multicluster.x-k8s.io")
+	installPublishRBAC(t, c.ns)
+	restartGateway(t, append(slices.Clone(gatewayArgs), "--publish-clusterprofiles", "--publish-namespace="+c.ns,
+		"--publish-gateway-selector="+consumerPublishLabel+"="+c.ns, "--publish-hub-server="+env.Hub.URL, "--publish-hub-ca-file="+hubCAFile(t)))
+	t.Cleanup(func() { restartGateway(t, nil) })
 	dyn, err := dynamic.NewForConfig(hubConfigFrom(t, env.Hub.Kubeconfig))
 	if err != nil {
 		t.Fatal(err)
 	}
 	profiles := dyn.Resource(inventory.ClusterProfileResource).Namespace(c.ns)
-	cp := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ClusterProfile",
-		"metadata": map[string]any{"name": "managed-1", "namespace": c.ns},
-		"spec":     map[string]any{"displayName": "managed-1", "clusterManager": map[string]any{"name": "e2e"}},
-	}}
-	var created *unstructured.Unstructured
-	eventually(t, "creating a ClusterProfile", func() error {
-		created, err = profiles.Create(ctx, cp, metav1.CreateOptions{})
-		return err
+	wantServer := env.Hub.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/" + c.gateway + "/proxy"
+	eventually(t, "the publisher's entry in ClusterProfile "+c.gateway+", behind another provider's", func() error {
+		cp, err := profiles.Get(ctx, c.gateway, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		entries, _, _ := unstructured.NestedSlice(cp.Object, "status", "accessProviders")
+		var ours map[string]any
+		for _, e := range entries {
+			if m, _ := e.(map[string]any); m["name"] == "cluster-gateway" {
+				ours = m
+			}
+		}
+		if ours == nil {
+			return fmt.Errorf("no cluster-gateway entry yet: %v", entries)
+		}
+		server, _, _ := unstructured.NestedString(ours, "cluster", "server")
+		ca, _, _ := unstructured.NestedString(ours, "cluster", "certificate-authority-data")
+		if server != wantServer || ca != base64.StdEncoding.EncodeToString(env.Hub.CA.CertPEM) {
+			t.Fatalf("the publisher's entry is %v, want server %s and the hub's CA", ours, wantServer)
+		}
+		if first, _ := entries[0].(map[string]any); first["name"] == "other-provider" {
+			return nil
+		}
+		entries = append([]any{map[string]any{"name": "other-provider", "cluster": map[string]any{"server": "https://192.0.2.1:6443"}}}, entries...)
+		if err := unstructured.SetNestedSlice(cp.Object, entries, "status", "accessProviders"); err != nil {
+			return err
+		}
+		if _, err := profiles.UpdateStatus(ctx, cp, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+		return errors.New("other-provider's entry just added: read again")
 	})
-	created.Object["status"] = map[string]any{"accessProviders": []any{
-		map[string]any{"name": "other-provider", "cluster": map[string]any{"server": "https://192.0.2.1:6443"}},
-		map[string]any{"name": "cluster-gateway", "cluster": map[string]any{
-			"server":                     env.Hub.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/" + c.gateway + "/proxy",
-			"certificate-authority-data": base64.StdEncoding.EncodeToString(env.Hub.CA.CertPEM),
-		}},
-	}}
-	if _, err := profiles.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 
 	providerFile := c.fill(recipe(t, "provider-file"))
-	consumer, err := consumerConfig(t, dyn, c.ns, "managed-1", providerFile)
+	consumer, err := consumerConfig(t, dyn, c.ns, c.gateway, providerFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +351,7 @@ func TestConsumer(t *testing.T) {
 		eventually(t, "the consumer listing namespaces of managed-1", func() error { return listsNamespace(rest.CopyConfig(consumer), marker) })
 	})
 	t.Run("a ServiceAccount without proxy RBAC gets 403", func(t *testing.T) {
-		other, err := consumerConfig(t, dyn, c.ns, "managed-1", strings.ReplaceAll(providerFile, c.tokenFile, noRBACToken))
+		other, err := consumerConfig(t, dyn, c.ns, c.gateway, strings.ReplaceAll(providerFile, c.tokenFile, noRBACToken))
 		if err != nil {
 			t.Fatal(err)
 		}
