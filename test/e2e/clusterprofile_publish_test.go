@@ -51,7 +51,8 @@ func hubCAFile(t *testing.T) string {
 // TestClusterProfilePublish runs the gateway with the ClusterProfile sync and
 // the publisher on, with the shipped RBAC only (config/inventory-sync,
 // config/publish and the chart's source-namespace Role). It restarts the
-// gateway, so it does not run in parallel.
+// gateway (and stops it once, to delete a gateway unseen), so it does not
+// run in parallel.
 func TestClusterProfilePublish(t *testing.T) {
 	requireGateway(t)
 	ctx := context.Background()
@@ -393,6 +394,42 @@ providers:
 			}
 			return nil
 		})
+	})
+
+	t.Run("a gateway deleted while no replica runs loses its profile at the next start; a gateway named like the old record Secret is published", func(t *testing.T) {
+		// The name of the single record Secret of earlier builds: a
+		// gateway of that name stopped the publisher there.
+		reserved := "cluster-gateway-published-profiles"
+		createGateway(t, published(reserved, 1))
+		gD := uniqueName(t, "pub-d")
+		createGateway(t, published(gD, 1))
+		for _, n := range []string{reserved, gD} {
+			eventually(t, "profile "+n+" published", func() error {
+				p, err := profiles.Get(ctx, n, metav1.GetOptions{})
+				if err == nil && !jsonEqual(entryOf(p, "cluster-gateway"), wantEntry(n)) {
+					return fmt.Errorf("entry %v", entryOf(p, "cluster-gateway"))
+				}
+				return err
+			})
+		}
+		if err := env.StopGateway(); err != nil {
+			t.Fatal(err)
+		}
+		// An admin deletes the gateway's Secret while no replica runs: no
+		// replica sees the deletion.
+		if err := admin.CoreV1().Secrets(secretNamespace).Delete(ctx, gD, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		restartGateway(t, args)
+		eventually(t, "the profile of "+gD+", deleted while no replica ran, withdrawn", func() error {
+			if _, err := profiles.Get(ctx, gD, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("profile %s: %v", gD, err)
+			}
+			return nil
+		})
+		if p, err := profiles.Get(ctx, reserved, metav1.GetOptions{}); err != nil || !jsonEqual(entryOf(p, "cluster-gateway"), wantEntry(reserved)) {
+			t.Errorf("profile %s after the restart: %v, want it kept with its entry", reserved, err)
+		}
 	})
 }
 
