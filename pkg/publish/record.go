@@ -76,6 +76,7 @@ type records struct {
 	loaded  bool
 	byGW    map[string]Record // by gateway name
 	secrets map[string]recordSecret
+	owned   map[string]types.UID // the owned records' profiles by <namespace>/<name>: the sync asks per profile
 }
 
 // load lists the record Secrets. One that cannot be read is skipped with
@@ -122,6 +123,7 @@ func (r *records) load(ctx context.Context) error {
 	}
 	r.mu.Lock()
 	r.byGW, r.secrets, r.loaded = byGW, secrets, true
+	r.reindex()
 	r.mu.Unlock()
 	if len(bad) > 0 {
 		slices.Sort(bad)
@@ -154,12 +156,33 @@ func (r *records) gateways() []string {
 func (r *records) owns(namespace, name string, uid types.UID) bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
+	if r.owned == nil { // records not loaded but made by hand (tests)
+		for _, rec := range r.byGW {
+			if rec.Owned && rec.Namespace == namespace && rec.Name == name && rec.UID == uid {
+				return true
+			}
+		}
+		return false
+	}
+	u, ok := r.owned[namespace+"/"+name]
+	return ok && u == uid
+}
+
+// unindex drops gw's owned record from owned; the caller holds the write lock.
+func (r *records) unindex(gw string) {
+	if old, ok := r.byGW[gw]; ok && old.Owned && r.owned != nil && r.owned[old.Namespace+"/"+old.Name] == old.UID {
+		delete(r.owned, old.Namespace+"/"+old.Name)
+	}
+}
+
+// reindex rebuilds owned from byGW; the caller holds the write lock.
+func (r *records) reindex() {
+	r.owned = map[string]types.UID{}
 	for _, rec := range r.byGW {
-		if rec.Owned && rec.Namespace == namespace && rec.Name == name && rec.UID == uid {
-			return true
+		if rec.Owned {
+			r.owned[rec.Namespace+"/"+rec.Name] = rec.UID
 		}
 	}
-	return false
 }
 
 // set records rec for gw (nil: removes it) in gw's record Secret, with its
@@ -187,6 +210,7 @@ func (r *records) set(ctx context.Context, gw string, rec *Record) error {
 				return fail("deleting", err)
 			}
 		}
+		r.unindex(gw)
 		delete(r.byGW, gw)
 		delete(r.secrets, gw)
 		return nil
@@ -224,7 +248,14 @@ func (r *records) set(ctx context.Context, gw string, rec *Record) error {
 	if r.byGW == nil {
 		r.byGW, r.secrets = map[string]Record{}, map[string]recordSecret{}
 	}
+	if r.owned == nil {
+		r.reindex()
+	}
+	r.unindex(gw)
 	r.byGW[gw], r.secrets[gw] = *rec, recordSecret{name: out.Name, rv: out.ResourceVersion}
+	if rec.Owned {
+		r.owned[rec.Namespace+"/"+rec.Name] = rec.UID
+	}
 	return nil
 }
 

@@ -73,12 +73,17 @@ func TestRecordsAtScale(t *testing.T) {
 	if !reflect.DeepEqual(fresh.byGW, all) {
 		t.Fatalf("reloaded %d records, want the %d written", len(fresh.byGW), len(all))
 	}
-	if rec := all["cluster-00042.region-42.fleet.example.com"]; !fresh.owns(rec.Namespace, rec.Name, rec.UID) {
-		t.Errorf("a reloaded owned record is not owned")
+	for gw, rec := range all {
+		if fresh.owns(rec.Namespace, rec.Name, rec.UID) != rec.Owned || r.owns(rec.Namespace, rec.Name, rec.UID) != rec.Owned {
+			t.Fatalf("record of %s %+v: owned %v (written), %v (reloaded)", gw, rec, r.owns(rec.Namespace, rec.Name, rec.UID), fresh.owns(rec.Namespace, rec.Name, rec.UID))
+		}
 	}
 	gw := "cluster-00042.region-42.fleet.example.com"
 	if err := fresh.set(ctx, gw, nil); err != nil {
 		t.Fatal(err)
+	}
+	if rec := all[gw]; fresh.owns(rec.Namespace, rec.Name, rec.UID) {
+		t.Errorf("a withdrawn record is still owned")
 	}
 	if list, _ := client.CoreV1().Secrets("gw").List(ctx, metav1.ListOptions{}); len(list.Items) != n-1 {
 		t.Errorf("%d record Secrets after withdrawing one, want %d", len(list.Items), n-1)
