@@ -57,8 +57,10 @@ providers:
 	}
 	// The same file with the KEP-5339 policies other consumers read.
 	withPolicies := strings.Replace(sigJSON, `"timeout": "5s",`, `"profileSourcedCLIArgsPolicy": "Append", "profileSourcedEnvVarsPolicy": "AppendIfNotExists",`, 1)
-	if _, err := LoadConfig(writeConfig(t, withPolicies), time.Minute); err != nil {
+	if c, err := LoadConfig(writeConfig(t, withPolicies), time.Minute); err != nil {
 		t.Errorf("with KEP-5339 policies: %v", err)
+	} else if p := c.Providers[0]; p.ProfileSourcedCLIArgsPolicy != ArgsPolicyAppend || p.ProfileSourcedEnvVarsPolicy != EnvPolicyAppendIfNotExists {
+		t.Errorf("the policies read are %q and %q, want Append and AppendIfNotExists", p.ProfileSourcedCLIArgsPolicy, p.ProfileSourcedEnvVarsPolicy)
 	}
 }
 
