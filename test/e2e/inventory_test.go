@@ -233,7 +233,7 @@ providers:
 			t.Errorf("provider env %+v: want the profile's additional-envs, sorted by name", pr.AdditionalEnv)
 		}
 		// The launcher ran it with the file's args and FIXED, and the profile's REGION.
-		eventually(t, "the provider run with the profile's args and environment as the file's policies allow", func() error {
+		eventually(t, "the provider run with the profile's environment as the file's policy allows", func() error {
 			gw, err := rc.Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return err
