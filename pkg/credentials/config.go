@@ -46,10 +46,24 @@ type Provider struct {
 	Timeout string                 `json:"timeout,omitempty"`
 	Exec    clientcmdv1.ExecConfig `json:"exec"`
 
+	// ProfileSourcedCLIArgsPolicy and ProfileSourcedEnvVarsPolicy are
+	// KEP-5339's: whether a gateway's spec.credential.provider.additionalArgs
+	// are appended to Exec.Args (Append) or dropped (Ignore, or empty), and
+	// whether its additionalEnv is added where Exec.Env does not set the
+	// name (AppendIfNotExists) or dropped (Ignore, or empty). Replace, which
+	// would let a ClusterProfile writer override Exec.Env, is refused.
+	ProfileSourcedCLIArgsPolicy string `json:"profileSourcedCLIArgsPolicy,omitempty"`
+	ProfileSourcedEnvVarsPolicy string `json:"profileSourcedEnvVarsPolicy,omitempty"`
+
 	timeout time.Duration
-	// KEP-5339 policies, from a SIG-Multicluster provider file only.
-	profileArgsPolicy, profileEnvPolicy string
 }
+
+// KEP-5339's policy values the gateway applies.
+const (
+	ArgsPolicyAppend           = "Append"
+	EnvPolicyAppendIfNotExists = "AppendIfNotExists"
+	PolicyIgnore               = "Ignore"
+)
 
 // LoadConfig reads and validates the providers file; defaultTimeout
 // applies to providers that set none. The file is either a
@@ -117,7 +131,7 @@ func parseClusterProfileProviders(raw []byte) (*Config, error) {
 	c := &Config{APIVersion: ConfigAPIVersion, Kind: ConfigKind, Providers: make([]Provider, len(f.Providers)), clusterProfileFormat: true}
 	for i, p := range f.Providers {
 		c.Providers[i] = Provider{Name: p.Name, Timeout: p.Timeout, Exec: p.ExecConfig,
-			profileArgsPolicy: p.ProfileSourcedCLIArgsPolicy, profileEnvPolicy: p.ProfileSourcedEnvVarsPolicy}
+			ProfileSourcedCLIArgsPolicy: p.ProfileSourcedCLIArgsPolicy, ProfileSourcedEnvVarsPolicy: p.ProfileSourcedEnvVarsPolicy}
 	}
 	return c, nil
 }
@@ -166,18 +180,18 @@ func (c *Config) validate(defaultTimeout time.Duration) error {
 		} else if st.IsDir() || st.Mode().Perm()&0o111 == 0 {
 			fail("exec.command %s is not an executable file", e.Command)
 		}
-		switch p.profileArgsPolicy {
-		case "", "Ignore", "Append":
+		switch p.ProfileSourcedCLIArgsPolicy {
+		case "", PolicyIgnore, ArgsPolicyAppend:
 		default:
-			fail("profileSourcedCLIArgsPolicy must be Append, Ignore or empty, not %q", p.profileArgsPolicy)
+			fail("profileSourcedCLIArgsPolicy must be Append, Ignore or empty, not %q", p.ProfileSourcedCLIArgsPolicy)
 		}
-		switch p.profileEnvPolicy {
-		case "", "Ignore", "AppendIfNotExists":
+		switch p.ProfileSourcedEnvVarsPolicy {
+		case "", PolicyIgnore, EnvPolicyAppendIfNotExists:
 		case "Replace":
 			// A ClusterProfile writer may not override what the operator set (PATH, LD_PRELOAD, ...).
 			fail("profileSourcedEnvVarsPolicy Replace would let a ClusterProfile writer override the environment this file sets: the gateway refuses it; use AppendIfNotExists or Ignore")
 		default:
-			fail("profileSourcedEnvVarsPolicy must be AppendIfNotExists, Ignore or empty, not %q", p.profileEnvPolicy)
+			fail("profileSourcedEnvVarsPolicy must be AppendIfNotExists, Ignore or empty, not %q", p.ProfileSourcedEnvVarsPolicy)
 		}
 		for _, env := range e.Env {
 			if env.Name == "" || env.Name == execInfoEnv {

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -57,8 +58,10 @@ providers:
 	}
 	// The same file with the KEP-5339 policies other consumers read.
 	withPolicies := strings.Replace(sigJSON, `"timeout": "5s",`, `"profileSourcedCLIArgsPolicy": "Append", "profileSourcedEnvVarsPolicy": "AppendIfNotExists",`, 1)
-	if _, err := LoadConfig(writeConfig(t, withPolicies), time.Minute); err != nil {
+	if c, err := LoadConfig(writeConfig(t, withPolicies), time.Minute); err != nil {
 		t.Errorf("with KEP-5339 policies: %v", err)
+	} else if p := c.Providers[0]; p.ProfileSourcedCLIArgsPolicy != ArgsPolicyAppend || p.ProfileSourcedEnvVarsPolicy != EnvPolicyAppendIfNotExists {
+		t.Errorf("the policies read are %q and %q, want Append and AppendIfNotExists", p.ProfileSourcedCLIArgsPolicy, p.ProfileSourcedEnvVarsPolicy)
 	}
 }
 
@@ -105,5 +108,44 @@ func TestLoadConfigDocsProviderFile(t *testing.T) {
 	}
 	if p := c.provider("cluster-gateway"); p == nil || p.Exec.Command != cmd || len(p.Exec.Args) == 0 || p.Exec.Args[0] != "credential" {
 		t.Errorf("providers %+v, want cluster-gateway running %s credential", c.Providers, cmd)
+	}
+}
+
+// TestLoadConfigDocsPolicies: the provider file with KEP-5339's policies
+// that docs/install.md shows loads, with those policies, and a gateway's
+// additional args and environment reach its provider as they say.
+func TestLoadConfigDocsPolicies(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "docs", "install.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)<!-- recipe: provider-file-policies -->\n```json\n(.*?)```\n").FindSubmatch(raw)
+	if m == nil {
+		t.Fatal("docs/install.md has no provider-file-policies recipe")
+	}
+	file := strings.ReplaceAll(string(m[1]), "/usr/local/bin/aws-iam-authenticator", providerBin)
+	file = strings.Replace(file, `"env": [`, `"env": [{"name": "PROVIDER_TOKEN_ECHO", "value": "1"}, `, 1)
+	c, err := LoadConfig(writeConfig(t, file), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.provider("eks")
+	if p == nil || p.ProfileSourcedCLIArgsPolicy != ArgsPolicyAppend || p.ProfileSourcedEnvVarsPolicy != EnvPolicyAppendIfNotExists {
+		t.Fatalf("providers %+v, want eks with Append and AppendIfNotExists", c.Providers)
+	}
+	ps, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := ps.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	r := ranOf(t, ps, &Cluster{Gateway: "gw", Provider: "eks", Server: "https://10.0.0.1",
+		AdditionalArgs: []string{"--cluster-name", "prod"},
+		AdditionalEnv:  []EnvVar{{"AWS_REGION", "eu-west-1"}, {"AWS_CONFIG_FILE", "/tmp/attacker"}}})
+	if !slices.Equal(r.Args, []string{"token", "--cluster-name", "prod"}) || r.Env["AWS_REGION"] != "eu-west-1" || r.Env["AWS_CONFIG_FILE"] != "/etc/aws/config" {
+		t.Errorf("the provider ran with args %q and env %v; want the file's then the gateway's args, AWS_REGION added, AWS_CONFIG_FILE the file's", r.Args, r.Env)
 	}
 }

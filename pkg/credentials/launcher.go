@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/pkg/apis/clientauthentication"
 	"k8s.io/client-go/pkg/apis/clientauthentication/install"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/clustergateway/cluster-gateway/pkg/boundedyaml"
 )
@@ -76,15 +77,16 @@ func RunLauncherIfAsked() {
 
 // launcherArgs are client-go's exec args for provider p: the launcher's
 // own (the ExecCredential's apiVersion, the timeout, the names of the
-// variables to pass, the file where it notes the credential's expiry),
-// then the provider's command and args.
-func launcherArgs(p *Provider, expiryFile string) []string {
-	names := make([]string, len(p.Exec.Env))
-	for i, e := range p.Exec.Env {
+// variables in env to pass, the file where it notes the credential's
+// expiry), then the provider's command, its args and extra.
+func launcherArgs(p *Provider, env []clientcmdapi.ExecEnvVar, extra []string, expiryFile string) []string {
+	names := make([]string, len(env))
+	for i, e := range env {
 		names[i] = e.Name
 	}
 	out := []string{launcherArg, p.Exec.APIVersion, p.timeout.String(), strings.Join(names, ","), expiryFile, "--", p.Exec.Command}
-	return append(out, p.Exec.Args...)
+	out = append(out, p.Exec.Args...)
+	return append(out, extra...)
 }
 
 func runLauncher(args []string, stdout io.Writer) int {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,6 +30,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/tracing"
 )
 
@@ -44,12 +46,21 @@ type Cluster struct {
 	ServerName string
 	Insecure   bool
 	ProxyURL   string
+	// AdditionalArgs and AdditionalEnv are spec.credential.provider's
+	// (KEP-5339's ClusterProfile extensions): the provider gets them only
+	// as its policies in the providers file allow.
+	AdditionalArgs []string
+	AdditionalEnv  []EnvVar
 }
+
+// EnvVar is one variable of a provider's environment.
+type EnvVar struct{ Name, Value string }
 
 func (c *Cluster) equal(o *Cluster) bool {
 	return c.Gateway == o.Gateway && c.Provider == o.Provider && string(c.Config) == string(o.Config) &&
 		c.Server == o.Server && string(c.CAData) == string(o.CAData) && c.ServerName == o.ServerName &&
-		c.Insecure == o.Insecure && c.ProxyURL == o.ProxyURL
+		c.Insecure == o.Insecure && c.ProxyURL == o.ProxyURL &&
+		slices.Equal(c.AdditionalArgs, o.AdditionalArgs) && slices.Equal(c.AdditionalEnv, o.AdditionalEnv)
 }
 
 // State is a provider's latest credential for one gateway. It is
@@ -178,7 +189,7 @@ func (p *Providers) entry(c *Cluster) *cluster {
 		sum := sha256.Sum256([]byte(c.Gateway))
 		e.expiry = filepath.Join(p.dir, fmt.Sprintf("%x-%d", sum[:16], p.seq))
 	}
-	a, err := newOwnedAuthenticator(p.execConfig(prov, e.expiry), &clientauthentication.Cluster{
+	a, err := newOwnedAuthenticator(p.execConfig(prov, c, e.expiry), &clientauthentication.Cluster{
 		Server: c.Server, TLSServerName: c.ServerName, InsecureSkipTLSVerify: c.Insecure,
 		CertificateAuthorityData: c.CAData, ProxyURL: c.ProxyURL, Config: clusterConfig(c.Config),
 	})
@@ -201,13 +212,32 @@ func describeNames(names []string) string {
 	return strings.Join(names, ", ")
 }
 
-func (p *Providers) execConfig(prov *Provider, expiryFile string) *clientcmdapi.ExecConfig {
-	env := make([]clientcmdapi.ExecEnvVar, len(prov.Exec.Env))
-	for i, e := range prov.Exec.Env {
-		env[i] = clientcmdapi.ExecEnvVar{Name: e.Name, Value: e.Value}
+// execConfig runs the launcher for prov and c: the file's args, then c's
+// when the file's profileSourcedCLIArgsPolicy is Append; the file's
+// environment, and c's variables that the file does not set when its
+// profileSourcedEnvVarsPolicy is AppendIfNotExists. Otherwise (Ignore, the
+// default) c's are dropped: the operator decides what a gateway or
+// ClusterProfile writer may add to a command only the operator names.
+func (p *Providers) execConfig(prov *Provider, c *Cluster, expiryFile string) *clientcmdapi.ExecConfig {
+	env := make([]clientcmdapi.ExecEnvVar, 0, len(prov.Exec.Env)+len(c.AdditionalEnv))
+	for _, e := range prov.Exec.Env {
+		env = append(env, clientcmdapi.ExecEnvVar{Name: e.Name, Value: e.Value})
+	}
+	if prov.ProfileSourcedEnvVarsPolicy == EnvPolicyAppendIfNotExists {
+		for _, e := range c.AdditionalEnv {
+			// The API refuses reserved names; checked again here, where they would run.
+			set := slices.ContainsFunc(env, func(f clientcmdapi.ExecEnvVar) bool { return f.Name == e.Name })
+			if !set && !v1alpha1.ReservedEnv(e.Name) {
+				env = append(env, clientcmdapi.ExecEnvVar{Name: e.Name, Value: e.Value})
+			}
+		}
+	}
+	var args []string
+	if prov.ProfileSourcedCLIArgsPolicy == ArgsPolicyAppend {
+		args = c.AdditionalArgs
 	}
 	return &clientcmdapi.ExecConfig{
-		Command: p.self, Args: launcherArgs(prov, expiryFile), Env: env, APIVersion: prov.Exec.APIVersion,
+		Command: p.self, Args: launcherArgs(prov, env, args, expiryFile), Env: env, APIVersion: prov.Exec.APIVersion,
 		ProvideClusterInfo: true, InteractiveMode: clientcmdapi.NeverExecInteractiveMode,
 	}
 }

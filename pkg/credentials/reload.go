@@ -13,7 +13,7 @@ import (
 )
 
 // Reload makes cfg the providers' configuration. Gateways whose provider's
-// definition changed (its exec section or timeout, or it was added or
+// definition changed (its exec section, timeout or KEP-5339 policies, or it was added or
 // removed) lose their Authenticator: their next request runs the new one,
 // and OnChange is told. Every other gateway keeps its Authenticator and
 // credential, and nothing that is open (a stream, a pooled connection) is
@@ -46,7 +46,8 @@ func sameProvider(a, b *Provider) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return a.timeout == b.timeout && reflect.DeepEqual(a.Exec, b.Exec)
+	return a.timeout == b.timeout && reflect.DeepEqual(a.Exec, b.Exec) &&
+		a.ProfileSourcedCLIArgsPolicy == b.ProfileSourcedCLIArgsPolicy && a.ProfileSourcedEnvVarsPolicy == b.ProfileSourcedEnvVarsPolicy
 }
 
 // WatchConfig reads the providers file at path every interval until ctx

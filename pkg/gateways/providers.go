@@ -116,6 +116,10 @@ func (s *Store) providerCluster(g *Gateway) *credentials.Cluster {
 	if cred.Provider.Config != nil {
 		c.Config = cred.Provider.Config.Raw
 	}
+	c.AdditionalArgs = cred.Provider.AdditionalArgs
+	for _, e := range cred.Provider.AdditionalEnv {
+		c.AdditionalEnv = append(c.AdditionalEnv, credentials.EnvVar{Name: e.Name, Value: e.Value})
+	}
 	return c
 }
 

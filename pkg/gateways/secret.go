@@ -41,6 +41,8 @@ const (
 	KeySourceFormat    = "credential-secret-format"   // Kubeconfig | Token | TLS (default: detected)
 	KeyProvider        = "credential-provider"        // a provider of --credential-providers-file
 	KeyProviderConfig  = "credential-provider-config" // JSON: the ExecCredential's spec.cluster.config
+	KeyProviderArgs    = "credential-provider-args"   // JSON list of strings: the provider's additional args
+	KeyProviderEnv     = "credential-provider-env"    // JSON list of {name, value}: its additional environment
 
 	// The gateway's own metadata lives in the Secret's data, never in the
 	// Secret's labels and annotations: controllers act on Secret metadata
@@ -116,6 +118,16 @@ func fromSecret(s *corev1.Secret) (gw *v1alpha1.ClusterGateway, problems []strin
 		gw.Spec.Credential.Provider = &v1alpha1.ProviderReference{Name: string(d[KeyProvider])}
 		if raw := d[KeyProviderConfig]; len(raw) > 0 {
 			gw.Spec.Credential.Provider.Config = &runtime.RawExtension{Raw: raw}
+		}
+		if raw := d[KeyProviderArgs]; len(raw) > 0 {
+			if err := json.Unmarshal(raw, &gw.Spec.Credential.Provider.AdditionalArgs); err != nil {
+				problems = append(problems, fmt.Sprintf("data[%s]: must be a JSON list of strings: %v", KeyProviderArgs, err))
+			}
+		}
+		if raw := d[KeyProviderEnv]; len(raw) > 0 {
+			if err := json.Unmarshal(raw, &gw.Spec.Credential.Provider.AdditionalEnv); err != nil {
+				problems = append(problems, fmt.Sprintf("data[%s]: must be a JSON list of {\"name\", \"value\"}: %v", KeyProviderEnv, err))
+			}
 		}
 	}
 	if len(d[KeyCertificate]) > 0 || len(d[KeyPrivateKey]) > 0 {
@@ -352,7 +364,7 @@ func toSecret(gw *v1alpha1.ClusterGateway, existing *corev1.Secret, namespace st
 		set(KeyPrivateKey, cred.X509.PrivateKey)
 	}
 	set(KeyToken, []byte(cred.BearerToken))
-	for _, k := range []string{KeySourceNamespace, KeySourceName, KeySourceFormat, KeyProvider, KeyProviderConfig} {
+	for _, k := range []string{KeySourceNamespace, KeySourceName, KeySourceFormat, KeyProvider, KeyProviderConfig, KeyProviderArgs, KeyProviderEnv} {
 		delete(s.Data, k)
 	}
 	if ref := cred.SecretRef; ref != nil {
@@ -364,6 +376,20 @@ func toSecret(gw *v1alpha1.ClusterGateway, existing *corev1.Secret, namespace st
 		set(KeyProvider, []byte(ref.Name))
 		if ref.Config != nil {
 			set(KeyProviderConfig, ref.Config.Raw)
+		}
+		if len(ref.AdditionalArgs) > 0 {
+			raw, err := json.Marshal(ref.AdditionalArgs)
+			if err != nil {
+				return nil, err
+			}
+			set(KeyProviderArgs, raw)
+		}
+		if len(ref.AdditionalEnv) > 0 {
+			raw, err := json.Marshal(ref.AdditionalEnv)
+			if err != nil {
+				return nil, err
+			}
+			set(KeyProviderEnv, raw)
 		}
 	}
 	set(KeyImpersonation, []byte(gw.Spec.Impersonation.Mode))

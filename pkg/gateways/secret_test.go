@@ -252,6 +252,11 @@ func TestMalformedSecrets(t *testing.T) {
 		{name: "endpoint with an unescaped password", data: with(KeyEndpoint, []byte("https://u:/p@127.0.0.2")), reason: v1alpha1.ReasonInvalidSecret, want: "user info"},
 		{name: "proxy with an unescaped password", data: with(KeyProxyURL, []byte("http://u:/pw@127.0.0.1:3128")), reason: v1alpha1.ReasonInvalidSecret, want: "percent-encode"},
 		{name: "proxy with a path", data: with(KeyProxyURL, []byte("http://127.0.0.1:3128/x")), reason: v1alpha1.ReasonInvalidSecret, want: "without a path"},
+		// A Secret written past the API carries no more than the API takes.
+		{name: "provider args not a list", data: providerData(KeyProviderArgs, `"--cluster prod"`), reason: v1alpha1.ReasonInvalidSecret, want: KeyProviderArgs},
+		{name: "provider env not a list", data: providerData(KeyProviderEnv, `{"REGION":"eu"}`), reason: v1alpha1.ReasonInvalidSecret, want: KeyProviderEnv},
+		{name: "provider env LD_PRELOAD", data: providerData(KeyProviderEnv, `[{"name":"LD_PRELOAD","value":"/tmp/x.so"}]`), reason: v1alpha1.ReasonInvalidSecret, want: "additionalEnv[0].name"},
+		{name: "provider arg with NUL", data: providerData(KeyProviderArgs, `["a\u0000b"]`), reason: v1alpha1.ReasonInvalidSecret, want: "additionalArgs[0]"},
 		{name: "expired certificate", data: map[string][]byte{
 			KeyEndpoint: []byte("https://127.0.0.2:6443"), KeyCredentialType: []byte(v1alpha1.CredentialX509Certificate),
 			KeyCertificate: expired.certPEM, KeyPrivateKey: expired.keyPEM,
@@ -340,5 +345,36 @@ func TestAdditionalAddressesRoundTrip(t *testing.T) {
 	gw.Spec.Endpoint.AdditionalAddresses = nil
 	if s2 := mustToSecret(t, gw, s); len(s2.Data[KeyMoreEndpoints]) != 0 {
 		t.Fatalf("no additional addresses left data[%s] = %q", KeyMoreEndpoints, s2.Data[KeyMoreEndpoints])
+	}
+}
+
+// providerData is a Provider gateway's Secret data with key set to value.
+func providerData(key, value string) map[string][]byte {
+	return map[string][]byte{
+		KeyEndpoint: []byte("https://127.0.0.2:6443"), KeyInsecure: []byte("true"),
+		KeyCredentialType: []byte(v1alpha1.CredentialProvider), KeyProvider: []byte("eks"), key: []byte(value),
+	}
+}
+
+// A Provider gateway's additional args and environment (KEP-5339's
+// ClusterProfile extensions) are stored and read back as written; without
+// them the Secret has neither key.
+func TestProviderAdditionalArgsAndEnvRoundTrip(t *testing.T) {
+	gw := x509Gateway(validCredential(t))
+	gw.Spec.Credential = v1alpha1.Credential{Type: v1alpha1.CredentialProvider, Provider: &v1alpha1.ProviderReference{Name: "eks",
+		AdditionalArgs: []string{"--cluster", "prod"},
+		AdditionalEnv:  []v1alpha1.ProviderEnvVar{{Name: "REGION", Value: "eu-west-1"}, {Name: "AWS_PROFILE", Value: "fleet"}}}}
+	s := mustToSecret(t, gw, nil)
+	got := Parse(s).Object
+	if !equality.Semantic.DeepEqual(got.Spec.Credential, gw.Spec.Credential) {
+		t.Fatalf("credential after the round trip: %+v, want %+v", got.Spec.Credential.Provider, gw.Spec.Credential.Provider)
+	}
+	gw.Spec.Credential.Provider.AdditionalArgs, gw.Spec.Credential.Provider.AdditionalEnv = nil, nil
+	s = mustToSecret(t, gw, s)
+	if _, ok := s.Data[KeyProviderArgs]; ok {
+		t.Errorf("no args left data[%s] = %q", KeyProviderArgs, s.Data[KeyProviderArgs])
+	}
+	if _, ok := s.Data[KeyProviderEnv]; ok {
+		t.Errorf("no env left data[%s] = %q", KeyProviderEnv, s.Data[KeyProviderEnv])
 	}
 }

@@ -3,6 +3,7 @@ package inventory
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +24,15 @@ var ClusterProfileResource = schema.GroupVersionResource{Group: "multicluster.x-
 // passes to an exec plugin as the ExecCredential's spec.cluster.config
 // (KEP-5339's per-cluster provider configuration).
 const execExtension = "client.authentication.k8s.io/exec"
+
+// KEP-5339's reserved extensions: args appended to the provider's (a list
+// of strings) and variables added to its environment (a map of names to
+// values), each only as the provider file's policy allows. A ClusterProfile
+// writer never names the command: the provider file does.
+const (
+	additionalArgsExtension = "clusterprofiles.multicluster.x-k8s.io/exec/additional-args"
+	additionalEnvsExtension = "clusterprofiles.multicluster.x-k8s.io/exec/additional-envs"
+)
 
 // accessProvider is an entry of a ClusterProfile's status.accessProviders
 // (or the deprecated status.credentialProviders): a provider's name and the
@@ -54,8 +64,24 @@ func profileGateway(p *unstructured.Unstructured, providers []string) (*v1alpha1
 	}
 	ref := &v1alpha1.ProviderReference{Name: ap.Name}
 	for _, ext := range c.Extensions {
-		if ext.Name == execExtension && len(ext.Extension.Raw) > 0 {
+		switch {
+		case len(ext.Extension.Raw) == 0:
+		case ext.Name == execExtension:
 			ref.Config = &runtime.RawExtension{Raw: ext.Extension.Raw}
+		case ext.Name == additionalArgsExtension:
+			// Carried whatever the provider file's policy: the launcher
+			// applies them only as it allows, and the file may change.
+			if err := json.Unmarshal(ext.Extension.Raw, &ref.AdditionalArgs); err != nil {
+				return nil, fmt.Errorf("its access provider %q has a %s extension that is not a list of strings: %v", ap.Name, additionalArgsExtension, err)
+			}
+		case ext.Name == additionalEnvsExtension:
+			var env map[string]string
+			if err := json.Unmarshal(ext.Extension.Raw, &env); err != nil {
+				return nil, fmt.Errorf("its access provider %q has a %s extension that is not a map of names to string values: %v", ap.Name, additionalEnvsExtension, err)
+			}
+			for _, k := range slices.Sorted(maps.Keys(env)) { // stored in one order: no rewrite for a map's
+				ref.AdditionalEnv = append(ref.AdditionalEnv, v1alpha1.ProviderEnvVar{Name: k, Value: env[k]})
+			}
 		}
 	}
 	return synced(SourceClusterProfile, &metav1.ObjectMeta{Namespace: p.GetNamespace(), Name: p.GetName(), UID: p.GetUID()}, v1alpha1.ClusterGatewaySpec{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -291,7 +292,10 @@ func TestSyncCAPI(t *testing.T) {
 // A ClusterProfile naming a configured provider gets a Provider gateway with
 // the provider's cluster as endpoint and its exec extension as config; one
 // naming none, asking for no TLS verification, naming a CA file on the
-// gateway's disk, or with an exec extension over the config bound, gets none.
+// gateway's disk, with an exec extension over the config bound, an
+// additional-args extension that is not a list of strings, or an
+// additional-envs extension naming LD_PRELOAD, gets none. KEP-5339's
+// additional args and environment are carried into the gateway.
 func TestSyncClusterProfile(t *testing.T) {
 	ctx := t.Context()
 	ca := testpki.MustCA(t, "prod-ca").CertPEM
@@ -302,8 +306,18 @@ func TestSyncClusterProfile(t *testing.T) {
 		profile("prod", map[string]any{"name": "other", "cluster": map[string]any{"server": "https://10.0.0.9"}},
 			map[string]any{"name": "eks", "cluster": map[string]any{
 				"server": "https://10.0.0.2:443", "certificate-authority-data": base64.StdEncoding.EncodeToString(ca), "tls-server-name": "api.prod",
-				"extensions": []any{map[string]any{"name": execExtension, "extension": map[string]any{"clusterName": "prod", "region": "eu-west-1"}}},
+				"extensions": []any{map[string]any{"name": execExtension, "extension": map[string]any{"clusterName": "prod", "region": "eu-west-1"}},
+					map[string]any{"name": additionalArgsExtension, "extension": []any{"--cluster", "prod"}},
+					map[string]any{"name": additionalEnvsExtension, "extension": map[string]any{"REGION": "eu-west-1", "AWS_PROFILE": "fleet"}}},
 			}}),
+		profile("badargs", map[string]any{"name": "eks", "cluster": map[string]any{
+			"server": "https://10.0.0.6", "certificate-authority-data": base64.StdEncoding.EncodeToString(ca),
+			"extensions": []any{map[string]any{"name": additionalArgsExtension, "extension": map[string]any{"cluster": "prod"}}},
+		}}),
+		profile("preload", map[string]any{"name": "eks", "cluster": map[string]any{
+			"server": "https://10.0.0.7", "certificate-authority-data": base64.StdEncoding.EncodeToString(ca),
+			"extensions": []any{map[string]any{"name": additionalEnvsExtension, "extension": map[string]any{"LD_PRELOAD": "/tmp/evil.so"}}},
+		}}),
 		profile("unknown", map[string]any{"name": "other", "cluster": map[string]any{"server": "https://10.0.0.9"}}),
 		profile("insecure", map[string]any{"name": "eks", "cluster": map[string]any{"server": "https://10.0.0.3", "insecure-skip-tls-verify": true}}),
 		profile("cafile", map[string]any{"name": "eks", "cluster": map[string]any{"server": "https://10.0.0.4", "certificate-authority": "/etc/ssl/certs/ca-certificates.crt"}}),
@@ -327,19 +341,23 @@ func TestSyncClusterProfile(t *testing.T) {
 		!strings.Contains(string(p.Config.Raw), `"region":"eu-west-1"`) {
 		t.Errorf("credential = %+v, want provider eks with the exec extension as config", gw.Spec.Credential)
 	}
+	if !slices.Equal(p.AdditionalArgs, []string{"--cluster", "prod"}) ||
+		!slices.Equal(p.AdditionalEnv, []v1alpha1.ProviderEnvVar{{Name: "AWS_PROFILE", Value: "fleet"}, {Name: "REGION", Value: "eu-west-1"}}) {
+		t.Errorf("provider args %q, env %+v; want KEP-5339's additional-args and additional-envs (sorted by name)", p.AdditionalArgs, p.AdditionalEnv)
+	}
 	if ep.Address != "https://10.0.0.2:443" || string(ep.CABundle) != string(ca) || ep.ServerName != "api.prod" {
 		t.Errorf("endpoint = %+v, want the eks provider's cluster", ep)
 	}
 	if gw.Labels[LabelSyncedFrom] != "clusterprofile" || gw.Annotations[AnnotationSource] != srcNamespace+"/prod" {
 		t.Errorf("labels %v, annotations %v", gw.Labels, gw.Annotations)
 	}
-	eventually(t, "the insecure, the CA-file and the too-large-config profiles counted as invalid", func() error {
-		if v := metric(t, h.reg, "cluster_gateway_inventory_sync_errors_total", map[string]string{"source": "clusterprofile", "reason": "InvalidSource"}); v < 3 {
+	eventually(t, "the insecure, the CA-file, the too-large-config, the bad-args and the LD_PRELOAD profiles counted as invalid", func() error {
+		if v := metric(t, h.reg, "cluster_gateway_inventory_sync_errors_total", map[string]string{"source": "clusterprofile", "reason": "InvalidSource"}); v < 5 {
 			return fmt.Errorf("errors = %v", v)
 		}
 		return nil
 	})
-	for _, n := range []string{"unknown", "insecure", "cafile", "bigconfig"} {
+	for _, n := range []string{"unknown", "insecure", "cafile", "bigconfig", "badargs", "preload"} {
 		if _, err := h.gateway(GatewayName(srcNamespace, n)); !apierrors.IsNotFound(err) {
 			t.Errorf("gateway for profile %s: %v, want none", n, err)
 		}

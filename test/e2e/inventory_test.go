@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -27,7 +28,8 @@ import (
 // e2eProvider is the credential provider ClusterProfiles name in this test.
 // The gateway configures it as a command that fails (--inventory-sync-providers
 // may name only providers of --credential-providers-file), so its gateways
-// are Ready=False ProviderFailed; the test checks what the sync wrote.
+// are Ready=False ProviderFailed; the test checks what the sync wrote and,
+// by the exit code, what the provider ran with.
 const e2eProvider = "e2e-provider"
 
 // TestInventorySync runs two gateway replicas with the inventory sync on,
@@ -86,11 +88,26 @@ func TestInventorySync(t *testing.T) {
 		cleanupGateway(t, inventory.GatewayName(ns, n))
 	}
 	providersFile := filepath.Join(t.TempDir(), "providers.yaml")
+	// The provider fails, with exit code 7 only when it runs with its own
+	// args, the profile's variable REGION (KEP-5339's additional-envs) and
+	// the file's FIXED (the profile's own FIXED is not let through): its
+	// gateway's Ready message shows which ran. (The ClusterProfile CRD types
+	// an extension as an object: additional-args, a list, cannot be stored
+	// through the hub; unit tests cover it.)
+	providerCmd := filepath.Join(t.TempDir(), "provider")
+	if err := os.WriteFile(providerCmd, []byte(`#!/bin/sh
+[ "$#" = 1 ] && [ "$1" = --own ] && [ "$REGION" = eu-west-1 ] && [ "$FIXED" = file ] && exit 7
+exit 1
+`), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	writeFile(t, providersFile, `apiVersion: gateway.clustergateway.io/v1alpha1
 kind: CredentialProviderConfig
 providers:
 - name: `+e2eProvider+`
-  exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/false}
+  profileSourcedCLIArgsPolicy: Append
+  profileSourcedEnvVarsPolicy: AppendIfNotExists
+  exec: {apiVersion: client.authentication.k8s.io/v1, command: `+providerCmd+`, args: [--own], env: [{name: FIXED, value: file}]}
 `)
 	// The leader gives the Lease up when a renewal (a hub round trip or
 	// two) does not succeed within the renew deadline; the tests below
@@ -198,7 +215,8 @@ providers:
 		created.Object["status"] = map[string]any{"accessProviders": []any{
 			map[string]any{"name": "not-configured", "cluster": map[string]any{"server": "https://127.0.0.250:6443"}},
 			map[string]any{"name": e2eProvider, "cluster": map[string]any{"server": m.URL, "certificate-authority-data": base64.StdEncoding.EncodeToString(m.CA.CertPEM),
-				"extensions": []any{map[string]any{"name": "client.authentication.k8s.io/exec", "extension": map[string]any{"cluster": "p1"}}}}},
+				"extensions": []any{map[string]any{"name": "client.authentication.k8s.io/exec", "extension": map[string]any{"cluster": "p1"}},
+					map[string]any{"name": "clusterprofiles.multicluster.x-k8s.io/exec/additional-envs", "extension": map[string]any{"REGION": "eu-west-1", "FIXED": "profile"}}}}},
 		}}
 		if _, err := profiles.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
@@ -211,6 +229,22 @@ providers:
 			pr.Config == nil || !strings.Contains(string(pr.Config.Raw), `"cluster":"p1"`) {
 			t.Errorf("credential %+v: want provider %s with the exec extension as its config", gw.Spec.Credential, e2eProvider)
 		}
+		if pr != nil && !slices.Equal(pr.AdditionalEnv, []gatewayv1alpha1.ProviderEnvVar{{Name: "FIXED", Value: "profile"}, {Name: "REGION", Value: "eu-west-1"}}) {
+			t.Errorf("provider env %+v: want the profile's additional-envs, sorted by name", pr.AdditionalEnv)
+		}
+		// The launcher ran it with the file's args and FIXED, and the profile's REGION.
+		eventually(t, "the provider run with the profile's environment as the file's policy allows", func() error {
+			gw, err := rc.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			for _, c := range gw.Status.Conditions {
+				if c.Type == gatewayv1alpha1.ConditionReady && strings.Contains(c.Message, "exited with code 7") {
+					return nil
+				}
+			}
+			return fmt.Errorf("conditions %+v, want Ready's message to say exit code 7", gw.Status.Conditions)
+		})
 		if gw.Spec.Endpoint.Address != m.URL || string(gw.Spec.Endpoint.CABundle) != string(m.CA.CertPEM) {
 			t.Errorf("endpoint %s: want the provider's cluster %s with its CA", gw.Spec.Endpoint.Address, m.URL)
 		}

@@ -391,8 +391,11 @@ func movesSource(gw, old *v1alpha1.ClusterGateway) bool {
 			return true
 		}
 	case c.Type == v1alpha1.CredentialProvider && c.Provider != nil:
-		// The config decides what the provider mints, as its name does.
-		if oc.Type != c.Type || oc.Provider == nil || oc.Provider.Name != c.Provider.Name || !sameProviderConfig(c.Provider.Config, oc.Provider.Config) {
+		// The config decides what the provider mints, as its name does;
+		// the additional args and environment too, where the providers
+		// file lets them through (the policy may change: always checked).
+		if oc.Type != c.Type || oc.Provider == nil || oc.Provider.Name != c.Provider.Name || !sameProviderConfig(c.Provider.Config, oc.Provider.Config) ||
+			!slices.Equal(c.Provider.AdditionalArgs, oc.Provider.AdditionalArgs) || !slices.Equal(c.Provider.AdditionalEnv, oc.Provider.AdditionalEnv) {
 			return true
 		}
 	default:

@@ -101,6 +101,25 @@ func TestEveryRouteFieldNeedsTheNamingPermission(t *testing.T) {
 			func(g *v1alpha1.ClusterGateway) {
 				g.Spec.Credential.Provider.Config = config(`{"clusterName":"admin"}`)
 			}},
+		// KEP-5339's additional args and environment: what the provider runs with.
+		{"spec.credential.provider.additionalArgs (added)", sources[1:], nil, func(g *v1alpha1.ClusterGateway) {
+			g.Spec.Credential.Provider.AdditionalArgs = []string{"--role", "admin"}
+		}},
+		{"spec.credential.provider.additionalArgs (one changed)", sources[1:], func(g *v1alpha1.ClusterGateway) {
+			g.Spec.Credential.Provider.AdditionalArgs = []string{"--role", "viewer"}
+		}, func(g *v1alpha1.ClusterGateway) { g.Spec.Credential.Provider.AdditionalArgs[1] = "admin" }},
+		{"spec.credential.provider.additionalArgs (removed)", sources[1:], func(g *v1alpha1.ClusterGateway) {
+			g.Spec.Credential.Provider.AdditionalArgs = []string{"--role", "viewer"}
+		}, func(g *v1alpha1.ClusterGateway) { g.Spec.Credential.Provider.AdditionalArgs = nil }},
+		{"spec.credential.provider.additionalEnv (added)", sources[1:], nil, func(g *v1alpha1.ClusterGateway) {
+			g.Spec.Credential.Provider.AdditionalEnv = []v1alpha1.ProviderEnvVar{{Name: "AWS_PROFILE", Value: "admin"}}
+		}},
+		{"spec.credential.provider.additionalEnv (a value)", sources[1:], func(g *v1alpha1.ClusterGateway) {
+			g.Spec.Credential.Provider.AdditionalEnv = []v1alpha1.ProviderEnvVar{{Name: "AWS_PROFILE", Value: "viewer"}}
+		}, func(g *v1alpha1.ClusterGateway) { g.Spec.Credential.Provider.AdditionalEnv[0].Value = "admin" }},
+		{"spec.credential.provider.additionalEnv (removed)", sources[1:], func(g *v1alpha1.ClusterGateway) {
+			g.Spec.Credential.Provider.AdditionalEnv = []v1alpha1.ProviderEnvVar{{Name: "AWS_PROFILE", Value: "viewer"}}
+		}, func(g *v1alpha1.ClusterGateway) { g.Spec.Credential.Provider.AdditionalEnv = nil }},
 		{"spec.credential.type (to SecretRef)", all[1:], nil, func(g *v1alpha1.ClusterGateway) {
 			g.Spec.Credential = v1alpha1.Credential{Type: v1alpha1.CredentialSecretRef, SecretRef: &v1alpha1.SecretReference{Namespace: writerTestNamespace, Name: "creds"}}
 		}},

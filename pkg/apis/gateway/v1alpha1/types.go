@@ -195,6 +195,34 @@ type ProviderReference struct {
 	// spec.cluster.config (for example the EKS cluster name and region).
 	// +optional
 	Config *runtime.RawExtension `json:"config,omitempty"`
+	// AdditionalArgs are appended to the provider's args when the provider
+	// file's profileSourcedCLIArgsPolicy is Append, and ignored otherwise
+	// (KEP-5339's clusterprofiles.multicluster.x-k8s.io/exec/additional-args,
+	// which the inventory sync copies from a ClusterProfile). At most 32,
+	// each at most 4 KiB, no NUL.
+	// +optional
+	// +listType=atomic
+	AdditionalArgs []string `json:"additionalArgs,omitempty"`
+	// AdditionalEnv is added to the provider's environment when the
+	// provider file's profileSourcedEnvVarsPolicy is AppendIfNotExists (a
+	// variable the file sets keeps the file's value), and ignored otherwise
+	// (KEP-5339's clusterprofiles.multicluster.x-k8s.io/exec/additional-envs).
+	// At most 32 variables; names are letters, digits and underscores, not
+	// starting with a digit, and never PATH, LD_*, DYLD_*,
+	// KUBERNETES_EXEC_INFO or another variable that changes what a loader or
+	// interpreter runs; values at most 4 KiB, no NUL.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	AdditionalEnv []ProviderEnvVar `json:"additionalEnv,omitempty"`
+}
+
+// ProviderEnvVar is one variable of a provider's environment.
+type ProviderEnvVar struct {
+	// Name of the variable.
+	Name string `json:"name"`
+	// Value of the variable.
+	Value string `json:"value"`
 }
 
 // X509Credential's certificate and private key are PEM, must belong

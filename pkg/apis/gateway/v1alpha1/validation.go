@@ -219,7 +219,106 @@ func validateProviderRef(ref *ProviderReference, p *field.Path) field.ErrorList 
 			allErrs = append(allErrs, field.Invalid(p.Child("config"), "<config>", "must be a JSON object: "+err.Error()))
 		}
 	}
+	allErrs = append(allErrs, ValidateAdditionalArgs(ref.AdditionalArgs, p.Child("additionalArgs"))...)
+	allErrs = append(allErrs, ValidateAdditionalEnv(ref.AdditionalEnv, p.Child("additionalEnv"))...)
 	return allErrs
+}
+
+// Bounds of spec.credential.provider.additionalArgs and additionalEnv:
+// what a cluster's provider needs (a cluster name, a region, a role) fits
+// many times over, and a provider's command line and environment stay far
+// below the kernel's limits.
+const (
+	MaxAdditionalArgs     = 32
+	MaxAdditionalEnv      = 32
+	MaxAdditionalArgBytes = 4 << 10 // one argument, or one variable's value
+)
+
+// ValidateAdditionalArgs checks a provider's additional args (KEP-5339's
+// additional-args extension).
+func ValidateAdditionalArgs(args []string, p *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	if len(args) > MaxAdditionalArgs {
+		return field.ErrorList{field.TooMany(p, len(args), MaxAdditionalArgs)}
+	}
+	for i, a := range args {
+		switch {
+		case len(a) > MaxAdditionalArgBytes:
+			allErrs = append(allErrs, field.TooLong(p.Index(i), "<arg>", MaxAdditionalArgBytes))
+		case strings.IndexByte(a, 0) >= 0:
+			// An argument ends at a NUL: the provider would run with another.
+			allErrs = append(allErrs, field.Invalid(p.Index(i), a, "must not contain a NUL byte"))
+		}
+	}
+	return allErrs
+}
+
+// ValidateAdditionalEnv checks a provider's additional environment
+// (KEP-5339's additional-envs extension).
+func ValidateAdditionalEnv(env []ProviderEnvVar, p *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	if len(env) > MaxAdditionalEnv {
+		return field.ErrorList{field.TooMany(p, len(env), MaxAdditionalEnv)}
+	}
+	seen := map[string]bool{}
+	for i, e := range env {
+		at := p.Index(i)
+		switch {
+		case !envName(e.Name):
+			allErrs = append(allErrs, field.Invalid(at.Child("name"), e.Name, "must be letters, digits and underscores, not starting with a digit"))
+		case ReservedEnv(e.Name):
+			allErrs = append(allErrs, field.Forbidden(at.Child("name"), fmt.Sprintf("%s decides what the provider's process loads or runs, or is set by the gateway: only the provider file may set it", e.Name)))
+		case seen[e.Name]:
+			allErrs = append(allErrs, field.Duplicate(at.Child("name"), e.Name))
+		}
+		seen[e.Name] = true
+		switch {
+		case len(e.Value) > MaxAdditionalArgBytes:
+			allErrs = append(allErrs, field.TooLong(at.Child("value"), "<value>", MaxAdditionalArgBytes))
+		case strings.IndexByte(e.Value, 0) >= 0:
+			allErrs = append(allErrs, field.Invalid(at.Child("value"), "<value>", "must not contain a NUL byte"))
+		}
+	}
+	return allErrs
+}
+
+func envName(s string) bool {
+	if s == "" || (s[0] >= '0' && s[0] <= '9') {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !(c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) {
+			return false
+		}
+	}
+	return true
+}
+
+// reservedEnv are variables that only the provider file may set: the one
+// the gateway passes the ExecCredential in, and those that make a dynamic
+// loader, a shell or an interpreter load or run code other than the
+// provider's (a ClusterProfile writer never names a command). reservedEnvPrefixes
+// the same for families of them.
+var (
+	reservedEnv = []string{"KUBERNETES_EXEC_INFO", "PATH", "GCONV_PATH", "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "IFS",
+		"NODE_OPTIONS", "NODE_PATH", "RUBYOPT", "RUBYLIB", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "CLASSPATH", "GODEBUG"}
+	reservedEnvPrefixes = []string{"LD_", "DYLD_", "PYTHON", "PERL5", "PERLLIB", "BASH_FUNC_"}
+)
+
+// ReservedEnv tells whether name is a variable a ClusterGateway or a
+// ClusterProfile may not add to a provider's environment (case-insensitive,
+// as some systems read them).
+func ReservedEnv(name string) bool {
+	u := strings.ToUpper(name)
+	if slices.Contains(reservedEnv, u) {
+		return true
+	}
+	for _, pre := range reservedEnvPrefixes {
+		if strings.HasPrefix(u, pre) {
+			return true
+		}
+	}
+	return false
 }
 
 // ValidateNewMaterial checks credential material that a write carries (not

@@ -82,6 +82,11 @@ func (in Impersonation) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ProviderEnvVar) OpenAPIModelName() string {
+	return "com.github.clustergateway.cluster-gateway.pkg.apis.gateway.v1alpha1.ProviderEnvVar"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ProviderReference) OpenAPIModelName() string {
 	return "com.github.clustergateway.cluster-gateway.pkg.apis.gateway.v1alpha1.ProviderReference"
 }

@@ -43,6 +43,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		CredentialStatus{}.OpenAPIModelName():             schema_pkg_apis_gateway_v1alpha1_CredentialStatus(ref),
 		Endpoint{}.OpenAPIModelName():                     schema_pkg_apis_gateway_v1alpha1_Endpoint(ref),
 		Impersonation{}.OpenAPIModelName():                schema_pkg_apis_gateway_v1alpha1_Impersonation(ref),
+		ProviderEnvVar{}.OpenAPIModelName():               schema_pkg_apis_gateway_v1alpha1_ProviderEnvVar(ref),
 		ProviderReference{}.OpenAPIModelName():            schema_pkg_apis_gateway_v1alpha1_ProviderReference(ref),
 		ReachabilityStatus{}.OpenAPIModelName():           schema_pkg_apis_gateway_v1alpha1_ReachabilityStatus(ref),
 		SecretReference{}.OpenAPIModelName():              schema_pkg_apis_gateway_v1alpha1_SecretReference(ref),
@@ -713,6 +714,36 @@ func schema_pkg_apis_gateway_v1alpha1_Impersonation(ref common.ReferenceCallback
 	}
 }
 
+func schema_pkg_apis_gateway_v1alpha1_ProviderEnvVar(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ProviderEnvVar is one variable of a provider's environment.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Name of the variable.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"value": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Value of the variable.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"name", "value"},
+			},
+		},
+	}
+}
+
 func schema_pkg_apis_gateway_v1alpha1_ProviderReference(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -734,12 +765,52 @@ func schema_pkg_apis_gateway_v1alpha1_ProviderReference(ref common.ReferenceCall
 							Ref:         ref(runtime.RawExtension{}.OpenAPIModelName()),
 						},
 					},
+					"additionalArgs": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "AdditionalArgs are appended to the provider's args when the provider file's profileSourcedCLIArgsPolicy is Append, and ignored otherwise (KEP-5339's clusterprofiles.multicluster.x-k8s.io/exec/additional-args, which the inventory sync copies from a ClusterProfile). At most 32, each at most 4 KiB, no NUL.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"additionalEnv": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"name",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "AdditionalEnv is added to the provider's environment when the provider file's profileSourcedEnvVarsPolicy is AppendIfNotExists (a variable the file sets keeps the file's value), and ignored otherwise (KEP-5339's clusterprofiles.multicluster.x-k8s.io/exec/additional-envs). At most 32 variables; names are letters, digits and underscores, not starting with a digit, and never PATH, LD_*, DYLD_*, KUBERNETES_EXEC_INFO or another variable that changes what a loader or interpreter runs; values at most 4 KiB, no NUL.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(ProviderEnvVar{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
 				},
 				Required: []string{"name"},
 			},
 		},
 		Dependencies: []string{
-			runtime.RawExtension{}.OpenAPIModelName()},
+			ProviderEnvVar{}.OpenAPIModelName(), runtime.RawExtension{}.OpenAPIModelName()},
 	}
 }
 

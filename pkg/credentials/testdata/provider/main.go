@@ -18,6 +18,9 @@
 //	PROVIDER_TOKEN        the token (a literal; %d is the run's number, the
 //	                      lines in PROVIDER_RUNS)
 //	PROVIDER_TOKEN_FILE   a file that holds the token (read each run)
+//	PROVIDER_TOKEN_ECHO   set: the token is what ran, as JSON: {"args":
+//	                      its args, "env": its environment but
+//	                      KUBERNETES_EXEC_INFO}
 //	PROVIDER_CERT_FILE    a client certificate (PEM) ...
 //	PROVIDER_KEY_FILE     ... and its key (PEM)
 //	PROVIDER_EXPIRED      set: the credential has expired already
@@ -90,6 +93,20 @@ func main() {
 			fail(err)
 		}
 		status["token"] = strings.TrimSpace(string(raw))
+	}
+	if os.Getenv("PROVIDER_TOKEN_ECHO") != "" {
+		env := map[string]string{}
+		for _, kv := range os.Environ() {
+			k, v, _ := strings.Cut(kv, "=")
+			if k != "KUBERNETES_EXEC_INFO" {
+				env[k] = v
+			}
+		}
+		raw, err := json.Marshal(map[string]interface{}{"args": append([]string{}, os.Args[1:]...), "env": env})
+		if err != nil {
+			fail(err)
+		}
+		status["token"] = string(raw)
 	}
 	if c := os.Getenv("PROVIDER_CERT_FILE"); c != "" {
 		cert, err := os.ReadFile(c)
