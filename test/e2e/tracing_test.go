@@ -15,6 +15,8 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	gatewayv1alpha1 "github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
 
 // Loopback addresses of this test's own kube-apiservers (other tests use
@@ -95,7 +97,8 @@ func hexID(b []byte) string { return hex.EncodeToString(b) }
 // the gateway's client span, which is the parent of the managed
 // kube-apiserver's span. An exec's upgrade is traced the same way up to the
 // upgrade: the gateway's upgrade span is the parent of the managed
-// kube-apiserver's span of the exec.
+// kube-apiserver's span of the exec. A GET through a konnectivity tunnel
+// is one trace the same way, with the tunnel dial's span in it.
 func TestTracingOneTraceThroughHubGatewayAndCluster(t *testing.T) {
 	requireGateway(t)
 	ctx := context.Background()
@@ -136,6 +139,36 @@ func TestTracingOneTraceThroughHubGatewayAndCluster(t *testing.T) {
 	// the three have exported (kube-apiserver batches for up to 5s).
 	eventually(t, "one trace from the hub through the gateway to the managed cluster", func() error {
 		return oneTrace(gwR.all(), hubR.all(), managedR.all(), gw.Name)
+	})
+
+	// The same through a konnectivity tunnel: a gateway of the same traced
+	// kube-apiserver reached through the proxy-servers (no agent names its
+	// address, so the default strategy picks an agent, which dials it on
+	// loopback). Its trace is whole too, and holds the tunnel dial's span.
+	if env.Konnectivity == nil {
+		t.Fatal("this test traces a konnectivity gateway, and the environment runs no proxy-server")
+	}
+	konn := directGateway(uniqueName(t, "traced-konn"), 0)
+	konn.Spec.Endpoint.Type, konn.Spec.Endpoint.Address = gatewayv1alpha1.EndpointKonnectivity, managed.URL
+	createGateway(t, konn)
+	konnConfig := kubeconfigFile(t, "", hub.URL+"/apis/gateway.clustergateway.io/v1alpha1/clustergateways/"+konn.Name+"/proxy", env.Hub.CA.CertPEM,
+		&clientcmdapi.AuthInfo{ClientCertificateData: env.Hub.Admin.CertPEM, ClientKeyData: env.Hub.Admin.KeyPEM})
+	eventually(t, "a GET through the traced hub, the gateway and a konnectivity tunnel", func() error {
+		if r := kubectl(t, konnConfig, nil, "", "get", "namespace", "default", "-o", "name"); r.Err != nil {
+			return fmt.Errorf("%v: %s", r.Err, r.Stderr)
+		}
+		return nil
+	})
+	eventually(t, "one trace from the hub through the gateway and a tunnel to the managed cluster", func() error {
+		if err := oneTrace(gwR.all(), hubR.all(), managedR.all(), konn.Name); err != nil {
+			return err
+		}
+		for _, s := range gwR.all() {
+			if s.GetName() == "cluster-gateway.dial" && spanAttr(s, "cluster_gateway.cluster") == konn.Name && spanAttr(s, "cluster_gateway.route") == "konnectivity" {
+				return nil
+			}
+		}
+		return fmt.Errorf("no dial span of %s with route konnectivity", konn.Name)
 	})
 
 	r := kubectl(t, kubeconfig, streamProtocols[0].Env, "", "exec", "demo", "--", "hostname")
