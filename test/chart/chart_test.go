@@ -25,6 +25,7 @@ import (
 	"strings"
 	"testing"
 
+	apiserveroptions "k8s.io/apiserver/pkg/server/options"
 	"sigs.k8s.io/yaml"
 )
 
@@ -588,5 +589,49 @@ func TestChartPublish(t *testing.T) {
 	}
 	if g, w := fmt.Sprint(role["rules"]), fmt.Sprint(want["rules"]); g != w {
 		t.Errorf("publish Role rules: the chart renders %s, config/publish has %s", g, w)
+	}
+}
+
+// Tracing: off by default; with an endpoint, a TracingConfiguration in a
+// ConfigMap that k8s.io/apiserver's own reader accepts, with the endpoint and
+// rate given, mounted where --tracing-config-file points.
+func TestChartTracing(t *testing.T) {
+	for k := range helmTemplate(t) {
+		if strings.Contains(k, "tracing") {
+			t.Errorf("%s rendered with the defaults", k)
+		}
+	}
+	for _, a := range args(t, helmTemplate(t)) {
+		if strings.HasPrefix(a, "--tracing") {
+			t.Errorf("tracing flag %s with the defaults", a)
+		}
+	}
+	objs := helmTemplate(t, "gateway.tracing.endpoint=otel-collector.monitoring:4317", "gateway.tracing.samplingRatePerMillion=250")
+	const flag = "--tracing-config-file=/etc/cluster-gateway/tracing/tracing.yaml"
+	if !slices.Contains(args(t, objs), flag) {
+		t.Errorf("args %v lack %s", args(t, objs), flag)
+	}
+	cm := objs["ConfigMap/"+namespace+"/"+release+"-tracing"]
+	if cm == nil {
+		t.Fatalf("no tracing ConfigMap in %v", keys(objs))
+	}
+	file := filepath.Join(t.TempDir(), "tracing.yaml")
+	if err := os.WriteFile(file, []byte(cm["data"].(object)["tracing.yaml"].(string)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := apiserveroptions.ReadTracingConfiguration(file)
+	if err != nil {
+		t.Fatalf("the rendered TracingConfiguration: %v", err)
+	}
+	if cfg.Endpoint == nil || *cfg.Endpoint != "otel-collector.monitoring:4317" || cfg.SamplingRatePerMillion == nil || *cfg.SamplingRatePerMillion != 250 {
+		t.Errorf("TracingConfiguration %+v: want endpoint otel-collector.monitoring:4317, 250 per million", cfg)
+	}
+	mounted := false
+	for _, m := range container(t, objs)["volumeMounts"].([]any) {
+		mounted = mounted || m.(object)["name"] == "tracing" && m.(object)["mountPath"] == "/etc/cluster-gateway/tracing"
+	}
+	vol := strings.Contains(fmt.Sprint(podSpec(t, objs)["volumes"]), release+"-tracing")
+	if !mounted || !vol {
+		t.Errorf("the tracing ConfigMap is not mounted at /etc/cluster-gateway/tracing (mount %v, volume %v)", mounted, vol)
 	}
 }
