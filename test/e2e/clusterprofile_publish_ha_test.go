@@ -139,7 +139,9 @@ func copyGatewayBindings(t *testing.T, sa string) {
 		if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, c, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = admin.RbacV1().ClusterRoleBindings().Delete(context.Background(), c.Name, metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			_ = admin.RbacV1().ClusterRoleBindings().Delete(context.Background(), c.Name, metav1.DeleteOptions{})
+		})
 		n++
 	}
 	rbs, err := admin.RbacV1().RoleBindings("").List(ctx, metav1.ListOptions{})
