@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -22,6 +23,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
+	"github.com/clustergateway/cluster-gateway/internal/testpki"
 	"github.com/clustergateway/cluster-gateway/pkg/inventory"
 	"github.com/clustergateway/cluster-gateway/pkg/publish"
 )
@@ -176,8 +178,9 @@ func copyGatewayBindings(t *testing.T, sa string) {
 // entry beside another provider's) nothing writes a ClusterProfile (audit
 // log and resourceVersions); the leader killed (by pid), the other replica
 // takes the Lease, publishes a new gateway, and puts back the
-// cluster-manager label a profile editor changed on an owned profile. It
-// restarts the gateway, so it does not run in parallel.
+// cluster-manager label a profile editor changed on an owned profile; a
+// changed --publish-hub-ca-file is published into every entry without a
+// restart. It restarts the gateway, so it does not run in parallel.
 func TestClusterProfilePublishTwoReplicas(t *testing.T) {
 	requireGateway(t)
 	ctx := context.Background()
@@ -230,12 +233,13 @@ providers:
   exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/false}
 `)
 	label := "e2e-publish-ha"
+	caFile := hubCAFile(t)
 	// Lease timing as TestInventorySync's (a 4s renew deadline holds under -race on a loaded machine).
 	args := append(haArgs(), "--credential-source-namespaces="+ns, "--inventory-sync=clusterprofile",
 		"--credential-providers-file="+providersFile,
 		"--inventory-sync-lease-duration=6s", "--inventory-sync-renew-deadline=4s", "--inventory-sync-retry-period=500ms",
 		"--publish-clusterprofiles", "--publish-namespace="+ns, "--publish-gateway-selector="+label+"="+ns,
-		"--publish-hub-server="+publishHub, "--publish-hub-ca-file="+hubCAFile(t))
+		"--publish-hub-server="+publishHub, "--publish-hub-ca-file="+caFile, "--publish-hub-ca-reload-interval=1s")
 	// The last --kubeconfig given wins: each replica writes to the hub as itself.
 	restartGateway(t, append(slices.Clone(args), "--kubeconfig="+kubeconfigA))
 	t.Cleanup(func() { restartGateway(t, nil) })
@@ -432,5 +436,24 @@ providers:
 		if !restored {
 			t.Errorf("no patch of %s's metadata by %s in the audit log: who put the label back?", gA, survivorUser)
 		}
+	})
+
+	t.Run("a changed hub CA file is published into the entries without a restart", func(t *testing.T) {
+		// A bundle of the hub's CA and the next one, as during a CA rotation.
+		bundle := append(append([]byte{}, env.Hub.CA.CertPEM...), testpki.MustCA(t, "next-hub-ca").CertPEM...)
+		writeFile(t, caFile, string(bundle))
+		want := base64.StdEncoding.EncodeToString(bundle)
+		eventually(t, "the new CA in the entries of "+gA+" and p1", func() error {
+			for _, n := range []string{gA, "p1"} {
+				p, err := profiles.Get(ctx, n, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				if ca, _, _ := unstructured.NestedString(entryOf(p, "cluster-gateway"), "cluster", "certificate-authority-data"); ca != want {
+					return fmt.Errorf("%s: the entry's CA is not the new bundle yet", n)
+				}
+			}
+			return nil
+		})
 	})
 }
