@@ -322,6 +322,9 @@ func (c CompletedConfig) New() (*Server, error) {
 		}
 		if s.Publisher != nil {
 			go s.Publisher.RunInformers(ctx)
+			if p := c.Extra.Publish; p.HubCAFile != "" && p.HubCAReloadInterval > 0 {
+				go s.Publisher.WatchHubCA(ctx, p.HubCAReloadInterval)
+			}
 		}
 		if s.Tunnel != nil {
 			s.Tunnel.Start(ctx)
@@ -363,6 +366,9 @@ func (s *Server) registerMetrics(r metrics.KubeRegistry, px *proxy.Proxy, perClu
 	}
 	if s.Tunnel != nil {
 		all = append(all, s.Tunnel.Metrics())
+	}
+	if s.Publisher != nil {
+		all = append(all, s.Publisher.Metrics())
 	}
 	for _, m := range all {
 		m.Register(r)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"time"
 
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/labels"
@@ -32,10 +33,15 @@ type Options struct {
 	// HubCAFile is a PEM bundle of the CA that consumers verify the hub
 	// with; empty: none (the hub's certificate is publicly trusted).
 	HubCAFile string
+	// HubCAReloadInterval is how often HubCAFile is read for changes (0:
+	// never; it is read at start).
+	HubCAReloadInterval time.Duration
 }
 
 // NewOptions returns the defaults: off.
-func NewOptions() *Options { return &Options{ProviderName: DefaultProviderName} }
+func NewOptions() *Options {
+	return &Options{ProviderName: DefaultProviderName, HubCAReloadInterval: 10 * time.Second}
+}
 
 // Validate checks the options when publishing is on.
 func (o *Options) Validate() []error {
@@ -59,6 +65,9 @@ func (o *Options) Validate() []error {
 		if _, err := LoadHubCA(o.HubCAFile); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if o.HubCAReloadInterval < 0 {
+		errs = append(errs, fmt.Errorf("--publish-hub-ca-reload-interval must not be negative, not %v", o.HubCAReloadInterval))
 	}
 	return errs
 }

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
 )
@@ -29,12 +30,13 @@ func TestValidate(t *testing.T) {
 		mutate func(*Options)
 		want   string
 	}{
-		"no namespace":      {func(o *Options) { o.Namespace = "" }, "--publish-namespace"},
-		"http hub":          {func(o *Options) { o.HubServer = "http://hub:6443" }, "--publish-hub-server"},
-		"hub with user":     {func(o *Options) { o.HubServer = "https://u:p@hub:6443" }, "--publish-hub-server"},
-		"bad selector":      {func(o *Options) { o.Selector = "a in (" }, "--publish-gateway-selector"},
-		"private key in CA": {func(o *Options) { o.HubCAFile = withKey }, "PRIVATE KEY"},
-		"bad provider name": {func(o *Options) { o.ProviderName = "Not_A_Name" }, "--publish-provider-name"},
+		"no namespace":       {func(o *Options) { o.Namespace = "" }, "--publish-namespace"},
+		"http hub":           {func(o *Options) { o.HubServer = "http://hub:6443" }, "--publish-hub-server"},
+		"hub with user":      {func(o *Options) { o.HubServer = "https://u:p@hub:6443" }, "--publish-hub-server"},
+		"bad selector":       {func(o *Options) { o.Selector = "a in (" }, "--publish-gateway-selector"},
+		"private key in CA":  {func(o *Options) { o.HubCAFile = withKey }, "PRIVATE KEY"},
+		"bad provider name":  {func(o *Options) { o.ProviderName = "Not_A_Name" }, "--publish-provider-name"},
+		"negative CA reload": {func(o *Options) { o.HubCAReloadInterval = -time.Second }, "--publish-hub-ca-reload-interval"},
 	} {
 		o := ok
 		tc.mutate(&o)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"slices"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -142,6 +143,39 @@ func sameJSON(a, b any) bool {
 func itoa(i int) string {
 	b, _ := json.Marshal(i)
 	return string(b)
+}
+
+// markOps are the operations that put back on an owned profile the marks
+// the publisher created it with, the x-k8s.io/cluster-manager label and
+// spec.clusterManager, when a ClusterProfile writer changed or removed
+// them (no operation: they are as created). Nothing else of the metadata
+// or spec is in an operation. Like statusOps', the first operation is the
+// resourceVersion precondition.
+func markOps(p *unstructured.Unstructured) []op {
+	var ops []op
+	if v, ok := p.GetLabels()[LabelClusterManager]; !ok || v != ClusterManagerName {
+		if p.GetLabels() == nil {
+			ops = append(ops, op{Op: "add", Path: "/metadata/labels", Value: map[string]any{LabelClusterManager: ClusterManagerName}})
+		} else {
+			// "add" sets a member whether or not it exists (RFC 6902 4.1).
+			ops = append(ops, op{Op: "add", Path: "/metadata/labels/" + escapePointer(LabelClusterManager), Value: ClusterManagerName})
+		}
+	}
+	want := map[string]any{"name": ClusterManagerName}
+	if have, ok := p.Object["spec"].(map[string]any); !ok {
+		ops = append(ops, op{Op: "add", Path: "/spec", Value: map[string]any{"clusterManager": want}})
+	} else if !sameJSON(have["clusterManager"], want) {
+		ops = append(ops, op{Op: "add", Path: "/spec/clusterManager", Value: want})
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	return append([]op{{Op: "replace", Path: "/metadata/resourceVersion", Value: p.GetResourceVersion()}}, ops...)
+}
+
+// escapePointer escapes a JSON pointer's reference token (RFC 6901).
+func escapePointer(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
 }
 
 // newProfile is the profile the publisher creates for a gateway (its

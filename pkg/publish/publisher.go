@@ -10,6 +10,7 @@
 package publish
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
@@ -52,10 +55,11 @@ type Config struct {
 type Publisher struct {
 	cfg       Config
 	hub       string
-	ca        []byte
+	ca        atomic.Pointer[[]byte] // the hub CA published; replaced when its file changes
 	selector  labels.Selector
 	informers map[string]cache.SharedIndexInformer // by namespace
 	records   *records
+	metrics   *Metrics
 
 	mu     sync.Mutex
 	queue  workqueue.TypedRateLimitingInterface[string] // nil unless leading
@@ -70,13 +74,15 @@ func New(cfg Config) (*Publisher, error) {
 	hub, _ := hubBase(cfg.HubServer)
 	sel, _ := labels.Parse(cfg.Selector)
 	p := &Publisher{cfg: cfg, hub: hub, selector: sel, informers: map[string]cache.SharedIndexInformer{}, warned: map[string]bool{},
-		records: &records{client: cfg.Client, namespace: cfg.Store.Namespace()}}
+		records: &records{client: cfg.Client, namespace: cfg.Store.Namespace()}, metrics: newMetrics()}
+	var ca []byte
 	if cfg.HubCAFile != "" {
 		var err error
-		if p.ca, err = LoadHubCA(cfg.HubCAFile); err != nil {
+		if ca, err = LoadHubCA(cfg.HubCAFile); err != nil {
 			return nil, err
 		}
 	}
+	p.ca.Store(&ca)
 	for _, ns := range append([]string{cfg.Namespace}, cfg.SyncNamespaces...) {
 		if p.informers[ns] != nil {
 			continue
@@ -105,6 +111,53 @@ func New(cfg Config) (*Publisher, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// Metrics are the publisher's metrics, to register with the server's registry.
+func (p *Publisher) Metrics() *Metrics { return p.metrics }
+
+func (p *Publisher) hubCA() []byte { return *p.ca.Load() }
+
+// WatchHubCA reads --publish-hub-ca-file every interval until ctx ends, on
+// every replica (a new leader publishes the CA its replica read). When its
+// content changes, the new CA is published: every gateway's entry is
+// rewritten on the leader. A file that cannot be read or holds anything
+// but certificates keeps the last good CA published: the log says why (once
+// per problem) and the reload metric counts a failure.
+func (p *Publisher) WatchHubCA(ctx context.Context, interval time.Duration) {
+	p.metrics.caOK.Set(1)
+	reported := "" // the problem last logged, so each is logged once
+	wait.UntilWithContext(ctx, func(context.Context) { p.reloadHubCA(&reported) }, interval)
+}
+
+// reloadHubCA reads the hub CA file once and publishes a changed CA.
+func (p *Publisher) reloadHubCA(reported *string) {
+	ca, err := LoadHubCA(p.cfg.HubCAFile)
+	if err != nil {
+		if key := err.Error(); key != *reported {
+			klog.ErrorS(err, "ClusterProfile publisher: the hub CA file cannot be loaded; the last good CA stays published until it is fixed", "path", p.cfg.HubCAFile)
+			p.metrics.caReloaded(false)
+			*reported = key
+		}
+		return
+	}
+	if bytes.Equal(ca, p.hubCA()) {
+		if *reported != "" { // back to the content in use
+			*reported = ""
+			p.metrics.caOK.Set(1)
+		}
+		return
+	}
+	p.ca.Store(&ca)
+	*reported = ""
+	p.metrics.caReloaded(true)
+	klog.InfoS("ClusterProfile publisher: reloaded the hub CA file; publishing the new CA", "path", p.cfg.HubCAFile)
+	p.mu.Lock()
+	q := p.queue
+	p.mu.Unlock()
+	if q != nil {
+		p.enqueueAll(q)
+	}
 }
 
 // Owns tells the inventory sync which profiles are the publisher's own:
@@ -287,7 +340,7 @@ func (p *Publisher) sync(ctx context.Context, name string) error {
 	if pr == nil || pr.GetUID() != want.UID {
 		return nil
 	}
-	return p.patchStatus(ctx, pr, statusOps(pr, p.cfg.ProviderName, entry(p.cfg.ProviderName, p.hub, p.ca, name), nil, ""))
+	return p.patchStatus(ctx, pr, statusOps(pr, p.cfg.ProviderName, entry(p.cfg.ProviderName, p.hub, p.hubCA(), name), nil, ""))
 }
 
 // syncOwned creates the gateway's own profile if it has none, and keeps its
@@ -318,12 +371,22 @@ func (p *Publisher) syncOwned(ctx context.Context, gw *gateways.Gateway, rec Rec
 		return nil
 	}
 	p.clearWarning(name)
+	if ops := markOps(pr); ops != nil {
+		// A ClusterProfile writer changed the marks of a profile the
+		// publisher owns: they are put back, as consumers read them.
+		updated, err := p.patch(ctx, pr, ops, "")
+		if err != nil {
+			return err
+		}
+		klog.InfoS("ClusterProfile publisher: put back the cluster-manager label and spec.clusterManager that another writer changed on a profile it owns", "gateway", name, "profile", ns+"/"+name)
+		pr = updated
+	}
 	r, ok := p.cfg.Prober.Get(name)
 	var version string
 	if ok {
 		version = r.ServerVersion
 	}
-	return p.patchStatus(ctx, pr, statusOps(pr, p.cfg.ProviderName, entry(p.cfg.ProviderName, p.hub, p.ca, name), condition(r, ok, name), version))
+	return p.patchStatus(ctx, pr, statusOps(pr, p.cfg.ProviderName, entry(p.cfg.ProviderName, p.hub, p.hubCA(), name), condition(r, ok, name), version))
 }
 
 // withdraw undoes what rec records for the gateway name: deletes the
@@ -351,16 +414,27 @@ func (p *Publisher) patchStatus(ctx context.Context, pr *unstructured.Unstructur
 	if len(ops) == 0 {
 		return nil
 	}
+	_, err := p.patch(ctx, pr, ops, "status")
+	return err
+}
+
+// patch applies ops to the profile or, with subresource "status", its status.
+func (p *Publisher) patch(ctx context.Context, pr *unstructured.Unstructured, ops []op, subresource string) (*unstructured.Unstructured, error) {
 	body, err := json.Marshal(ops)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = p.cfg.Dynamic.Resource(inventory.ClusterProfileResource).Namespace(pr.GetNamespace()).
-		Patch(ctx, pr.GetName(), types.JSONPatchType, body, metav1.PatchOptions{FieldManager: "cluster-gateway-publisher"}, "status")
+	var sub []string
+	what := "metadata and spec"
+	if subresource != "" {
+		sub, what = []string{subresource}, subresource
+	}
+	out, err := p.cfg.Dynamic.Resource(inventory.ClusterProfileResource).Namespace(pr.GetNamespace()).
+		Patch(ctx, pr.GetName(), types.JSONPatchType, body, metav1.PatchOptions{FieldManager: "cluster-gateway-publisher"}, sub...)
 	if err != nil {
-		return fmt.Errorf("writing the status of ClusterProfile %s/%s: %w", pr.GetNamespace(), pr.GetName(), err)
+		return nil, fmt.Errorf("writing the %s of ClusterProfile %s/%s: %w", what, pr.GetNamespace(), pr.GetName(), err)
 	}
-	return nil
+	return out, nil
 }
 
 func (p *Publisher) warnOnce(key, msg string, kv ...any) {
