@@ -201,13 +201,12 @@ func (r *abRow) measure(ctx context.Context, t *target, conc, hubPid int) error 
 		return fmt.Errorf("warm-up: %w", err)
 	}
 	pid := r.g.Process.Pid()
-	stop, peak := make(chan struct{}), make(chan float64, 1)
-	go func() { most, _ := sampleRSS(pid, 100*time.Millisecond, stop); peak <- most }()
+	stop := sampleMax(100*time.Millisecond, rssOf(pid))
 	var b burstResult
 	var elapsed time.Duration
 	cpu, err := cpuDuring(map[string]int{"gateway": pid, "hub": hubPid}, func() error { b, elapsed = timedBurst(ctx, t, conc, *abPer); return nil })
-	close(stop)
-	r.RSSLoad = max(r.RSSLoad, <-peak)
+	most, _ := stop()
+	r.RSSLoad = max(r.RSSLoad, most)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // clockTicks is USER_HZ, the unit of utime and stime in /proc/<pid>/stat.
@@ -135,22 +137,8 @@ func machineCPU() (time.Duration, error) {
 	return time.Duration(busy / clockTicks * float64(time.Second)), nil
 }
 
-// sampleRSS reads pid's RSS every interval until stop is closed, and
-// returns the most it saw and how many reads it made.
-func sampleRSS(pid int, interval time.Duration, stop <-chan struct{}) (most float64, samples int) {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		if v, err := procRSS(pid); err == nil {
-			most, samples = max(most, v), samples+1
-		}
-		select {
-		case <-stop:
-			return most, samples
-		case <-tick.C:
-		}
-	}
-}
+// rssOf reads pid's RSS, for sampleMax.
+func rssOf(pid int) func() (float64, error) { return func() (float64, error) { return procRSS(pid) } }
 
 // sleep waits d, or until ctx is done.
 func sleep(ctx context.Context, d time.Duration) error {
@@ -207,4 +195,63 @@ func describeMachine(goBin string) machine {
 		m.Kernel = strings.TrimSpace(string(b))
 	}
 	return m
+}
+
+// retry marks an error after which poll tries again; any other error ends it.
+type retry struct{ error }
+
+// again is err as a retry, nil if nil.
+func again(err error) error {
+	if err == nil {
+		return nil
+	}
+	return retry{err}
+}
+
+// poll calls f every interval until it returns nil, for up to timeout, and
+// returns how long that took; after the timeout the error names what and
+// f's last error.
+func poll(ctx context.Context, every, timeout time.Duration, what string, f func(context.Context) error) (time.Duration, error) {
+	start := time.Now()
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, every, timeout, true, func(ctx context.Context) (bool, error) {
+		last = f(ctx)
+		if r, ok := last.(retry); ok {
+			last = r.error
+			return false, nil
+		}
+		return last == nil, last
+	})
+	switch {
+	case err == nil:
+		return time.Since(start), nil
+	case ctx.Err() != nil:
+		return 0, ctx.Err()
+	case !wait.Interrupted(err):
+		return 0, err
+	}
+	return 0, fmt.Errorf("%s: not after %s (last error: %v)", what, time.Since(start).Round(time.Second), last)
+}
+
+// sampleMax calls read every interval until the returned stop is called,
+// which returns the most read gave and how many reads it made.
+func sampleMax(interval time.Duration, read func() (float64, error)) (stop func() (float64, int)) {
+	done, out := make(chan struct{}), make(chan [2]float64, 1)
+	go func() {
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		var most, n float64
+		for {
+			if v, err := read(); err == nil {
+				most, n = max(most, v), n+1
+			}
+			select {
+			case <-done:
+				out <- [2]float64{most, n}
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() (float64, int) { close(done); r := <-out; return r[0], int(r[1]) }
 }

@@ -36,10 +36,7 @@ var reportText string
 
 var reportTemplate = template.Must(template.New("performance.md").Funcs(template.FuncMap{
 	"mib": mib, "kib": kib, "dur": fmtDur, "ns": fmtNs, "ratio": ratio, "join": strings.Join,
-	"f0": func(v float64) string { return fmt.Sprintf("%.0f", v) },
-	"f1": func(v float64) string { return fmt.Sprintf("%.1f", v) },
-	"f2": func(v float64) string { return fmt.Sprintf("%.2f", v) },
-	"x":  func(v float64) string { return fmt.Sprintf("%.2f×", v) }, // a ratio
+	"f0": f0, "f1": f1, "f2": f2, "x": x,
 	"div": func(a, b float64) float64 {
 		if b == 0 {
 			return 0
@@ -165,6 +162,10 @@ func fmtNs(ns float64) string {
 	}
 }
 
+func f0(v float64) string  { return fmt.Sprintf("%.0f", v) }
+func f1(v float64) string  { return fmt.Sprintf("%.1f", v) }
+func f2(v float64) string  { return fmt.Sprintf("%.2f", v) }
+func x(v float64) string   { return fmt.Sprintf("%.2f×", v) } // a ratio
 func mib(v float64) string { return fmt.Sprintf("%.1f MiB", v/(1<<20)) }
 func kib(v float64) string { return fmt.Sprintf("%.1f KiB", v/(1<<10)) }
 
