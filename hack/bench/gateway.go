@@ -199,3 +199,44 @@ func readMem(ctx context.Context, gw *gatewayAdmin) (memState, error) {
 	}
 	return memState{Live: m[mHeapAlloc], Marked: marked, RSSFile: rssFile, gwState: stateOf(m, rss)}, nil
 }
+
+// kit makes the clients and bare proxies of a section and stops them all.
+type kit struct {
+	ctx     context.Context
+	bares   []*bareProxy
+	clients []*http.Client
+	errs    []error // of the clients made: err joins them
+}
+
+// client is mtlsClient's client, or nil with its error kept for err.
+func (k *kit) client(caPEM []byte, kp *localenv.KeyPair) *http.Client {
+	c, err := mtlsClient(caPEM, kp)
+	if k.errs = append(k.errs, err); err == nil {
+		k.clients = append(k.clients, c)
+	}
+	return c
+}
+
+// bare starts a bare proxy (startBareProxy), to be stopped with the kit.
+func (k *kit) bare(c *localenv.Cluster, konn *localenv.Konnectivity, aggregated bool) (*bareProxy, error) {
+	p, err := startBareProxy(k.ctx, c, konn, aggregated)
+	if err == nil {
+		k.bares = append(k.bares, p)
+	}
+	return p, err
+}
+
+func (k *kit) err() error { return errors.Join(k.errs...) }
+
+// stop stops the bare proxies and closes the clients' connections.
+func (k *kit) stop() error {
+	var errs []error
+	for _, p := range k.bares {
+		errs = append(errs, p.stop())
+	}
+	for _, c := range k.clients {
+		c.CloseIdleConnections()
+	}
+	k.bares, k.clients = nil, nil
+	return errors.Join(errs...)
+}

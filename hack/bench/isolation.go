@@ -170,30 +170,18 @@ func (s *session) restartGateway(ctx context.Context, args []string) error {
 // alike.
 func (res *isolationResult) measure(ctx context.Context, s *session, c *isoConfig, users []*localenv.User) error {
 	env, o := s.env, res.Opts
-	gwURL := func(cluster string) string {
-		return s.env.Gateway.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/" + cluster + "/proxy" + requestPath
-	}
-	m1 := env.Managed[0]
-	var errs []error
-	client := func(ca []byte, kp *localenv.KeyPair) *http.Client {
-		c, err := mtlsClient(ca, kp)
-		errs = append(errs, err)
-		return c
-	}
+	gwURL := func(cluster string) string { return s.env.Gateway.URL + gatewaysPath + cluster + "/proxy" + requestPath }
+	m1, k := env.Managed[0], &kit{ctx: ctx}
+	defer k.stop()
 	// The steady load's client, then the neighbour's users' (for the warm-up only).
 	var gwClients []*http.Client
 	for _, u := range users {
-		gwClients = append(gwClients, client(env.Gateway.CA.CertPEM, u.Cert))
+		gwClients = append(gwClients, k.client(env.Gateway.CA.CertPEM, u.Cert))
 	}
-	control := client(m1.CA.CertPEM, m1.Admin)
-	if err := errors.Join(errs...); err != nil {
+	control := k.client(m1.CA.CertPEM, m1.Admin)
+	if err := k.err(); err != nil {
 		return err
 	}
-	defer func() {
-		for _, c := range append(gwClients, control) {
-			c.CloseIdleConnections()
-		}
-	}()
 	loads := []isoLoad{{gwClients[0], gwURL(res.Steady)}, {control, m1.URL + requestPath}}
 	neighbour := func(ctx context.Context) (*noisyChild, error) {
 		return startNoisy(ctx, env, users[1:], gwURL(res.SlowCluster), o.Noisy)
@@ -210,29 +198,18 @@ func (res *isolationResult) measure(ctx context.Context, s *session, c *isoConfi
 		return err
 	}
 	for round := range res.Rounds {
-		alone := func() error {
-			if err := isoRun(ctx, s.gw, env, &c.Alone, loads, nil, o); err != nil {
+		for i := range 2 {
+			ph, nb, name := &c.Alone, neighbour, "alone"
+			if (i+round)%2 == 1 {
+				ph, name = &c.Noisy, "with the neighbour"
+			} else {
+				nb = nil
+			}
+			if err := isoRun(ctx, s.gw, env, ph, loads, nb, o); err != nil {
 				return err
 			}
-			logf("isolation: %s, round %d/%d alone: p99 %s (control %s)", c.Name, round+1, res.Rounds, fmtDur(c.Alone.RoundP99[round]), fmtDur(c.Alone.ControlP99[round]))
-			return nil
-		}
-		with := func() error {
-			if err := isoRun(ctx, s.gw, env, &c.Noisy, loads, neighbour, o); err != nil {
-				return err
-			}
-			logf("isolation: %s, round %d/%d with the neighbour: p99 %s (control %s), %d steady 429s so far; neighbour %d ok, %d 429 so far",
-				c.Name, round+1, res.Rounds, fmtDur(c.Noisy.RoundP99[round]), fmtDur(c.Noisy.ControlP99[round]), c.Noisy.Steady.TooMany, c.Noisy.NoisyOK, c.Noisy.Noisy429)
-			return nil
-		}
-		order := []func() error{alone, with}
-		if round%2 == 1 {
-			order = []func() error{with, alone}
-		}
-		for _, phase := range order {
-			if err := phase(); err != nil {
-				return err
-			}
+			logf("isolation: %s, round %d/%d %s: p99 %s (control %s), %d steady 429s so far; neighbour %d ok, %d 429 so far",
+				c.Name, round+1, res.Rounds, name, fmtDur(ph.RoundP99[round]), fmtDur(ph.ControlP99[round]), ph.Steady.TooMany, ph.NoisyOK, ph.Noisy429)
 		}
 	}
 	for _, ph := range []*isoPhase{&c.Alone, &c.Noisy} {

@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"maps"
@@ -30,10 +29,8 @@ var (
 var targetKeys = []string{"direct", "bare", "gateway", "hub", "hub-bare", "konn", "direct3", "bare-konn", "direct-many", "bare-many", "gateway-many"}
 
 // benchUser is who the gateway paths' loads authenticate as: a hub user
-// outside system:masters, bound to cluster-gateway:proxy-reader, so that the
-// gateway's delegated authorizer really decides (and caches) each request,
-// as it does for real users. The hub admin is always allowed without a
-// SubjectAccessReview, which would hide that cost.
+// outside system:masters (whom the authorizer allows without asking), so
+// that each request is authorized as a real user's is.
 const benchUser = "cluster-gateway-bench"
 
 // target is one way to GET the same object from a managed cluster.
@@ -59,14 +56,12 @@ type loadResult struct {
 	Lat              []time.Duration
 	CPU              map[string]time.Duration // role -> CPU used during the loads; "bench" is this process
 	Before, After    gwState                  // the gateway before the first and after the last round
-	DCreations       float64                  // pool entries created during the loads
-	DMallocs         float64                  // heap objects the gateway allocated during the loads (go_memstats_mallocs_total)
-	DAllocBytes      float64                  // and their bytes (go_memstats_alloc_bytes_total)
-	DDials           float64                  // pool connections dialed during the loads
-	DTunnels         float64                  // konnectivity tunnels built during the loads
-	RoundRPS         []float64                // req/s of each round, to show the spread
-	Authz            authzDelta               // delegated authorization during the loads (sar.go)
-	Steady           authzSteady              // and in a window right after a fresh caller's decision was filled (sar.go)
+	// What the gateway did during the loads: pool entries created, heap
+	// objects and bytes allocated, connections dialed, tunnels built.
+	DCreations, DMallocs, DAllocBytes, DDials, DTunnels float64
+	RoundRPS                                            []float64   // req/s of each round
+	Authz                                               authzDelta  // delegated authorization during the loads (sar.go)
+	Steady                                              authzSteady // and right after a fresh caller's decision was filled
 }
 
 func (r *loadResult) RPS() float64 {
@@ -98,9 +93,7 @@ func (r *loadResult) cpuPerReq(role string) (time.Duration, bool) {
 // PerReq is role's CPU per request, 0 when it was not measured.
 func (r *loadResult) PerReq(role string) time.Duration { c, _ := r.cpuPerReq(role); return c }
 
-// envPids are the processes of env whose CPU the loads read, by role: the
-// gateway, the hub, managed-1, and the konnectivity cluster, proxy-server
-// and agent.
+// envPids are the processes of env whose CPU the loads read, by role.
 func envPids(env *localenv.Env) map[string]int {
 	pids := map[string]int{"gateway": env.Gateway.Process.Pid(), "hub": env.Hub.Process.Pid(), "managed-1": env.Managed[0].Process.Pid()}
 	if k := env.Konnectivity; k != nil {
@@ -109,22 +102,23 @@ func envPids(env *localenv.Env) map[string]int {
 	return pids
 }
 
-// proxyPrefix is the path of c's ClusterGateway's proxy subresource, on the
-// hub or on the gateway's own port.
+// proxyPrefix is the path of c's proxy subresource (hub or gateway port).
 func proxyPrefix(c *localenv.Cluster) string {
-	return "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/" + c.GatewayName + "/proxy"
+	return gatewaysPath + c.GatewayName + "/proxy"
 }
 
+// gatewaysPath is the ClusterGateways' path, on the hub or the gateway's port.
+const gatewaysPath = "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/"
+
 // buildTargets are the paths to the same object, side by side: the gateway
-// paths as benchUser, the loads with -workers-many workers (direct, bare
-// and gateway port to managed-1, over the same clients, hence still one
-// HTTP/2 connection per client), only the -loads loads. stop stops the
-// bare proxies and closes the clients.
+// paths as benchUser, and direct, bare and gateway port again with
+// -workers-many workers over the same clients; only the -loads loads. stop
+// stops the bare proxies and closes the clients.
 func buildTargets(ctx context.Context, env *localenv.Env) (ts []*target, stop func(), err error) {
-	b := &targetBuilder{ctx: ctx, pids: envPids(env)}
+	b := &targetBuilder{kit: kit{ctx: ctx}, pids: envPids(env)}
 	defer func() {
 		if err != nil {
-			b.stop()
+			b.stopLogged()
 		}
 	}()
 	user, err := env.NewUser(benchUser)
@@ -165,43 +159,18 @@ func buildTargets(ctx context.Context, env *localenv.Env) (ts []*target, stop fu
 		}
 		ts = slices.DeleteFunc(ts, func(t *target) bool { return !slices.Contains(keep, t.Key) })
 	}
-	return ts, b.stop, freshCallers(ctx, env, ts)
+	return ts, b.stopLogged, freshCallers(ctx, env, ts)
 }
 
-// targetBuilder makes the loads' clients and bare proxies, and stops them.
+// targetBuilder is the loads' kit, and the processes whose CPU they read.
 type targetBuilder struct {
-	ctx     context.Context
-	pids    map[string]int
-	bares   []*bareProxy
-	clients []*http.Client
-	errs    []error // of the clients made
+	kit
+	pids map[string]int
 }
 
-func (b *targetBuilder) client(caPEM []byte, kp *localenv.KeyPair) *http.Client {
-	c, err := mtlsClient(caPEM, kp)
-	if b.errs = append(b.errs, err); err == nil {
-		b.clients = append(b.clients, c)
-	}
-	return c
-}
-
-// bare starts a bare proxy to c, to be stopped with the others.
-func (b *targetBuilder) bare(c *localenv.Cluster, k *localenv.Konnectivity, aggregated bool) (*bareProxy, error) {
-	p, err := startBareProxy(b.ctx, c, k, aggregated)
-	if err == nil {
-		b.bares = append(b.bares, p)
-	}
-	return p, err
-}
-
-func (b *targetBuilder) stop() {
-	for _, p := range b.bares {
-		if err := p.stop(); err != nil {
-			logf("%v", err)
-		}
-	}
-	for _, c := range b.clients {
-		c.CloseIdleConnections()
+func (b *targetBuilder) stopLogged() {
+	if err := b.stop(); err != nil {
+		logf("%v", err)
 	}
 }
 
@@ -233,7 +202,7 @@ func (b *targetBuilder) targets(env *localenv.Env, user *localenv.User) ([]*targ
 		{Key: "hub-bare", Name: "hub → bare reverse proxy → managed-1", Via: "client → hub kube-apiserver (aggregation, an APIService of its own) → httputil.ReverseProxy in a process of its own → kube-apiserver (baseline of the hub goal)", URL: env.Hub.URL + bareProxyPrefix + m1.GatewayName + "/proxy" + requestPath, Client: hubClient, Upstream: "managed-1", Pids: withBare(b.pids, bh), asUser: true},
 	}
 	if k == nil {
-		return append(ts, &target{Key: "konn", Name: "gateway port → Konnectivity cluster", TODO: "TODO: this localenv runs no konnectivity proxy-server/agent (Env.Konnectivity is nil); the row is not measured"}), errors.Join(b.errs...)
+		return append(ts, &target{Key: "konn", Name: "gateway port → Konnectivity cluster", TODO: "TODO: this localenv runs no konnectivity proxy-server/agent (Env.Konnectivity is nil); the row is not measured"}), b.err()
 	}
 	bk, err := b.bare(k.Cluster, k, false)
 	if err != nil {
@@ -244,7 +213,7 @@ func (b *targetBuilder) targets(env *localenv.Env, user *localenv.User) ([]*targ
 		&target{Key: "direct3", Name: "direct → " + k.Cluster.Name, Via: "client → kube-apiserver (baseline of the Konnectivity row)", URL: k.Cluster.URL + requestPath, Client: b.client(k.Cluster.CA.CertPEM, k.Cluster.GatewayUser), Upstream: k.Cluster.Name},
 		&target{Key: "bare-konn", Name: "bare reverse proxy → " + k.Cluster.Name + " (Konnectivity)", Via: "client → httputil.ReverseProxy in a process of its own → konnectivity-client's gRPC tunnel → proxy-server → proxy-agent → kube-apiserver (baseline of the Konnectivity goal)", URL: bk.URL + requestPath, Client: b.client(bk.CAPEM, nil), Upstream: k.Cluster.Name, Pids: withBare(b.pids, bk)},
 	)
-	return ts, errors.Join(b.errs...)
+	return ts, b.err()
 }
 
 // withBare is pids with "bare-proxy" the bare proxy b that serves the path.

@@ -64,7 +64,7 @@ func measurePooled(ctx context.Context, env *localenv.Env, gw *gatewayAdmin, n, 
 
 	start = time.Now()
 	if err := parallel(ctx, n, conc, func(i int) error {
-		url := gw.env.Gateway.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/" + benchName(i) + "/proxy/api/v1/namespaces/default"
+		url := gw.env.Gateway.URL + gatewaysPath + benchName(i) + "/proxy" + requestPath
 		for {
 			err := get(ctx, gw.client, url)
 			if err == nil || !strings.Contains(err.Error(), "404") || ctx.Err() != nil {

@@ -193,7 +193,7 @@ func (sc *scanner) store(ctx context.Context) (err error) {
 
 // url is the object every scan request GETs, of gateway i through the hub.
 func (sc *scanner) url(i int) string {
-	return sc.env.Hub.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/" + benchName(i) + "/proxy" + requestPath
+	return sc.env.Hub.URL + gatewaysPath + benchName(i) + "/proxy" + requestPath
 }
 
 // fillPool sends one GET to as many gateways as the pool holds (nothing

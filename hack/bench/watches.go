@@ -203,44 +203,34 @@ func gatewayHolder(o options, env *localenv.Env, gw *gatewayAdmin, users []*loca
 // bareHolder starts a bare proxy per managed cluster; its users are as
 // many clients without a client certificate (the bare proxy has no users).
 func bareHolder(ctx context.Context, env *localenv.Env, users int) (h *watchHolder, err error) {
-	var bares []*bareProxy
-	h = &watchHolder{Key: "bare", Name: fmt.Sprintf("bare reverse proxies (one per cluster, %d processes)", len(env.Managed))}
-	h.cleanup = func() error {
-		var errs []error
-		for _, b := range bares {
-			errs = append(errs, b.stop())
-		}
-		return errors.Join(errs...)
-	}
+	k := &kit{ctx: ctx}
+	h = &watchHolder{Key: "bare", Name: fmt.Sprintf("bare reverse proxies (one per cluster, %d processes)", len(env.Managed)), cleanup: k.stop}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, h.cleanup())
 		}
 	}()
+	var bares []*bareProxy
 	var admin []*http.Client // one per bare proxy, for its stats
 	for _, c := range env.Managed {
-		b, err := startBareProxy(ctx, c, nil, false)
+		b, err := k.bare(c, nil, false)
 		if err != nil {
 			return nil, err
 		}
-		bares = append(bares, b)
-		h.bases = append(h.bases, b.URL)
-		ac, err := mtlsClient(b.CAPEM, nil)
-		if err != nil {
-			return nil, err
-		}
-		admin = append(admin, ac)
+		bares, h.bases, admin = append(bares, b), append(h.bases, b.URL), append(admin, k.client(b.CAPEM, nil))
 	}
 	// Every bare proxy has its own CA: a client per user and proxy.
 	var clients []*http.Client
 	for range users {
 		for _, b := range bares {
-			c, err := mtlsClient(b.CAPEM, nil)
-			if err != nil {
-				return nil, err
-			}
-			clients = append(clients, watchClient(c))
+			clients = append(clients, k.client(b.CAPEM, nil))
 		}
+	}
+	if err := k.err(); err != nil {
+		return nil, err
+	}
+	for i, c := range clients {
+		clients[i] = watchClient(c)
 	}
 	h.client = func(u, i int) *http.Client { return clients[u*len(bares)+i] }
 	h.sample = func(ctx context.Context, _ string) (memSample, error) {
