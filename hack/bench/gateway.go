@@ -240,3 +240,19 @@ func (k *kit) stop() error {
 	k.bares, k.clients = nil, nil
 	return errors.Join(errs...)
 }
+
+// newUsers issues hub users and binds them all to role in one
+// ClusterRoleBinding named binding.
+func newUsers(env *localenv.Env, binding, role string, names ...string) ([]*localenv.User, error) {
+	args := []string{"create", "clusterrolebinding", binding, "--clusterrole=" + role}
+	var users []*localenv.User
+	for _, n := range names {
+		u, err := env.NewUser(n)
+		if err != nil {
+			return nil, err
+		}
+		users, args = append(users, u), append(args, "--user="+n)
+	}
+	_, err := env.Kubectl(env.Hub.Kubeconfig, args...)
+	return users, err
+}

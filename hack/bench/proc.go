@@ -230,7 +230,7 @@ func poll(ctx context.Context, every, timeout time.Duration, what string, f func
 	case !wait.Interrupted(err):
 		return 0, err
 	}
-	return 0, fmt.Errorf("%s: not after %s (last error: %v)", what, time.Since(start).Round(time.Second), last)
+	return 0, fmt.Errorf("%s: not after %s (last error: %w)", what, time.Since(start).Round(time.Second), last)
 }
 
 // sampleMax calls read every interval until the returned stop is called,

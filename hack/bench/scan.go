@@ -90,6 +90,7 @@ type scanResult struct {
 
 // scanner runs the scan's steps, each filling its part of res.
 type scanner struct {
+	s       *session
 	env     *localenv.Env
 	gw      *gatewayAdmin
 	dir     string // the state directory, for the heap and CPU profiles
@@ -109,7 +110,7 @@ func runScan(ctx context.Context, s *session) (err error) {
 		return nil
 	}
 	logf("scan: %d ClusterGateways, default pool", n)
-	sc := &scanner{env: s.env, gw: s.gw, dir: s.o.StateDir, res: &scanResult{N: n, Clients: scanClients, Capacity: scanDefaultCapacity, GatewayBin: cmp.Or(s.o.GatewayBin, filepath.Join(s.o.BinDir, "cluster-gateway"))}}
+	sc := &scanner{s: s, env: s.env, gw: s.gw, dir: s.o.StateDir, res: &scanResult{N: n, Clients: scanClients, Capacity: scanDefaultCapacity, GatewayBin: cmp.Or(s.o.GatewayBin, filepath.Join(s.o.BinDir, "cluster-gateway"))}}
 	s.rep.Scan = sc.res
 	sc.secrets, err = hubSecrets(s.env)
 	if err == nil {
@@ -146,7 +147,7 @@ func (sc *scanner) settled(ctx context.Context, step string) (memState, error) {
 func (sc *scanner) restart(ctx context.Context) (err error) {
 	logf("scan: restarting the gateway with the default pool")
 	// A non-nil empty list: the standard flags only.
-	if err := restartGateway(ctx, sc.env, []string{}); err != nil {
+	if err := sc.s.restartGateway(ctx, []string{}); err != nil {
 		return err
 	}
 	sc.res.GatewayArgs, sc.pid = sc.env.Gateway.Args, sc.env.Gateway.Process.Pid()
