@@ -102,16 +102,20 @@ func (g *gatewayAdmin) cpuProfile(ctx context.Context, d time.Duration, path str
 	return os.WriteFile(path, []byte(body), 0o644)
 }
 
-// profiled runs f while the gateway is CPU-profiled for d into path, with
-// a heap profile right before and after (allocPath): what it allocated
-// meanwhile.
+// withCPUProfile runs f while the gateway is CPU-profiled for d into path.
+func (g *gatewayAdmin) withCPUProfile(ctx context.Context, d time.Duration, path string, f func() error) error {
+	prof := make(chan error, 1)
+	go func() { prof <- g.cpuProfile(ctx, d, path) }()
+	return errors.Join(f(), <-prof)
+}
+
+// profiled is withCPUProfile with a heap profile right before and after
+// (allocPath): what the gateway allocated meanwhile.
 func (g *gatewayAdmin) profiled(ctx context.Context, d time.Duration, path string, f func() error) error {
 	if err := g.gc(ctx, allocPath(path, "before")); err != nil {
 		return err
 	}
-	prof := make(chan error, 1)
-	go func() { prof <- g.cpuProfile(ctx, d, path) }()
-	if err := errors.Join(f(), <-prof); err != nil {
+	if err := g.withCPUProfile(ctx, d, path, f); err != nil {
 		return err
 	}
 	logf("gateway CPU profile written to %s", path)
