@@ -460,49 +460,34 @@ func flagDefaults(ctx context.Context, bin string, flags ...string) (map[string]
 
 // The tables and figures of section 4 (report.md.tmpl).
 
-func (res *isolationResult) phases(f func(c *isoConfig, name string, ph *isoPhase)) {
-	for _, c := range res.Configs {
-		f(c, "alone", &c.Alone)
-		f(c, "with the neighbour", &c.Noisy)
-	}
-}
-
-func (res *isolationResult) SteadyTable() *table {
-	t := newTable("llrrrrrrrrr", "gateway", "steady load", "sent", "200", "429", "other errors", "p50", "p99", "p99 by round", "control (direct) p99", "control p99 by round")
-	res.phases(func(c *isoConfig, name string, ph *isoPhase) {
-		s := &ph.Steady
-		t.add(c.Name, name, fmt.Sprint(s.Sent), fmt.Sprint(s.OK), fmt.Sprint(s.TooMany), fmt.Sprint(s.Other),
-			fmtDur(s.Pct(.5)), fmtDur(s.Pct(.99)), durList(ph.RoundP99), fmtDur(ph.Control.Pct(.99)), durList(ph.ControlP99))
-	})
-	return t
-}
-
-func (res *isolationResult) NeighbourTable() *table {
-	t := newTable("lrrrrr", "gateway", "neighbour 200 / 429 / other", "limiter 429s: queue full / wait timeout", "generic in-flight 429s",
-		"limiter in flight / queued at the end", "gateway CPU alone → with the neighbour")
-	for _, c := range res.Configs {
-		n := &c.Noisy
-		t.add(c.Name, fmt.Sprintf("%d / %d / %d", n.NoisyOK, n.Noisy429, n.NoisyOther), f0(n.FairFull)+" / "+f0(n.FairTimeout),
-			f0(n.Global429), f0(n.InFlight)+" / "+f0(n.Queued), cpuShare(c.Alone.GatewayCPU, c.Alone.Elapsed)+" → "+cpuShare(n.GatewayCPU, n.Elapsed))
-	}
-	return t
+// Phases are c's phases by name.
+func (c *isoConfig) Phases() []struct {
+	Name string
+	P    *isoPhase
+} {
+	return []struct {
+		Name string
+		P    *isoPhase
+	}{{"alone", &c.Alone}, {"with the neighbour", &c.Noisy}}
 }
 
 // CPUTable is each process's CPU over the steady loads, in CPUs.
 func (res *isolationResult) CPUTable() *table {
 	roles := []string{"machine", "gateway", "bench", "neighbour", "hub", "etcd", res.SteadyUpstream, res.SlowUpstream}
 	t := newTable("ll"+strings.Repeat("r", len(roles)), append([]string{"gateway", "phase"}, roles...)...)
-	res.phases(func(c *isoConfig, name string, ph *isoPhase) {
-		cells := []string{c.Name, name}
-		for _, r := range roles {
-			if cpu, ok := ph.CPU[r]; ok {
-				cells = append(cells, cpuShare(cpu, ph.Elapsed))
-			} else {
-				cells = append(cells, "–")
+	for _, c := range res.Configs {
+		for _, ph := range c.Phases() {
+			cells := []string{c.Name, ph.Name}
+			for _, r := range roles {
+				if cpu, ok := ph.P.CPU[r]; ok {
+					cells = append(cells, cpuShare(cpu, ph.P.Elapsed))
+				} else {
+					cells = append(cells, "–")
+				}
 			}
+			t.add(cells...)
 		}
-		t.add(cells...)
-	})
+	}
 	return t
 }
 

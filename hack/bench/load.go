@@ -64,6 +64,9 @@ type loadResult struct {
 	Steady                                              authzSteady // and right after a fresh caller's decision was filled
 }
 
+// Per is v per request.
+func (r *loadResult) Per(v float64) float64 { return v / float64(max(1, r.Requests)) }
+
 func (r *loadResult) RPS() float64 {
 	if r.Elapsed <= 0 {
 		return 0
@@ -396,35 +399,6 @@ func runRound(ctx context.Context, gw *gatewayAdmin, t *target, conc int, d time
 }
 
 // The tables and figures of section 2 (report.md.tmpl).
-
-func (r *report) LoadTable() *table {
-	t := newTable("lrrrrrrrrrrr", "path", "req/s", "req/s by round", "p50", "p99", "errors", "CPU/req gateway", "CPU/req hub", "CPU/req upstream",
-		"CPU/req konnectivity (server+agent)", "CPU/req bare proxy", "CPU/req bench process")
-	for _, l := range r.Targets {
-		if l.TODO != "" {
-			t.add(l.Name, l.TODO)
-			continue
-		}
-		res := &l.Res
-		t.add(l.Name, fmt.Sprintf("%.0f", res.RPS()), numList(res.RoundRPS), fmtDur(res.Pct(0.50)), fmtDur(res.Pct(0.99)), fmt.Sprint(res.Errors),
-			cpuStr(res, "gateway"), cpuStr(res, "hub"), cpuStr(res, l.Upstream), cpuStr(res, "proxy-server", "proxy-agent"), cpuStr(res, "bare-proxy"), cpuStr(res, "bench"))
-	}
-	return t
-}
-
-func (r *report) PoolTable() *table {
-	t := newTable("lrrrrrrr", "path", "requests", "pool entries created", "connections dialed", "tunnels built",
-		"gateway allocations per request (objects / bytes)", "gateway RSS before → after", "goroutines before → after")
-	for _, l := range r.Targets {
-		if res := &l.Res; l.TODO == "" {
-			n := float64(max(1, res.Requests))
-			t.add(l.Name, fmt.Sprint(res.Requests), fmt.Sprintf("%.0f", res.DCreations), fmt.Sprintf("%.0f", res.DDials), fmt.Sprintf("%.0f", res.DTunnels),
-				fmt.Sprintf("%.0f / %.0f", res.DMallocs/n, res.DAllocBytes/n), mib(res.Before.RSS)+" → "+mib(res.After.RSS),
-				fmt.Sprintf("%.0f → %.0f", res.Before.Goroutines, res.After.Goroutines))
-		}
-	}
-	return t
-}
 
 // FirstErr is the first load that saw an error, or nil.
 func (r *report) FirstErr() *target {

@@ -111,23 +111,6 @@ func createGateways(ctx context.Context, secrets corev1client.SecretInterface, e
 
 // The table and figures of section 3 (report.md.tmpl).
 
-func (p *pooledResult) Table() *table {
-	t := newTable("lrrrrrr", "gateway state", "heap in use", "live heap", "RSS", "goroutines", "pool entries", "open connections")
-	for _, row := range []struct {
-		name string
-		s    memState
-	}{
-		{"before", p.Base},
-		{fmt.Sprintf("%d stored, unused", p.N), p.Stored},
-		{fmt.Sprintf("%d pooled (one request each)", p.N), p.Pooled},
-		{"right after deleting them", p.Deleted},
-		{fmt.Sprintf("%s later", p.ReleaseTime.Round(time.Second)), p.Released},
-	} {
-		t.add(row.name, mib(row.s.Heap), mib(row.s.Marked), mib(row.s.RSS), fmt.Sprintf("%.0f", row.s.Goroutines), fmt.Sprintf("%.0f", row.s.Entries), fmt.Sprintf("%.0f", row.s.OpenConns))
-	}
-	return t
-}
-
 // Per is a - b per gateway.
 func (p *pooledResult) Per(a, b float64) float64 { return (a - b) / float64(p.N) }
 

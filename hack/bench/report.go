@@ -51,6 +51,10 @@ var reportTemplate = template.Must(template.New("performance.md").Funcs(template
 	"benchUser":     func() string { return benchUser },
 	"settleSamples": func() int { return settleSamples },
 	"sub":           func(a, b float64) float64 { return a - b },
+	"inc":           func(i int) int { return i + 1 },
+	"table":         newTable,
+	"list":          func(v ...any) []any { return v },
+	"numList": numList, "durList": durList, "cpuShare": cpuShare,
 }).Parse(reportText))
 
 // markdown is the report as docs/performance.md.
@@ -99,6 +103,9 @@ func (t *table) add(cells ...string) *table {
 	t.rows = append(t.rows, cells)
 	return t
 }
+
+// Row is add for the template, which prints what a call returns.
+func (t *table) Row(cells ...string) string { t.add(cells...); return "" }
 
 func (t *table) String() string {
 	var b strings.Builder

@@ -457,31 +457,6 @@ func afterGC(ctx context.Context, gw *gatewayAdmin, save string) (memState, erro
 
 // The table and figures of section 5 (report.md.tmpl).
 
-func (s *scanResult) Table() *table {
-	t := newTable("lrrrrrrrrrrrr", "gateway state", "duration", "errors", "peak RSS", "peak heap in use (sampled)", "live heap (GC)", "heap alloc (GC)",
-		"heap in use (GC)", "RSS (GC)", "pool entries", "retiring", "open connections", "goroutines")
-	row := func(name, dur, errs, peak, peakHeap string, g memState) {
-		t.add(name, dur, errs, peak, peakHeap, mib(g.Marked), mib(g.Live), mib(g.Heap), mib(g.RSS), f0(g.Entries), f0(g.Retiring), f0(g.OpenConns), f0(g.Goroutines))
-	}
-	row("fresh gateway", "", "", "", "", s.Base)
-	if s.CreatePeak > 0 {
-		t.add(fmt.Sprintf("creating %d (gateway running)", s.N), s.CreateWindow.Round(100*time.Millisecond).String(), "", mib(s.CreatePeak))
-	}
-	row(fmt.Sprintf("%d stored", s.N), "", "", "", "", s.Stored)
-	row(fmt.Sprintf("%d pooled (one GET each)", s.PooledN), "", "", "", "", s.Pooled)
-	for i, p := range s.Passes {
-		row(fmt.Sprintf("after pass %d", i+1), p.Duration.Round(100*time.Millisecond).String(), fmt.Sprint(p.Errors), mib(p.PeakRSS), mib(p.PeakHeapSample), p.Settled)
-	}
-	row(fmt.Sprintf("%s after the last pass (no forced GC)", scanAfter), "", "", "", "", s.After)
-	row(fmt.Sprintf("%s after the last pass, after a forced GC", scanAfter), "", "", "", "", s.AfterGC)
-	settled := "RSS settled"
-	if !s.Stable {
-		settled = "RSS still moving"
-	}
-	row(fmt.Sprintf("%s, %s after the last pass (no forced GC)", settled, s.SettledAt.Round(time.Second)), "", "", "", "", s.Settled)
-	return t
-}
-
 // Live heap and RSS per pooled cluster; live heap per stored gateway.
 func (s *scanResult) PerEntryHeap() float64  { return s.perEntry(s.Pooled.Marked - s.Stored.Marked) }
 func (s *scanResult) PerEntryRSS() float64   { return s.perEntry(s.Pooled.RSS - s.Stored.RSS) }

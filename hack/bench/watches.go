@@ -341,16 +341,6 @@ func openWatch(ctx context.Context, c *http.Client, url string) (io.ReadCloser, 
 
 // The table and figures of section 7 (report.md.tmpl).
 
-func (s *watchesResult) Table() *table {
-	t := newTable("lrrrrrrrr", "held by", "watches", "to open all", "RSS before → with them", "RSS per watch", "Go heap per watch", "goroutine stacks per watch", "goroutines per watch", "one event to all")
-	for _, h := range s.Holders {
-		p := h.PerWatch()
-		t.add(h.Name, fmt.Sprint(h.Watches), h.Open.Round(time.Millisecond).String(), mib(h.Before.RSS)+" → "+mib(h.After.RSS),
-			kib(p.RSS), kib(p.Heap), kib(p.Stacks), f2(p.Goroutines), h.Deliver.Round(time.Millisecond).String())
-	}
-	return t
-}
-
 func (s *watchesResult) Openers() int { return *watchOpeners }
 
 // StreamLimits are the gateway's --max-streams flags in the section.
