@@ -54,7 +54,7 @@ var reportTemplate = template.Must(template.New("performance.md").Funcs(template
 	"inc":           func(i int) int { return i + 1 },
 	"table":         newTable,
 	"list":          func(v ...any) []any { return v },
-	"numList": numList, "durList": durList, "cpuShare": cpuShare,
+	"numList":       numList, "durList": durList, "cpuShare": cpuShare,
 }).Parse(reportText))
 
 // markdown is the report as docs/performance.md.
