@@ -303,26 +303,12 @@ func (f *switchForwarder) Close() {
 func (ab *abResultSet) User() string         { return abUser }
 func (ab *abResultSet) Quiet() time.Duration { return *abQuiet }
 
-func (ab *abResultSet) Table() *table {
-	t := newTable("lllllllllllll", "variant", "switched off", "hub: gateway CPU/req", "ratio", "p50", "p99", "hub kube-apiserver CPU/req",
-		"port: gateway CPU/req", "ratio", "p50", "p99", "RSS start / load / idle", "errors")
-	for _, row := range ab.Rows {
-		h, p := row.Res["hub"], row.Res["port"]
-		if h == nil || p == nil {
-			continue
-		}
-		rc := func(path string) string {
-			if r, ok := ab.ratio(row, path); ok {
-				return x(r)
-			}
-			return "–"
-		}
-		t.add(row.Variant.Key, row.Variant.What,
-			fmtDur(h.PerReq("gateway")), rc("hub"), fmtDur(h.Pct(0.5)), fmtDur(h.Pct(0.99)), fmtDur(h.PerReq("hub")),
-			fmtDur(p.PerReq("gateway")), rc("port"), fmtDur(p.Pct(0.5)), fmtDur(p.Pct(0.99)),
-			mib(row.RSSStart)+" / "+mib(row.RSSLoad)+" / "+mib(row.RSSIdle), fmt.Sprint(h.Errors+p.Errors))
+// RatioCell is ratio as a cell, a dash without a baseline.
+func (ab *abResultSet) RatioCell(row *abRow, path string) string {
+	if r, ok := ab.ratio(row, path); ok {
+		return x(r)
 	}
-	return t
+	return "–"
 }
 
 // ratio is the gateway's CPU per request of row over the baseline's on

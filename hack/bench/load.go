@@ -64,6 +64,9 @@ type loadResult struct {
 	Steady                                              authzSteady // and right after a fresh caller's decision was filled
 }
 
+// PerRound is v per round.
+func (r *loadResult) PerRound(v float64) float64 { return v / float64(max(1, len(r.RoundRPS))) }
+
 // Per is v per request.
 func (r *loadResult) Per(v float64) float64 { return v / float64(max(1, r.Requests)) }
 

@@ -52,6 +52,9 @@ var reportTemplate = template.Must(template.New("performance.md").Funcs(template
 	"settleSamples": func() int { return settleSamples },
 	"sub":           func(a, b float64) float64 { return a - b },
 	"inc":           func(i int) int { return i + 1 },
+	"addInt":        func(a, b int) int { return a + b },
+	"trimPrefix":    strings.TrimPrefix,
+	"perThousand":   perThousand,
 	"table":         newTable,
 	"list":          func(v ...any) []any { return v },
 	"numList":       numList, "durList": durList, "cpuShare": cpuShare,
@@ -104,8 +107,22 @@ func (t *table) add(cells ...string) *table {
 	return t
 }
 
-// Row is add for the template, which prints what a call returns.
-func (t *table) Row(cells ...string) string { t.add(cells...); return "" }
+// Row is add for the template (which prints what a call returns): a cell
+// that is a list is spread over as many, others are printed.
+func (t *table) Row(cells ...any) string {
+	var row []string
+	for _, c := range cells {
+		if l, ok := c.([]any); ok {
+			for _, v := range l {
+				row = append(row, fmt.Sprint(v))
+			}
+		} else {
+			row = append(row, fmt.Sprint(c))
+		}
+	}
+	t.add(row...)
+	return ""
+}
 
 func (t *table) String() string {
 	var b strings.Builder

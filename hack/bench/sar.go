@@ -230,36 +230,8 @@ func (r *report) gatewayAuthz(steady bool) (requests int, sars, delegated float6
 	return requests, sars, delegated
 }
 
-func (r *report) AuthzTable() *table {
-	t := newTable("lrrrrrrrrrr", "path", "workers", "requests", "gateway authorization calls to the hub", "SubjectAccessReviews on the hub", "SARs per round",
-		"SARs per 1,000 requests", "fresh caller: SARs filling its decision", "then: requests", "SARs", "SARs per 1,000 requests")
-	for _, l := range r.Targets {
-		if l.TODO != "" {
-			continue
-		}
-		a, s := l.Res.Authz, l.Res.Steady
-		steady := []string{"–", "–", "–", "–"}
-		if s.Requests > 0 {
-			steady = []string{f0(s.Filled), fmt.Sprint(s.Requests), f0(s.HubSARs), f2(perThousand(s.HubSARs, s.Requests))}
-		}
-		t.add(append([]string{l.Name, fmt.Sprint(workersOf(l, r.Opts.Concurrency)), fmt.Sprint(l.Res.Requests), f0(a.Delegated), f0(a.HubSARs),
-			f1(a.HubSARs / float64(max(1, len(l.Res.RoundRPS)))), f2(perThousand(a.HubSARs, l.Res.Requests))}, steady...)...)
-	}
-	if i := r.AuthzIdle; i != nil {
-		t.add(fmt.Sprintf("no load for %s (control)", i.Window), "–", "–", "–", "–", "–", "–", "–", "0", fmt.Sprintf("%.0f (the gateway asked %.0f)", i.HubSARs, i.Delegated), "–")
-	}
-	return t
-}
-
 // AuthzTTL is the gateway's authorization cache TTL flag in the loads.
 func (r *report) AuthzTTL(flag string) string {
 	return flagValue(r.GatewayArgs, flag, defaultAuthzTTL.String()+", the default")
 }
 
-// workersOf is the workers of t's load.
-func workersOf(t *target, def int) int {
-	if t.Workers > 0 {
-		return t.Workers
-	}
-	return def
-}
