@@ -234,4 +234,3 @@ func (r *report) gatewayAuthz(steady bool) (requests int, sars, delegated float6
 func (r *report) AuthzTTL(flag string) string {
 	return flagValue(r.GatewayArgs, flag, defaultAuthzTTL.String()+", the default")
 }
-
