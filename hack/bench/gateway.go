@@ -68,9 +68,12 @@ func mtlsClient(caPEM []byte, kp *localenv.KeyPair) (*http.Client, error) {
 		}
 		cfg.Certificates = []tls.Certificate{pair}
 	}
-	return &http.Client{Timeout: time.Minute, Transport: &http.Transport{
-		TLSClientConfig: cfg, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second,
-	}}, nil
+	return &http.Client{Timeout: time.Minute, Transport: clientTransport(cfg)}, nil
+}
+
+// clientTransport is the clients' keep-alive HTTP/2 transport.
+func clientTransport(cfg *tls.Config) *http.Transport {
+	return &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
 }
 
 // metrics scrapes /metrics into name{labels} -> value.
