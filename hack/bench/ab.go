@@ -188,19 +188,13 @@ func (r *abRow) measure(ctx context.Context, t *target, conc, hubPid int) error 
 	}
 	pid := r.g.Process.Pid()
 	stop := sampleMax(100*time.Millisecond, rssOf(pid))
-	var b burstResult
-	var elapsed time.Duration
-	cpu, err := cpuDuring(map[string]int{"gateway": pid, "hub": hubPid}, func() error { b, elapsed = timedBurst(ctx, t, conc, *abPer); return nil })
-	most, _ := stop()
-	r.RSSLoad = max(r.RSSLoad, most)
-	if err != nil {
-		return err
-	}
 	if r.Res[t.Key] == nil {
 		r.Res[t.Key] = &loadResult{}
 	}
-	r.Res[t.Key].add(b, elapsed, cpu)
-	return nil
+	err := r.Res[t.Key].measure(ctx, t, conc, *abPer, map[string]int{"gateway": pid, "hub": hubPid})
+	most, _ := stop()
+	r.RSSLoad = max(r.RSSLoad, most)
+	return err
 }
 
 // abWarm runs the load until a second of it succeeds: after a switch, the

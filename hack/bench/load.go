@@ -300,20 +300,21 @@ func burst(ctx context.Context, t *target, conc int, d time.Duration) (b burstRe
 	return b
 }
 
-// timedBurst is burst and the time it took.
-func timedBurst(ctx context.Context, t *target, conc int, d time.Duration) (burstResult, time.Duration) {
-	start := time.Now()
-	b := burst(ctx, t, conc, d)
-	return b, time.Since(start)
-}
-
-// add accumulates one burst of d, and the CPU each role used meanwhile.
-func (r *loadResult) add(b burstResult, d time.Duration, cpu map[string]time.Duration) {
+// measure adds one burst of t for d to r, and the CPU each of pids used
+// meanwhile; r's elapsed time is the burst's alone.
+func (r *loadResult) measure(ctx context.Context, t *target, conc int, d time.Duration, pids map[string]int) error {
+	var b burstResult
+	var elapsed time.Duration
+	cpu, err := cpuDuring(pids, func() error { start := time.Now(); b = burst(ctx, t, conc, d); elapsed = time.Since(start); return nil })
+	if err != nil {
+		return err
+	}
 	r.Requests, r.Errors, r.FirstErr = r.Requests+b.n, r.Errors+b.errs, cmp.Or(r.FirstErr, b.firstErr)
-	r.Elapsed += d
-	r.RoundRPS = append(r.RoundRPS, float64(b.n)/d.Seconds())
+	r.Elapsed += elapsed
+	r.RoundRPS = append(r.RoundRPS, float64(b.n)/elapsed.Seconds())
 	r.Lat = append(r.Lat, b.lat...)
 	r.CPU = addCPU(r.CPU, cpu)
+	return nil
 }
 
 // get is one request of the load (internal/testfrontend's, as pkg/proxy's benchmarks send).
@@ -362,27 +363,21 @@ func runLoads(ctx context.Context, gw *gatewayAdmin, targets []*target, conc, ro
 // in the hub's SubjectAccessReviews and in each process's CPU.
 func runRound(ctx context.Context, gw *gatewayAdmin, t *target, conc int, d time.Duration, first, last bool) error {
 	r := &t.Res
-	sars0, err := gw.hubSARs(ctx)
+	snap := func() (s gwState, sars float64, err error) {
+		if s, err = gw.state(ctx); err == nil {
+			sars, err = gw.hubSARs(ctx)
+		}
+		return s, sars, err
+	}
+	before, sars0, err := snap()
 	if err != nil {
 		return err
 	}
-	before, err := gw.state(ctx)
-	if err != nil {
-		return err
-	}
-	var b burstResult
-	var elapsed time.Duration
 	// The CPU is read before the scrape after the load, which costs the gateway CPU.
-	cpu, err := cpuDuring(t.Pids, func() error { b, elapsed = timedBurst(ctx, t, conc, d); return nil })
-	if err != nil {
+	if err := r.measure(ctx, t, conc, d, t.Pids); err != nil {
 		return err
 	}
-	r.add(b, elapsed, cpu)
-	after, err := gw.state(ctx)
-	if err != nil {
-		return err
-	}
-	sars1, err := gw.hubSARs(ctx)
+	after, sars1, err := snap()
 	if err != nil {
 		return err
 	}
