@@ -1,7 +1,7 @@
 package main
 
 import (
-	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -59,19 +59,19 @@ func procHWM(pid int) (float64, error) { return procStatus(pid, "VmHWM") }
 
 // procStatus is a memory field of /proc/<pid>/status in bytes.
 func procStatus(pid int, field string) (float64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
+	return kbField(fmt.Sprintf("/proc/%d/status", pid), field)
+}
+
+// kbField is field of a /proc file of "field: N kB" lines, in bytes.
+func kbField(path, field string) (float64, error) {
+	b, err := os.ReadFile(path)
+	for _, l := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(l, field+":"); ok && err == nil {
 			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
 			return kb * 1024, err
 		}
 	}
-	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
+	return 0, cmp.Or(err, fmt.Errorf("no %s in %s", field, path))
 }
 
 // cpuOf reads the CPU of every role; "bench" is this process.
@@ -183,14 +183,8 @@ func describeMachine(goBin string) machine {
 			}
 		}
 	}
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if rest, ok := strings.CutPrefix(l, "MemTotal:"); ok {
-				kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-				m.MemGiB = kb / (1 << 20)
-			}
-		}
-	}
+	mem, _ := kbField("/proc/meminfo", "MemTotal")
+	m.MemGiB = mem / (1 << 30)
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = strings.TrimSpace(string(b))
 	}
