@@ -12,8 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/wait"
-
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
 )
 
@@ -124,12 +122,8 @@ rules:
 	if err != nil {
 		return err
 	}
-	var last error
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		last = get(ctx, hub, env.Hub.URL+bareAPIPrefix)
-		return last == nil, nil
-	}); err != nil {
-		return fmt.Errorf("the hub does not serve %s from the bare proxy: %v", bareAPIPrefix, last)
-	}
-	return nil
+	_, err = poll(ctx, 200*time.Millisecond, time.Minute, "the hub serving "+bareAPIPrefix+" from the bare proxy", func(ctx context.Context) error {
+		return again(get(ctx, hub, env.Hub.URL+bareAPIPrefix))
+	})
+	return err
 }

@@ -12,8 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/wait"
-
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
 	"github.com/clustergateway/cluster-gateway/internal/testfrontend"
 )
@@ -232,14 +230,8 @@ func withBare(pids map[string]int, b *bareProxy) map[string]int {
 // waitAllowed waits until benchUser's binding has reached the hub's
 // authorizer and t answers.
 func waitAllowed(ctx context.Context, t *target) error {
-	var last error
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		last = get(ctx, t.Client, t.URL)
-		return last == nil, nil
-	}); err != nil {
-		return fmt.Errorf("%s as %s: %w", t.Name, benchUser, cmp.Or(last, err))
-	}
-	return nil
+	_, err := poll(ctx, 200*time.Millisecond, time.Minute, t.Name+" as "+benchUser, func(ctx context.Context) error { return again(get(ctx, t.Client, t.URL)) })
+	return err
 }
 
 // Per-cluster limits of the gateway: ordinary requests in flight to one
