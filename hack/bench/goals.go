@@ -21,7 +21,7 @@ func (g goal) met() bool {
 	return g.Value <= g.Limit
 }
 
-func (g goal) verdict() string {
+func (g goal) Verdict() string {
 	switch {
 	case g.Missing != "":
 		return "not measured (" + g.Missing + ")"
@@ -57,18 +57,6 @@ func (gs goalList) count(f func(goal) bool) int {
 		}
 	}
 	return n
-}
-
-func (gs goalList) Table() *table {
-	t := newTable("lll", "goal", "measured", "met?")
-	for _, g := range gs {
-		name := g.Goal
-		if g.Evidence {
-			name += " (a check of the bench's own, not one of the goals)"
-		}
-		t.add(name, g.Measured, g.verdict())
-	}
-	return t
 }
 
 // allocBudget is the in-process goal's bound on the handler's allocations
