@@ -471,24 +471,12 @@ func (c *isoConfig) Phases() []struct {
 	}{{"alone", &c.Alone}, {"with the neighbour", &c.Noisy}}
 }
 
-// CPUTable is each process's CPU over the steady loads, in CPUs.
-func (res *isolationResult) CPUTable() *table {
-	roles := []string{"machine", "gateway", "bench", "neighbour", "hub", "etcd", res.SteadyUpstream, res.SlowUpstream}
-	t := newTable("ll"+strings.Repeat("r", len(roles)), append([]string{"gateway", "phase"}, roles...)...)
-	for _, c := range res.Configs {
-		for _, ph := range c.Phases() {
-			cells := []string{c.Name, ph.Name}
-			for _, r := range roles {
-				if cpu, ok := ph.P.CPU[r]; ok {
-					cells = append(cells, cpuShare(cpu, ph.P.Elapsed))
-				} else {
-					cells = append(cells, "–")
-				}
-			}
-			t.add(cells...)
-		}
+// CPUShare is role's CPU over the steady loads, in CPUs.
+func (ph *isoPhase) CPUShare(role string) string {
+	if cpu, ok := ph.CPU[role]; ok {
+		return cpuShare(cpu, ph.Elapsed)
 	}
-	return t
+	return "–"
 }
 
 // MedianP99 is the median of the rounds' p99s.

@@ -265,79 +265,50 @@ func (s *streamsResult) cpuPerMB(path, role string) (time.Duration, bool) {
 
 // The tables and figures of section 6 (report.md.tmpl).
 
-func (s *streamsResult) Table() *table {
-	t := newTable("lrrrr", "path", "port-forward, 1 conn (MB/s)", "port-forward, 8 conns (MB/s)", "exec `cat` (MB/s)", "`logs -f` (lines/s)")
-	for _, p := range s.Paths {
-		cells := []string{p.Name}
-		for _, k := range streamKinds {
-			switch res := p.res[k.Key]; {
-			case res == nil:
-				cells = append(cells, "–")
-			case res.Err != nil:
-				cells = append(cells, "failed")
-			default:
-				cells = append(cells, fmt.Sprintf("%.1f (%s)", res.rate(), numList(res.Rounds)))
-			}
-		}
-		t.add(cells...)
+// Rate is kind's rate on p and its rounds' as a cell.
+func (p *streamPath) Rate(kind string) string {
+	switch res := p.res[kind]; {
+	case res == nil:
+		return "–"
+	case res.Err != nil:
+		return "failed"
+	default:
+		return fmt.Sprintf("%.1f (%s)", res.rate(), numList(res.Rounds))
 	}
-	return t
 }
 
-// RatioTable compares each proxied path with its baselines.
-func (s *streamsResult) RatioTable() *table {
-	t := newTable("llrrrr", "path", "over", "port-forward, 1 conn", "port-forward, 8 conns", "exec", "`logs -f`")
+// RatioRows are the pairs of paths the ratio table compares, where both ran.
+func (s *streamsResult) RatioRows() (out [][2]*streamPath) {
 	for _, c := range [][2]string{
 		{"bare", "direct"}, {"gateway", "direct"}, {"gateway", "bare"}, {"hub", "gateway"},
 		{"bare-konn", "direct3"}, {"konn", "direct3"}, {"konn", "bare-konn"}, {"hub-konn", "konn"},
 	} {
-		p, base := s.path(c[0]), s.path(c[1])
-		if p == nil || base == nil {
-			continue
+		if p, base := s.path(c[0]), s.path(c[1]); p != nil && base != nil {
+			out = append(out, [2]*streamPath{p, base})
 		}
-		cells := []string{p.Name, base.Name}
-		for _, k := range streamKinds {
-			if a, z := s.result(c[0], k.Key), s.result(c[1], k.Key); a != nil && z != nil && z.rate() != 0 {
-				cells = append(cells, x(a.rate()/z.rate()))
-			} else {
-				cells = append(cells, "–")
-			}
-		}
-		t.add(cells...)
 	}
-	return t
+	return out
 }
 
-// CPUTable is each process's CPU per MB (port-forward and exec together)
-// and per 1,000 log lines, on each path.
-func (s *streamsResult) CPUTable() *table {
-	roles := []string{"gateway", "bare-proxy", "hub", "upstream", "proxy-server+agent", "bench"}
-	head := []string{"path"}
-	for _, r := range roles {
-		head = append(head, r+" /MB")
+// Ratio is kind's rate on p over base's as a cell.
+func (s *streamsResult) Ratio(p, base *streamPath, kind string) string {
+	if a, z := s.result(p.Key, kind), s.result(base.Key, kind); a != nil && z != nil && z.rate() != 0 {
+		return x(a.rate() / z.rate())
 	}
-	t := newTable("l"+strings.Repeat("r", len(roles)+2), append(head, "gateway /1k lines", "bare proxy /1k lines")...)
-	for _, p := range s.Paths {
-		cells := []string{p.Name}
-		for _, role := range roles {
-			cells = append(cells, s.cpuCell(p, role))
-		}
-		logs := s.result(p.Key, "logs")
-		for _, role := range []string{"gateway", "bare-proxy"} {
-			if c, ok := logs.cpuPerUnit(role); ok {
-				cells = append(cells, fmtDur(c*1000))
-			} else {
-				cells = append(cells, "–")
-			}
-		}
-		t.add(cells...)
-	}
-	return t
+	return "–"
 }
 
-// cpuCell is role's CPU per MB on p; "upstream" is p's kube-apiserver and
+// LogCPU is role's CPU per 1,000 log lines on p as a cell.
+func (s *streamsResult) LogCPU(p *streamPath, role string) string {
+	if c, ok := s.result(p.Key, "logs").cpuPerUnit(role); ok {
+		return fmtDur(c * 1000)
+	}
+	return "–"
+}
+
+// CPUCell is role's CPU per MB on p; "upstream" is p's kube-apiserver and
 // "proxy-server+agent" both konnectivity processes.
-func (s *streamsResult) cpuCell(p *streamPath, role string) string {
+func (s *streamsResult) CPUCell(p *streamPath, role string) string {
 	roles, ok := map[string][]string{"upstream": {p.Upstream}, "proxy-server+agent": {"proxy-server", "proxy-agent"}}[role]
 	if !ok {
 		roles = []string{role}
