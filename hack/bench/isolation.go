@@ -363,15 +363,16 @@ func noisyWorker(ctx context.Context, c *http.Client, url string, ok, tooMany, o
 func steadyLoad(ctx context.Context, c *http.Client, url string, rate int, d time.Duration) (r steadyResult) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	defer wg.Wait()
 	tick := time.NewTicker(time.Second / time.Duration(rate))
 	defer tick.Stop()
 	end := time.After(d)
 	for {
 		select {
 		case <-ctx.Done():
+			wg.Wait()
 			return r
 		case <-end:
+			wg.Wait()
 			return r
 		case <-tick.C:
 		}
