@@ -16,12 +16,9 @@ import (
 )
 
 // The bare reverse proxy behind the hub is the baseline of the hub goal: the
-// same hub, the same aggregation (an APIService of a group of its own, to a
-// Service on loopback like the gateway's), the same hub user and the same
-// kind of RBAC rule, and behind it a reverse proxy with no code of its own
-// but the one path cut that maps the aggregated path to the cluster's. What
-// the hub costs there, and what a proxy behind it costs, is what any
-// aggregated proxy would pay on this machine.
+// same hub, aggregation (an APIService of its own group), user and kind of
+// RBAC rule, before a proxy with no code of its own but the path cut: what
+// any aggregated proxy pays here.
 const (
 	bareGroup       = "bare.bench.clustergateway.io"
 	bareVersion     = "v1alpha1"
@@ -72,9 +69,7 @@ func aggregatedBare(proxy http.Handler) http.Handler {
 
 // registerBareBehindHub makes the hub serve bareGroup from the bare proxy at
 // proxyURL (an ExternalName Service to localhost, an APIService trusting
-// caPEM), lets benchUser's kind of caller GET its proxy subresource as
-// cluster-gateway:proxy-reader does the gateway's, and waits until the hub
-// answers through it.
+// caPEM) with a role like cluster-gateway:proxy-reader, and waits for it.
 func registerBareBehindHub(ctx context.Context, env *localenv.Env, proxyURL string, caPEM []byte) error {
 	u, err := url.Parse(proxyURL)
 	if err != nil {

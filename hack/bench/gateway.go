@@ -34,10 +34,8 @@ const (
 	mAllocBytes = "go_memstats_alloc_bytes_total"
 )
 
-// gatewayAdmin talks to the gateway's own port as the hub admin, whom the
-// gateway authenticates with the hub's client CA (system:masters is always
-// allowed by its delegated authorizer, so its scrapes cause no
-// SubjectAccessReview; the loads run as a user who is not, see load.go).
+// gatewayAdmin talks to the gateway's own port as the hub admin
+// (system:masters: its scrapes cause no SubjectAccessReview).
 type gatewayAdmin struct {
 	env    *localenv.Env
 	client *http.Client
@@ -172,14 +170,10 @@ func stateOf(m map[string]float64, rss float64) gwState {
 	}
 }
 
-// memState is gwState plus the live heap, go_memstats_heap_alloc_bytes:
-// right after a forced GC it is what survived the GC, while heap in use also
-// counts the free room of every span that holds a live object.
-//
-// Marked is the heap the last GC marked live (go_gc_heap_live_bytes, the
-// runtime's /gc/heap/live:bytes). Unlike heap_alloc it does not grow with
-// what is allocated between the forced GC and the scrape, and unlike an
-// estimate from the heap goal it does not depend on GOGC.
+// memState is gwState plus the live heap: Live is heap_alloc (after a forced
+// GC, what survived it; heap in use also counts spans' free room), Marked
+// what the last GC marked (go_gc_heap_live_bytes: it does not grow with what
+// is allocated after the GC, nor depend on GOGC).
 type memState struct {
 	gwState
 	Live, Marked float64

@@ -33,14 +33,10 @@ var goBenchPkgs = []string{"./pkg/proxy/", "./pkg/pool/"}
 
 const goBenchPattern = "^Benchmark(Direct|BareReverseProxy|ProxyGateway|ServePieces|AcquireRelease)$"
 
-// runGoBench runs the in-process benchmarks of pkg/proxy (and the pool's
-// Acquire): each package's test binary, built once, runs every benchmark
-// once per round, for count rounds, echoing the output, which is parsed.
-// Taking the samples in turn puts a ratio's samples in the same minutes:
-// with go test's -count, each benchmark's samples are taken back to back,
-// and a machine that slows down meanwhile favours whichever ran first (the
-// list's gateway/bare ratio came out 0.78 and 1.15 in two runs of one
-// commit that way).
+// runGoBench runs the in-process benchmarks: each package's test binary,
+// built once, runs every benchmark once per round for count rounds. In
+// turn, not go test's -count (back to back), so that a machine that slows
+// down does not favour whichever ran first (0.78 and 1.15 for one commit).
 func runGoBench(ctx context.Context, goBin string, count int, benchtime string) (*goBench, error) {
 	dir, err := os.MkdirTemp("", "bench-go-")
 	if err != nil {

@@ -243,10 +243,8 @@ const (
 )
 
 // workersGatewayArgs raises the gateway's in-flight bound per cluster to the
-// most workers of any load, so that the -workers-many loads to one cluster
-// show what its one HTTP/2 connection allows rather than the limiter (with
-// the defaults, 64 workers would get 429s beyond 16 + 32). Loads with fewer
-// workers than the default bound are not affected.
+// most workers of any load, so that the -workers-many loads show the one
+// HTTP/2 connection rather than the limiter (429s beyond 16 + 32).
 func workersGatewayArgs(conc int) []string {
 	if n := max(conc, *manyWorkers); n > defaultMaxPerCluster {
 		return []string{fmt.Sprintf("--%s=%d", flagMaxPerCluster, n)}
@@ -312,11 +310,9 @@ func (r *loadResult) measure(ctx context.Context, t *target, conc int, d time.Du
 // get is one request of the load (internal/testfrontend's, as pkg/proxy's benchmarks send).
 func get(ctx context.Context, c *http.Client, url string) error { return testfrontend.Get(ctx, c, url) }
 
-// runLoads warms every target, then runs rounds in which each target gets
-// its share of the duration in turn, so noise from other work on the
-// machine spreads over all of them instead of hitting one. The gateway is
-// CPU-profiled during the first round of each profiled load, with a heap
-// profile before and after it (what it allocated for the round).
+// runLoads warms every target, then runs rounds of each target in turn, so
+// that the machine's noise spreads over all of them; the gateway is
+// profiled (gatewayAdmin.profiled) in the first round of a profiled load.
 func runLoads(ctx context.Context, gw *gatewayAdmin, targets []*target, conc, rounds int, total, warm time.Duration, profile string) error {
 	for _, t := range targets {
 		if t.TODO != "" {
