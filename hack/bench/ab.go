@@ -15,13 +15,11 @@ import (
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
 )
 
-// The A/B section: the same load on gateways that differ in one piece
-// each, run side by side in one environment, so that each piece of the
-// gateway that replaces stock k8s.io/apiserver or net/http behaviour shows
-// what it saves. Every variant is a gateway process of its own on its own
-// port, all serving the same ClusterGateways; the hub reaches the one being
-// measured through a forwarder in this process that is switched between
-// rounds (the APIService points at the forwarder).
+// The A/B section: the same load on gateways that differ in one piece each,
+// side by side, so that each piece that replaces stock k8s.io/apiserver or
+// net/http behaviour shows what it saves. Each variant is a gateway process
+// of its own; the hub reaches the one measured through a forwarder in this
+// process (the APIService points at it), switched between rounds.
 
 var (
 	abRounds = flag.Int("ab-rounds", 4, "A/B: interleaved rounds; every variant and path runs once per round (0 skips the section)")
@@ -29,38 +27,30 @@ var (
 	abQuiet  = flag.Duration("ab-quiet", 10*time.Second, "A/B: quiet time after the rounds before the idle RSS is read")
 )
 
-// abVariant is one gateway of the A/B section: the defaults plus Args.
+// abVariant is one gateway of the A/B section: the defaults plus Args. Cost
+// marks a row that switches on what the defaults leave off: its ratio is
+// what that costs, and no bar applies.
 type abVariant struct {
 	Key, What string
 	Args      []string
-	// Cost marks a row that switches something on that the defaults leave
-	// off: its ratio is what that costs, not a piece's saving, and no bar
-	// applies.
-	Cost bool
+	Cost      bool
 }
 
-// abVariants are the pieces a reviewer must read twice, each switched off
-// alone; baseline has every one on (the defaults).
+// abVariants are the pieces, each switched off alone; baseline is the defaults.
 var abVariants = []abVariant{
 	{Key: "baseline", What: "the defaults"},
 	{Key: "stock-chain", What: "k8s.io/apiserver's DefaultBuildHandlerChain wrapped around the proxy route, instead of the copy", Args: []string{"--ab-stock-handler-chain"}},
-	// The whole stock path: what handlerchain.go, route.go and memo.go
-	// together save (the issue-38 row).
+	// What handlerchain.go, route.go and memo.go together save (issue 38).
 	{Key: "stock-path", What: "the whole stock path: k8s.io/apiserver's DefaultBuildHandlerChain, the proxy subresource served by go-restful's REST connect handler (no proxy route, no inner-request memo)", Args: []string{"--ab-stock-proxy-path"}},
-	// Tracing: the defaults trace nothing (no --tracing-config-file); this
-	// row traces every request, gateway spans included, to a provider that
-	// exports nothing (issue 40: what tracing costs, and that off is free).
+	// What tracing every request costs (issue 40); the defaults trace nothing.
 	{Key: "tracing-no-exporter", What: "tracing on (every request sampled: the server span, the fairness, lease, dial and client spans) to a provider that exports nothing", Args: []string{"--ab-tracing-no-exporter"}, Cost: true},
 	{Key: "no-certauth", What: "the certificate cache off: the generic authenticators verify every request's chain", Args: []string{"--authentication-certificate-cache-size=0"}},
 }
 
-// abPaths are the two ways in: through the hub (the product's path) and
-// straight to the gateway's port.
+// abPaths are the two ways in: through the hub and to the gateway's port.
 var abPaths = []string{"hub", "port"}
 
-// abUser is who the A/B loads authenticate as: like benchUser, a hub user
-// outside system:masters, so that every request is authorized as a real
-// user's is.
+// abUser is who the A/B loads authenticate as (like benchUser).
 const abUser = "cluster-gateway-ab"
 
 // abKeepRatio is the bar a piece must clear through the hub: switching it
@@ -76,10 +66,8 @@ type abResultSet struct {
 
 type abRow struct {
 	Variant abVariant
-	// Res is by path; CPU "gateway" is the variant's process, "hub" the hub's.
-	Res map[string]*loadResult
-	// RSS of the process: after it started and synced, the most seen
-	// under load, and after the rounds and -ab-quiet.
+	Res     map[string]*loadResult // by path; CPU "gateway" is the variant's process
+	// RSS after the start, the most under load, and idle after -ab-quiet.
 	RSSStart, RSSLoad, RSSIdle float64
 	g                          *localenv.Gateway
 	loads                      map[string]*target // by path
@@ -137,7 +125,7 @@ func runAB(ctx context.Context, s *session) (err error) {
 		for _, res := range r.Res {
 			slices.Sort(res.Lat)
 		}
-		for _, t := range r.loads {
+		for _, t := range r.loads { // no client connection held while idle
 			t.Client.CloseIdleConnections()
 		}
 	}
@@ -157,13 +145,11 @@ func runAB(ctx context.Context, s *session) (err error) {
 // its own to its port, one to the hub shared by all), and points the hub
 // at the forwarder, switched to the first variant.
 func (ab *abResultSet) start(ctx context.Context, env *localenv.Env, gatewayArgs []string, fwd *switchForwarder) error {
-	user, err := env.NewUser(abUser)
+	users, err := newUsers(env, abUser, "cluster-gateway:proxy-reader", abUser)
 	if err != nil {
 		return err
 	}
-	if _, err := env.Kubectl(env.Hub.Kubeconfig, "create", "clusterrolebinding", abUser, "--clusterrole=cluster-gateway:proxy-reader", "--user="+abUser); err != nil {
-		return err
-	}
+	user := users[0]
 	hubClient, err := mtlsClient(env.Hub.CA.CertPEM, user.Cert)
 	if err != nil {
 		return err
@@ -201,25 +187,18 @@ func (r *abRow) measure(ctx context.Context, t *target, conc, hubPid int) error 
 		return fmt.Errorf("warm-up: %w", err)
 	}
 	pid := r.g.Process.Pid()
-	stop, peak := make(chan struct{}), make(chan float64, 1)
-	go func() { most, _ := sampleRSS(pid, 100*time.Millisecond, stop); peak <- most }()
-	var b burstResult
-	var elapsed time.Duration
-	cpu, err := cpuDuring(map[string]int{"gateway": pid, "hub": hubPid}, func() error { b, elapsed = timedBurst(ctx, t, conc, *abPer); return nil })
-	close(stop)
-	r.RSSLoad = max(r.RSSLoad, <-peak)
-	if err != nil {
-		return err
-	}
+	stop := sampleMax(100*time.Millisecond, rssOf(pid))
 	if r.Res[t.Key] == nil {
 		r.Res[t.Key] = &loadResult{}
 	}
-	r.Res[t.Key].add(b, elapsed, cpu)
-	return nil
+	err := r.Res[t.Key].measure(ctx, t, conc, *abPer, map[string]int{"gateway": pid, "hub": hubPid})
+	most, _ := stop()
+	r.RSSLoad = max(r.RSSLoad, most)
+	return err
 }
 
-// abWarm runs the load until a full second of it succeeds: after a switch,
-// the hub's first request may still meet the connection that was cut.
+// abWarm runs the load until a second of it succeeds: after a switch, the
+// hub's first request may meet the connection that was cut.
 func abWarm(ctx context.Context, t *target, conc int) error {
 	var last error
 	for range 10 {
@@ -233,8 +212,7 @@ func abWarm(ctx context.Context, t *target, conc int) error {
 }
 
 // switchForwarder is a TCP forwarder on loopback whose target port can be
-// switched; switching cuts the connections it carries, so the client's next
-// request dials the new target.
+// switched, which cuts the connections it carries.
 type switchForwarder struct {
 	ln    net.Listener
 	to    atomic.Int64
@@ -319,30 +297,22 @@ func (f *switchForwarder) Close() {
 func (ab *abResultSet) User() string         { return abUser }
 func (ab *abResultSet) Quiet() time.Duration { return *abQuiet }
 
-func (ab *abResultSet) Table() *table {
-	t := newTable("lllllllllllll", "variant", "switched off", "hub: gateway CPU/req", "ratio", "p50", "p99", "hub kube-apiserver CPU/req",
-		"port: gateway CPU/req", "ratio", "p50", "p99", "RSS start / load / idle", "errors")
-	base := ab.Rows[0]
-	for _, row := range ab.Rows {
-		h, p := row.Res["hub"], row.Res["port"]
-		if h == nil || p == nil {
-			continue
-		}
-		t.add(row.Variant.Key, row.Variant.What,
-			fmtDur(h.PerReq("gateway")), abRatio(h, base.Res["hub"]), fmtDur(h.Pct(0.5)), fmtDur(h.Pct(0.99)), fmtDur(h.PerReq("hub")),
-			fmtDur(p.PerReq("gateway")), abRatio(p, base.Res["port"]), fmtDur(p.Pct(0.5)), fmtDur(p.Pct(0.99)),
-			mib(row.RSSStart)+" / "+mib(row.RSSLoad)+" / "+mib(row.RSSIdle), fmt.Sprint(h.Errors+p.Errors))
+// RatioCell is ratio as a cell, a dash without a baseline.
+func (ab *abResultSet) RatioCell(row *abRow, path string) string {
+	if r, ok := ab.ratio(row, path); ok {
+		return x(r)
 	}
-	return t
+	return "–"
 }
 
-// abRatio is the gateway's CPU per request in a over the baseline's, or a
-// dash without a baseline.
-func abRatio(a, base *loadResult) string {
-	if base.PerReq("gateway") <= 0 {
-		return "–"
+// ratio is the gateway's CPU per request of row over the baseline's on
+// path; false without a baseline.
+func (ab *abResultSet) ratio(row *abRow, path string) (float64, bool) {
+	base, res := ab.Rows[0].Res[path], row.Res[path]
+	if base == nil || res == nil || base.PerReq("gateway") <= 0 {
+		return 0, false
 	}
-	return fmt.Sprintf("%.2f×", ratio(a.PerReq("gateway"), base.PerReq("gateway")))
+	return ratio(res.PerReq("gateway"), base.PerReq("gateway")), true
 }
 
 // abVerdict is a variant's ratio through the hub, and whether it clears
@@ -353,12 +323,9 @@ type abVerdict struct {
 	Kept    bool
 }
 
-func (ab *abResultSet) Verdicts() []abVerdict {
-	var out []abVerdict
-	base := ab.Rows[0].Res["hub"]
+func (ab *abResultSet) Verdicts() (out []abVerdict) {
 	for _, row := range ab.Rows[1:] {
-		if h := row.Res["hub"]; h != nil && base != nil && base.PerReq("gateway") > 0 {
-			r := ratio(h.PerReq("gateway"), base.PerReq("gateway"))
+		if r, ok := ab.ratio(row, "hub"); ok {
 			out = append(out, abVerdict{row.Variant, r, r >= abKeepRatio})
 		}
 	}

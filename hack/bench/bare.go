@@ -26,13 +26,10 @@ import (
 )
 
 // The bare reverse proxy is the baseline: httputil.ReverseProxy with ONE
-// shared transport to the upstream, served over TLS with HTTP/2 like the
-// gateway (internal/testfrontend's server, as pkg/proxy's benchmarks use).
-// It runs in a process of its own, as the gateway does and as anyone would
-// deploy one: in the bench process it would share a Go scheduler, idle
-// threads and garbage collections with the load's clients, which the
-// gateway does not, and its CPU could only be estimated by subtracting the
-// clients'.
+// shared transport, served over TLS and HTTP/2 like the gateway
+// (internal/testfrontend's server). It runs in a process of its own, as the
+// gateway does: in the bench process it would share a scheduler and GCs
+// with the clients, and its CPU could not be read alone.
 
 // bareChildFlag makes the bench binary run as the bare proxy.
 const bareChildFlag = "bare-proxy-child"
@@ -133,10 +130,9 @@ type bareProxy struct {
 	bareReady
 }
 
-// startBareProxy starts the bare proxy to cluster c in a process of its
-// own, with the client certificate the gateway uses for c; with k, through
-// k's proxy-server with the gateway's konnectivity client certificate;
-// aggregated, to be served behind the hub (registerBareBehindHub).
+// startBareProxy starts the bare proxy to cluster c with the gateway's
+// client certificate for c: through k's proxy-server if k is set, and to be
+// served behind the hub if aggregated (registerBareBehindHub).
 func startBareProxy(ctx context.Context, c *localenv.Cluster, k *localenv.Konnectivity, aggregated bool) (*bareProxy, error) {
 	what := "the bare proxy"
 	args := []string{"-upstream", c.URL, "-ca", c.CA.CertFile, "-cert", c.GatewayUser.CertFile, "-key", c.GatewayUser.KeyFile}
@@ -176,11 +172,8 @@ func startBareProxy(ctx context.Context, c *localenv.Cluster, k *localenv.Konnec
 }
 
 // tunnelFlags make the bare proxy reach its upstream through a konnectivity
-// proxy-server, as the gateway reaches a cluster of endpoint type
-// Konnectivity: the baseline of the Konnectivity goal, which is what any
-// proxy pays for konnectivity-client's tunnel (one reusable gRPC tunnel,
-// CreateGRPCTunnel; a gRPC stream per connection). Nothing of the gateway's
-// own (its sender goroutine per connection, rotation, health) is in it.
+// proxy-server with konnectivity-client's one reusable gRPC tunnel: the
+// baseline of the Konnectivity goal, with nothing of the gateway's own.
 type tunnelFlags struct{ server, ca, cert, key string }
 
 func (f tunnelFlags) open() (client.ReusableTunnel, error) {

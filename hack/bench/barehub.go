@@ -12,18 +12,13 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/wait"
-
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
 )
 
 // The bare reverse proxy behind the hub is the baseline of the hub goal: the
-// same hub, the same aggregation (an APIService of a group of its own, to a
-// Service on loopback like the gateway's), the same hub user and the same
-// kind of RBAC rule, and behind it a reverse proxy with no code of its own
-// but the one path cut that maps the aggregated path to the cluster's. What
-// the hub costs there, and what a proxy behind it costs, is what any
-// aggregated proxy would pay on this machine.
+// same hub, aggregation (an APIService of its own group), user and kind of
+// RBAC rule, before a proxy with no code of its own but the path cut: what
+// any aggregated proxy pays here.
 const (
 	bareGroup       = "bare.bench.clustergateway.io"
 	bareVersion     = "v1alpha1"
@@ -74,9 +69,7 @@ func aggregatedBare(proxy http.Handler) http.Handler {
 
 // registerBareBehindHub makes the hub serve bareGroup from the bare proxy at
 // proxyURL (an ExternalName Service to localhost, an APIService trusting
-// caPEM), lets benchUser's kind of caller GET its proxy subresource as
-// cluster-gateway:proxy-reader does the gateway's, and waits until the hub
-// answers through it.
+// caPEM) with a role like cluster-gateway:proxy-reader, and waits for it.
 func registerBareBehindHub(ctx context.Context, env *localenv.Env, proxyURL string, caPEM []byte) error {
 	u, err := url.Parse(proxyURL)
 	if err != nil {
@@ -124,12 +117,8 @@ rules:
 	if err != nil {
 		return err
 	}
-	var last error
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		last = get(ctx, hub, env.Hub.URL+bareAPIPrefix)
-		return last == nil, nil
-	}); err != nil {
-		return fmt.Errorf("the hub does not serve %s from the bare proxy: %v", bareAPIPrefix, last)
-	}
-	return nil
+	_, err = poll(ctx, 200*time.Millisecond, time.Minute, "the hub serving "+bareAPIPrefix+" from the bare proxy", func(ctx context.Context) error {
+		return again(get(ctx, hub, env.Hub.URL+bareAPIPrefix))
+	})
+	return err
 }

@@ -34,10 +34,8 @@ const (
 	mAllocBytes = "go_memstats_alloc_bytes_total"
 )
 
-// gatewayAdmin talks to the gateway's own port as the hub admin, whom the
-// gateway authenticates with the hub's client CA (system:masters is always
-// allowed by its delegated authorizer, so its scrapes cause no
-// SubjectAccessReview; the loads run as a user who is not, see load.go).
+// gatewayAdmin talks to the gateway's own port as the hub admin
+// (system:masters: its scrapes cause no SubjectAccessReview).
 type gatewayAdmin struct {
 	env    *localenv.Env
 	client *http.Client
@@ -68,9 +66,12 @@ func mtlsClient(caPEM []byte, kp *localenv.KeyPair) (*http.Client, error) {
 		}
 		cfg.Certificates = []tls.Certificate{pair}
 	}
-	return &http.Client{Timeout: time.Minute, Transport: &http.Transport{
-		TLSClientConfig: cfg, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second,
-	}}, nil
+	return &http.Client{Timeout: time.Minute, Transport: clientTransport(cfg)}, nil
+}
+
+// clientTransport is the clients' keep-alive HTTP/2 transport.
+func clientTransport(cfg *tls.Config) *http.Transport {
+	return &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
 }
 
 // metrics scrapes /metrics into name{labels} -> value.
@@ -102,16 +103,20 @@ func (g *gatewayAdmin) cpuProfile(ctx context.Context, d time.Duration, path str
 	return os.WriteFile(path, []byte(body), 0o644)
 }
 
-// profiled runs f while the gateway is CPU-profiled for d into path, with
-// a heap profile right before and after (allocPath): what it allocated
-// meanwhile.
+// withCPUProfile runs f while the gateway is CPU-profiled for d into path.
+func (g *gatewayAdmin) withCPUProfile(ctx context.Context, d time.Duration, path string, f func() error) error {
+	prof := make(chan error, 1)
+	go func() { prof <- g.cpuProfile(ctx, d, path) }()
+	return errors.Join(f(), <-prof)
+}
+
+// profiled is withCPUProfile with a heap profile right before and after
+// (allocPath): what the gateway allocated meanwhile.
 func (g *gatewayAdmin) profiled(ctx context.Context, d time.Duration, path string, f func() error) error {
 	if err := g.gc(ctx, allocPath(path, "before")); err != nil {
 		return err
 	}
-	prof := make(chan error, 1)
-	go func() { prof <- g.cpuProfile(ctx, d, path) }()
-	if err := errors.Join(f(), <-prof); err != nil {
+	if err := g.withCPUProfile(ctx, d, path, f); err != nil {
 		return err
 	}
 	logf("gateway CPU profile written to %s", path)
@@ -165,14 +170,10 @@ func stateOf(m map[string]float64, rss float64) gwState {
 	}
 }
 
-// memState is gwState plus the live heap, go_memstats_heap_alloc_bytes:
-// right after a forced GC it is what survived the GC, while heap in use also
-// counts the free room of every span that holds a live object.
-//
-// Marked is the heap the last GC marked live (go_gc_heap_live_bytes, the
-// runtime's /gc/heap/live:bytes). Unlike heap_alloc it does not grow with
-// what is allocated between the forced GC and the scrape, and unlike an
-// estimate from the heap goal it does not depend on GOGC.
+// memState is gwState plus the live heap: Live is heap_alloc (after a forced
+// GC, what survived it; heap in use also counts spans' free room), Marked
+// what the last GC marked (go_gc_heap_live_bytes: it does not grow with what
+// is allocated after the GC, nor depend on GOGC).
 type memState struct {
 	gwState
 	Live, Marked float64
@@ -198,4 +199,61 @@ func readMem(ctx context.Context, gw *gatewayAdmin) (memState, error) {
 		return memState{}, errors.New("the gateway's /metrics has no go_gc_heap_live_bytes (the Go runtime's /gc/heap/live:bytes): the live heap cannot be read")
 	}
 	return memState{Live: m[mHeapAlloc], Marked: marked, RSSFile: rssFile, gwState: stateOf(m, rss)}, nil
+}
+
+// kit makes the clients and bare proxies of a section and stops them all.
+type kit struct {
+	ctx     context.Context
+	bares   []*bareProxy
+	clients []*http.Client
+	errs    []error // of the clients made: err joins them
+}
+
+// client is mtlsClient's client, or nil with its error kept for err.
+func (k *kit) client(caPEM []byte, kp *localenv.KeyPair) *http.Client {
+	c, err := mtlsClient(caPEM, kp)
+	if k.errs = append(k.errs, err); err == nil {
+		k.clients = append(k.clients, c)
+	}
+	return c
+}
+
+// bare starts a bare proxy (startBareProxy), to be stopped with the kit.
+func (k *kit) bare(c *localenv.Cluster, konn *localenv.Konnectivity, aggregated bool) (*bareProxy, error) {
+	p, err := startBareProxy(k.ctx, c, konn, aggregated)
+	if err == nil {
+		k.bares = append(k.bares, p)
+	}
+	return p, err
+}
+
+func (k *kit) err() error { return errors.Join(k.errs...) }
+
+// stop stops the bare proxies and closes the clients' connections.
+func (k *kit) stop() error {
+	var errs []error
+	for _, p := range k.bares {
+		errs = append(errs, p.stop())
+	}
+	for _, c := range k.clients {
+		c.CloseIdleConnections()
+	}
+	k.bares, k.clients = nil, nil
+	return errors.Join(errs...)
+}
+
+// newUsers issues hub users and binds them all to role in one
+// ClusterRoleBinding named binding.
+func newUsers(env *localenv.Env, binding, role string, names ...string) ([]*localenv.User, error) {
+	args := []string{"create", "clusterrolebinding", binding, "--clusterrole=" + role}
+	var users []*localenv.User
+	for _, n := range names {
+		u, err := env.NewUser(n)
+		if err != nil {
+			return nil, err
+		}
+		users, args = append(users, u), append(args, "--user="+n)
+	}
+	_, err := env.Kubectl(env.Hub.Kubeconfig, args...)
+	return users, err
 }

@@ -21,7 +21,7 @@ func (g goal) met() bool {
 	return g.Value <= g.Limit
 }
 
-func (g goal) verdict() string {
+func (g goal) Verdict() string {
 	switch {
 	case g.Missing != "":
 		return "not measured (" + g.Missing + ")"
@@ -57,18 +57,6 @@ func (gs goalList) count(f func(goal) bool) int {
 		}
 	}
 	return n
-}
-
-func (gs goalList) Table() *table {
-	t := newTable("lll", "goal", "measured", "met?")
-	for _, g := range gs {
-		name := g.Goal
-		if g.Evidence {
-			name += " (a check of the bench's own, not one of the goals)"
-		}
-		t.add(name, g.Measured, g.verdict())
-	}
-	return t
 }
 
 // allocBudget is the in-process goal's bound on the handler's allocations
@@ -243,11 +231,9 @@ func (r *report) streamGoals() []goal {
 // bare proxy's.
 const watchMemGoal = 1.2
 
-// watchGoals is the watches section's goal, judged on what a watch holds
-// (Go heap and goroutine stacks) rather than RSS: a process that allocates
-// a buffer from pages it never used before has only the pages it wrote
-// resident, one that reuses freed memory has all of them, so RSS per watch
-// depends on the process's history as much as on what it holds (section 7
+// watchGoals judges what a watch holds (Go heap and stacks), not RSS: a
+// buffer on pages never used before is resident only where written, a
+// reused one wholly, so RSS depends on the process's history (section 7
 // shows both).
 func (r *report) watchGoals() []goal {
 	g := goal{Goal: fmt.Sprintf("Idle watches through the gateway port: memory per watch (Go heap + goroutine stacks) ≤ %.1f× the bare proxy's", watchMemGoal), Limit: watchMemGoal}

@@ -144,8 +144,8 @@ func TestAggregatedSubpath(t *testing.T) {
 // A goal whose loads did not run says so instead of judging a zero.
 func TestGoalsWithoutLoadsAreNotMeasured(t *testing.T) {
 	for _, g := range (&report{}).Goals() {
-		if g.Missing == "" || !strings.HasPrefix(g.verdict(), "not measured") {
-			t.Errorf("%s: %q (missing %q), want not measured", g.Goal, g.verdict(), g.Missing)
+		if g.Missing == "" || !strings.HasPrefix(g.Verdict(), "not measured") {
+			t.Errorf("%s: %q (missing %q), want not measured", g.Goal, g.Verdict(), g.Missing)
 		}
 	}
 }

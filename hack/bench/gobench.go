@@ -33,14 +33,10 @@ var goBenchPkgs = []string{"./pkg/proxy/", "./pkg/pool/"}
 
 const goBenchPattern = "^Benchmark(Direct|BareReverseProxy|ProxyGateway|ServePieces|AcquireRelease)$"
 
-// runGoBench runs the in-process benchmarks of pkg/proxy (and the pool's
-// Acquire): each package's test binary, built once, runs every benchmark
-// once per round, for count rounds, echoing the output, which is parsed.
-// Taking the samples in turn puts a ratio's samples in the same minutes:
-// with go test's -count, each benchmark's samples are taken back to back,
-// and a machine that slows down meanwhile favours whichever ran first (the
-// list's gateway/bare ratio came out 0.78 and 1.15 in two runs of one
-// commit that way).
+// runGoBench runs the in-process benchmarks: each package's test binary,
+// built once, runs every benchmark once per round for count rounds. In
+// turn, not go test's -count (back to back), so that a machine that slows
+// down does not favour whichever ran first (0.78 and 1.15 for one commit).
 func runGoBench(ctx context.Context, goBin string, count int, benchtime string) (*goBench, error) {
 	dir, err := os.MkdirTemp("", "bench-go-")
 	if err != nil {
@@ -109,16 +105,16 @@ func (gb *goBench) median(name string, field func(benchSample) float64) float64 
 	return medianOf(v)
 }
 
-func (gb *goBench) minMax(name string) (lo, hi float64) {
+// Range is the fastest and slowest sample's ns/op.
+func (gb *goBench) Range(name string) string {
+	var lo, hi float64
 	for i, s := range gb.Samples[name] {
 		if i == 0 || s.NsOp < lo {
 			lo = s.NsOp
 		}
-		if s.NsOp > hi {
-			hi = s.NsOp
-		}
+		hi = max(hi, s.NsOp)
 	}
-	return lo, hi
+	return fmtNs(lo) + " – " + fmtNs(hi)
 }
 
 func medianOf(v []float64) float64 {
@@ -140,29 +136,6 @@ func allocsOp(s benchSample) float64 { return s.AllocsOp }
 // Median is the benchmark's medians of each figure.
 func (gb *goBench) Median(name string) benchSample {
 	return benchSample{NsOp: gb.median(name, nsOp), BOp: gb.median(name, bOp), AllocsOp: gb.median(name, allocsOp)}
-}
-
-// Table is every benchmark's medians.
-func (gb *goBench) Table() *table {
-	t := newTable("lrrrr", "benchmark", "ns/op (median)", "min – max", "B/op", "allocs/op")
-	for _, n := range gb.Order {
-		lo, hi := gb.minMax(n)
-		m := gb.Median(n)
-		t.add(strings.TrimPrefix(n, "Benchmark"), fmtNs(m.NsOp), fmtNs(lo)+" – "+fmtNs(hi), fmt.Sprintf("%.0f", m.BOp), fmt.Sprintf("%.0f", m.AllocsOp))
-	}
-	return t
-}
-
-// RatioTable is the handler against the bare proxy and direct, per body.
-func (gb *goBench) RatioTable() *table {
-	t := newTable("lrrrr", "body", "gateway / bare proxy (ns/op)", "gateway / direct (ns/op)", "bare / direct (ns/op)", "gateway − bare (allocs/op)")
-	for _, body := range []string{"get", "list"} {
-		g, bare, d := gb.Median("BenchmarkProxyGateway/"+body), gb.Median("BenchmarkBareReverseProxy/"+body), gb.Median("BenchmarkDirect/"+body)
-		if g.NsOp != 0 && bare.NsOp != 0 && d.NsOp != 0 {
-			t.add(body, fmt.Sprintf("%.2f", g.NsOp/bare.NsOp), fmt.Sprintf("%.2f", g.NsOp/d.NsOp), fmt.Sprintf("%.2f", bare.NsOp/d.NsOp), fmt.Sprintf("%+.0f", g.AllocsOp-bare.AllocsOp))
-		}
-	}
-	return t
 }
 
 func quoteArgs(args []string) []string {

@@ -20,7 +20,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
 	gatewayv1alpha1 "github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
@@ -58,22 +57,16 @@ type isoConfig struct {
 
 // isoPhase accumulates the rounds of one phase.
 type isoPhase struct {
-	Steady       steadyResult // through the gateway to the steady cluster
-	Control      steadyResult // the same load direct to that cluster's kube-apiserver, at the same time
-	RoundP99     []time.Duration
-	ControlP99   []time.Duration
-	NoisyOK      int64
-	Noisy429     int64
-	NoisyOther   int64
-	FairFull     float64 // limiter refusals (queue full) during the steady load
-	FairTimeout  float64 // limiter refusals (wait ran out)
-	Global429    float64 // the generic max-in-flight filter's 429s
-	InFlight     float64 // limiter gauges at the end of the phase (last round)
-	Queued       float64
-	GatewayCPU   time.Duration
-	CPU          map[string]time.Duration // by process, over the steady load
-	Elapsed      time.Duration
-	NoisyFirstEr string
+	Steady                        steadyResult // through the gateway to the steady cluster
+	Control                       steadyResult // the same load direct to its kube-apiserver, at the same time
+	RoundP99, ControlP99          []time.Duration
+	NoisyOK, Noisy429, NoisyOther int64
+	FairFull, FairTimeout         float64 // limiter refusals during the steady load: queue full, wait ran out
+	Global429                     float64 // the generic max-in-flight filter's 429s
+	InFlight, Queued              float64 // limiter gauges at the end of the phase (last round)
+	GatewayCPU, Elapsed           time.Duration
+	CPU                           map[string]time.Duration // by process, over the steady load
+	NoisyFirstEr                  string
 }
 
 type steadyResult struct {
@@ -83,35 +76,28 @@ type steadyResult struct {
 }
 
 func (s *steadyResult) add(r steadyResult) {
-	s.Sent += r.Sent
-	s.OK += r.OK
-	s.TooMany += r.TooMany
-	s.Other += r.Other
-	s.Lat = append(s.Lat, r.Lat...)
-	if s.FirstErr == "" {
-		s.FirstErr = r.FirstErr
-	}
+	s.Sent, s.OK, s.TooMany, s.Other = s.Sent+r.Sent, s.OK+r.OK, s.TooMany+r.TooMany, s.Other+r.Other
+	s.Lat, s.FirstErr = append(s.Lat, r.Lat...), cmp.Or(s.FirstErr, r.FirstErr)
 }
 
 // Pct is the latency at quantile p of the sorted latencies.
 func (s *steadyResult) Pct(p float64) time.Duration { return pct(s.Lat, p) }
 
 type isolationResult struct {
-	Opts                  isolationOptions
-	Rounds                int
-	SlowCluster, Steady   string
-	Configs               []*isoConfig
-	DelayedChunks         int64
-	SlowUpstream, Through string
-	SteadyUpstream        string
-	Defaults              map[string]string // the gateway's per-cluster flags and their defaults
+	Opts                                  isolationOptions
+	Rounds                                int
+	SlowCluster, Steady                   string
+	Configs                               []*isoConfig
+	DelayedChunks                         int64
+	SlowUpstream, Through, SteadyUpstream string
+	Defaults                              map[string]string // the gateway's per-cluster flags and their defaults
 }
 
 // runIsolation makes one cluster slow (a ClusterGateway to managed-2 through
-// a delaying forward proxy) and saturates it from many clients, while a
-// steady load runs on cluster-1; the steady load's latency is measured alone
-// and with the neighbour, in interleaved rounds, with the per-cluster limits
-// at their defaults and then switched off. It restores the gateway's flags.
+// a delaying forward proxy) and saturates it from many clients while a
+// steady load runs on cluster-1, alone and with the neighbour in
+// interleaved rounds, with the per-cluster limits at their defaults and
+// then off. It restores the gateway's flags.
 func runIsolation(ctx context.Context, s *session) (err error) {
 	logf("isolation: a slow cluster saturated next to a steady one")
 	env, o := s.env, s.o.Isolation
@@ -122,7 +108,12 @@ func runIsolation(ctx context.Context, s *session) (err error) {
 		"max-requests-per-cluster", "max-queued-per-cluster", "queue-wait-timeout"); err != nil {
 		return err
 	}
-	users, err := isolationUsers(env, o.NoisyUsers)
+	// Not system:masters, so the generic in-flight limit applies: steady first.
+	names := []string{"steady"}
+	for i := range o.NoisyUsers {
+		names = append(names, fmt.Sprintf("noisy-%d", i))
+	}
+	users, err := newUsers(env, "bench-isolation:cluster-gateway:proxy", "cluster-gateway:proxy", names...)
 	if err != nil {
 		return err
 	}
@@ -160,46 +151,40 @@ func runIsolation(ctx context.Context, s *session) (err error) {
 // restartGateway restarts the environment's gateway with args.
 func (s *session) restartGateway(ctx context.Context, args []string) error {
 	defer s.gw.client.CloseIdleConnections() // its connection was to the old process
-	return restartGateway(ctx, s.env, args)
+	if err := s.env.StopGateway(); err != nil {
+		return fmt.Errorf("stop the gateway: %w", err)
+	}
+	if err := s.env.StartGateway(ctx, args); err != nil {
+		return fmt.Errorf("start the gateway with %v: %w", args, err)
+	}
+	return nil
 }
 
 // measure runs the rounds of both phases on the gateway configured as c:
-// the steady load (users[0]) and its control, alone and with the
-// neighbour (the other users), alone first in even rounds, the neighbour
-// first in odd ones, so that a drift in the machine's load falls on both
-// alike.
+// the steady load (users[0]) and its control, alone and with the neighbour
+// (the other users); alone first in even rounds, so that a drift in the
+// machine's load falls on both alike.
 func (res *isolationResult) measure(ctx context.Context, s *session, c *isoConfig, users []*localenv.User) error {
 	env, o := s.env, res.Opts
 	gwURL := func(cluster string) string {
-		return s.env.Gateway.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/" + cluster + "/proxy" + requestPath
+		return s.env.Gateway.URL + gatewaysPath + cluster + "/proxy" + requestPath
 	}
-	m1 := env.Managed[0]
-	var errs []error
-	client := func(ca []byte, kp *localenv.KeyPair) *http.Client {
-		c, err := mtlsClient(ca, kp)
-		errs = append(errs, err)
-		return c
-	}
+	m1, k := env.Managed[0], &kit{ctx: ctx}
+	defer k.stop()
 	// The steady load's client, then the neighbour's users' (for the warm-up only).
 	var gwClients []*http.Client
 	for _, u := range users {
-		gwClients = append(gwClients, client(env.Gateway.CA.CertPEM, u.Cert))
+		gwClients = append(gwClients, k.client(env.Gateway.CA.CertPEM, u.Cert))
 	}
-	control := client(m1.CA.CertPEM, m1.Admin)
-	if err := errors.Join(errs...); err != nil {
+	control := k.client(m1.CA.CertPEM, m1.Admin)
+	if err := k.err(); err != nil {
 		return err
 	}
-	defer func() {
-		for _, c := range append(gwClients, control) {
-			c.CloseIdleConnections()
-		}
-	}()
 	loads := []isoLoad{{gwClients[0], gwURL(res.Steady)}, {control, m1.URL + requestPath}}
 	neighbour := func(ctx context.Context) (*noisyChild, error) {
 		return startNoisy(ctx, env, users[1:], gwURL(res.SlowCluster), o.Noisy)
 	}
-	// Pool entries, connections and the hub's authorization answers first:
-	// every gateway client GETs both clusters once.
+	// Pool entries, connections and the hub's authorization answers first.
 	if err := parallel(ctx, 2*len(gwClients), 2*len(gwClients), func(i int) error {
 		url := []string{gwURL(res.Steady), gwURL(res.SlowCluster)}[i%2]
 		if code, _, err := getCode(ctx, gwClients[i/2], url); err != nil || code != http.StatusOK {
@@ -210,29 +195,18 @@ func (res *isolationResult) measure(ctx context.Context, s *session, c *isoConfi
 		return err
 	}
 	for round := range res.Rounds {
-		alone := func() error {
-			if err := isoRun(ctx, s.gw, env, &c.Alone, loads, nil, o); err != nil {
+		for i := range 2 {
+			ph, nb, name := &c.Alone, neighbour, "alone"
+			if (i+round)%2 == 1 {
+				ph, name = &c.Noisy, "with the neighbour"
+			} else {
+				nb = nil
+			}
+			if err := isoRun(ctx, s.gw, env, ph, loads, nb, o); err != nil {
 				return err
 			}
-			logf("isolation: %s, round %d/%d alone: p99 %s (control %s)", c.Name, round+1, res.Rounds, fmtDur(c.Alone.RoundP99[round]), fmtDur(c.Alone.ControlP99[round]))
-			return nil
-		}
-		with := func() error {
-			if err := isoRun(ctx, s.gw, env, &c.Noisy, loads, neighbour, o); err != nil {
-				return err
-			}
-			logf("isolation: %s, round %d/%d with the neighbour: p99 %s (control %s), %d steady 429s so far; neighbour %d ok, %d 429 so far",
-				c.Name, round+1, res.Rounds, fmtDur(c.Noisy.RoundP99[round]), fmtDur(c.Noisy.ControlP99[round]), c.Noisy.Steady.TooMany, c.Noisy.NoisyOK, c.Noisy.Noisy429)
-			return nil
-		}
-		order := []func() error{alone, with}
-		if round%2 == 1 {
-			order = []func() error{with, alone}
-		}
-		for _, phase := range order {
-			if err := phase(); err != nil {
-				return err
-			}
+			logf("isolation: %s, round %d/%d %s: p99 %s (control %s), %d steady 429s so far; neighbour %d ok, %d 429 so far",
+				c.Name, round+1, res.Rounds, name, fmtDur(ph.RoundP99[round]), fmtDur(ph.ControlP99[round]), ph.Steady.TooMany, ph.NoisyOK, ph.Noisy429)
 		}
 	}
 	for _, ph := range []*isoPhase{&c.Alone, &c.Noisy} {
@@ -242,22 +216,15 @@ func (res *isolationResult) measure(ctx context.Context, s *session, c *isoConfi
 	return nil
 }
 
-func sortedPct(lat []time.Duration, p float64) time.Duration {
-	s := slices.Clone(lat)
-	slices.Sort(s)
-	return pct(s, p)
-}
-
 // isoLoad is a steady load's client and URL.
 type isoLoad struct {
 	client *http.Client
 	url    string
 }
 
-// isoRun is one phase: the steady loads (through the gateway, and the
-// control direct to the cluster) for o.Phase at once, with the noisy
-// neighbour (a process of its own) saturating the slow cluster first when
-// neighbour is set, then stopped and drained again.
+// isoRun is one phase: the steady loads for o.Phase, after o.Warm of the
+// neighbour when it is set (a process of its own, stopped after), then
+// waits until the gateway holds nothing of the phase.
 func isoRun(ctx context.Context, gw *gatewayAdmin, env *localenv.Env, ph *isoPhase, loads []isoLoad, neighbour func(context.Context) (*noisyChild, error), o isolationOptions) (err error) {
 	var n *noisyChild
 	if neighbour != nil {
@@ -281,17 +248,16 @@ func isoRun(ctx context.Context, gw *gatewayAdmin, env *localenv.Env, ph *isoPha
 			return err
 		}
 	}
-	// The next phase starts with nothing of this one still held.
 	// Still held after 30s is reported and the run goes on.
 	var m map[string]float64
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		var err error
-		if m, err = gw.metrics(ctx); err != nil {
-			return false, err
+	held := errors.New("held")
+	_, err = poll(ctx, 100*time.Millisecond, 30*time.Second, "drain", func(ctx context.Context) (err error) {
+		if m, err = gw.metrics(ctx); err == nil && (m[mActive] != 0 || m[mFairInFlight] != 0 || m[mFairQueued] != 0) {
+			return retry{held}
 		}
-		return m[mActive] == 0 && m[mFairInFlight] == 0 && m[mFairQueued] == 0, nil
+		return err
 	})
-	if wait.Interrupted(err) && ctx.Err() == nil {
+	if errors.Is(err, held) {
 		logf("isolation: after the phase, %v leases, %v in flight and %v queued still held", m[mActive], m[mFairInFlight], m[mFairQueued])
 		return nil
 	}
@@ -299,15 +265,13 @@ func isoRun(ctx context.Context, gw *gatewayAdmin, env *localenv.Env, ph *isoPha
 }
 
 // measure runs the steady loads once, with the neighbour n if not nil, and
-// adds to ph their results, what the gateway's limiter and in-flight
-// filter refused meanwhile, the neighbour's answers, and each process's and
-// the whole machine's CPU.
-func (ph *isoPhase) measure(ctx context.Context, gw *gatewayAdmin, env *localenv.Env, n *noisyChild, loads []isoLoad, o isolationOptions) error {
+// adds to ph their results, the limiter's and the in-flight filter's
+// refusals, the neighbour's answers, and each process's and the machine's CPU.
+func (ph *isoPhase) measure(ctx context.Context, gw *gatewayAdmin, env *localenv.Env, n *noisyChild, loads []isoLoad, o isolationOptions) (err error) {
 	pids := map[string]int{"gateway": env.Gateway.Process.Pid(), "hub": env.Hub.Process.Pid(), "etcd": env.Etcd.Pid(),
 		env.Managed[0].Name: env.Managed[0].Process.Pid(), env.Managed[1].Name: env.Managed[1].Process.Pid()}
-	var n0 noisyCounts
+	var n0, n1 noisyCounts
 	if n != nil {
-		var err error
 		if n0, err = n.counts(); err != nil {
 			return err
 		}
@@ -336,21 +300,18 @@ func (ph *isoPhase) measure(ctx context.Context, gw *gatewayAdmin, env *localenv
 		return err
 	}
 	machine1, err := machineCPU()
-	if err != nil {
-		return err
-	}
 	cpu["machine"] = machine1 - machine0
-	m1, err := gw.metrics(ctx)
-	if err != nil {
-		return err
+	var m1 map[string]float64
+	if err == nil {
+		m1, err = gw.metrics(ctx)
 	}
-	if n != nil {
-		n1, err := n.counts()
-		if err != nil {
-			return err
-		}
+	if err == nil && n != nil {
+		n1, err = n.counts()
 		ph.NoisyOK, ph.Noisy429, ph.NoisyOther = ph.NoisyOK+n1.OK-n0.OK, ph.Noisy429+n1.TooMany-n0.TooMany, ph.NoisyOther+n1.Other-n0.Other
 		ph.NoisyFirstEr = cmp.Or(ph.NoisyFirstEr, n1.FirstErr)
+	}
+	if err != nil {
+		return err
 	}
 	ph.GatewayCPU += cpu["gateway"]
 	ph.CPU = addCPU(ph.CPU, cpu)
@@ -365,25 +326,24 @@ func (ph *isoPhase) measure(ctx context.Context, gw *gatewayAdmin, env *localenv
 	return nil
 }
 
+func sortedPct(lat []time.Duration, p float64) time.Duration {
+	s := slices.Clone(lat)
+	slices.Sort(s)
+	return pct(s, p)
+}
+
 // noisyWorker GETs url in a loop and, on 429, waits as its Retry-After says
-// (as client-go does) before trying again. It starts at a random moment of
-// the first second, as independent clients do: started all at once, the
-// workers would be refused and retry in lockstep, one burst a second.
+// (as client-go does). It starts at a random moment of the first second, as
+// independent clients do, not all in lockstep.
 func noisyWorker(ctx context.Context, c *http.Client, url string, ok, tooMany, other *atomic.Int64, firstErr *atomic.Value) {
-	select {
-	case <-time.After(rand.N(time.Second)):
-	case <-ctx.Done():
-		return
-	}
-	for ctx.Err() == nil {
+	wait := rand.N(time.Second)
+	for sleep(ctx, wait) == nil {
 		code, retryAfter, err := getCode(ctx, c, url)
-		var wait time.Duration
-		switch {
+		switch wait = 0; {
 		case ctx.Err() != nil:
 			return
 		case err == nil && code == http.StatusOK:
 			ok.Add(1)
-			continue
 		case err == nil && code == http.StatusTooManyRequests:
 			tooMany.Add(1)
 			wait = time.Second
@@ -395,19 +355,13 @@ func noisyWorker(ctx context.Context, c *http.Client, url string, ok, tooMany, o
 			firstErr.CompareAndSwap(nil, fmt.Sprintf("%d %v", code, err))
 			wait = 100 * time.Millisecond
 		}
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return
-		}
 	}
 }
 
 // steadyLoad sends rate requests a second for d, each on its own schedule
 // (open loop: a slow answer does not delay the next request).
-func steadyLoad(ctx context.Context, c *http.Client, url string, rate int, d time.Duration) steadyResult {
+func steadyLoad(ctx context.Context, c *http.Client, url string, rate int, d time.Duration) (r steadyResult) {
 	var mu sync.Mutex
-	var r steadyResult
 	var wg sync.WaitGroup
 	tick := time.NewTicker(time.Second / time.Duration(rate))
 	defer tick.Stop()
@@ -423,9 +377,7 @@ func steadyLoad(ctx context.Context, c *http.Client, url string, rate int, d tim
 		case <-tick.C:
 		}
 		r.Sent++
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			start := time.Now()
 			code, _, err := getCode(ctx, c, url)
 			lat := time.Since(start)
@@ -441,10 +393,8 @@ func steadyLoad(ctx context.Context, c *http.Client, url string, rate int, d tim
 			default:
 				r.Other++
 			}
-			if r.FirstErr == "" {
-				r.FirstErr = fmt.Sprintf("%d %v", code, err)
-			}
-		}()
+			r.FirstErr = cmp.Or(r.FirstErr, fmt.Sprintf("%d %v", code, err))
+		})
 	}
 }
 
@@ -465,8 +415,7 @@ func getCode(ctx context.Context, c *http.Client, url string) (int, string, erro
 }
 
 // sumPrefix sums the samples of one metric whose labels contain want.
-func sumPrefix(m map[string]float64, prefix, want string) float64 {
-	var s float64
+func sumPrefix(m map[string]float64, prefix, want string) (s float64) {
 	for k, v := range m {
 		if strings.HasPrefix(k, prefix) && strings.Contains(k, want) {
 			s += v
@@ -475,60 +424,20 @@ func sumPrefix(m map[string]float64, prefix, want string) float64 {
 	return s
 }
 
-// isolationUsers issues hub users (not system:masters, so the gateway's
-// generic in-flight limit applies to them) allowed to use the proxy:
-// "steady" first, then noisy-0, noisy-1, ...
-func isolationUsers(env *localenv.Env, noisy int) ([]*localenv.User, error) {
-	names := []string{"steady"}
-	for i := range noisy {
-		names = append(names, fmt.Sprintf("noisy-%d", i))
-	}
-	args := []string{"create", "clusterrolebinding", "bench-isolation:cluster-gateway:proxy", "--clusterrole=cluster-gateway:proxy"}
-	var users []*localenv.User
-	for _, n := range names {
-		u, err := env.NewUser(n)
-		if err != nil {
-			return nil, err
-		}
-		users = append(users, u)
-		args = append(args, "--user="+n)
-	}
-	if _, err := env.Kubectl(env.Hub.Kubeconfig, args...); err != nil {
-		return nil, err
-	}
-	return users, nil
-}
-
 // createSlowGateway creates a ClusterGateway to managed cluster c through
-// the forward proxy at proxyURL, and waits until the gateway serves it.
+// the forward proxy at proxyURL.
 func createSlowGateway(ctx context.Context, env *localenv.Env, name string, c *localenv.Cluster, proxyURL string) error {
 	cs, err := versioned.NewForConfig(env.Hub.RESTConfig())
 	if err != nil {
 		return err
 	}
-	gw := &gatewayv1alpha1.ClusterGateway{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: gatewayv1alpha1.ClusterGatewaySpec{
-			Endpoint: gatewayv1alpha1.Endpoint{Type: gatewayv1alpha1.EndpointDirect, Address: c.URL, CABundle: c.CA.CertPEM, ProxyURL: proxyURL},
-			Credential: gatewayv1alpha1.Credential{
-				Type: gatewayv1alpha1.CredentialX509Certificate,
-				X509: &gatewayv1alpha1.X509Credential{Certificate: c.GatewayUser.CertPEM, PrivateKey: c.GatewayUser.KeyPEM},
-			},
-		},
-	}
+	gw := &gatewayv1alpha1.ClusterGateway{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: gatewayv1alpha1.ClusterGatewaySpec{
+		Endpoint: gatewayv1alpha1.Endpoint{Type: gatewayv1alpha1.EndpointDirect, Address: c.URL, CABundle: c.CA.CertPEM, ProxyURL: proxyURL},
+		Credential: gatewayv1alpha1.Credential{Type: gatewayv1alpha1.CredentialX509Certificate,
+			X509: &gatewayv1alpha1.X509Credential{Certificate: c.GatewayUser.CertPEM, PrivateKey: c.GatewayUser.KeyPEM}},
+	}}
 	if _, err := cs.GatewayV1alpha1().ClusterGateways().Create(ctx, gw, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create ClusterGateway %s: %w", name, err)
-	}
-	return nil
-}
-
-// restartGateway restarts the gateway with args.
-func restartGateway(ctx context.Context, env *localenv.Env, args []string) error {
-	if err := env.StopGateway(); err != nil {
-		return fmt.Errorf("stop the gateway: %w", err)
-	}
-	if err := env.StartGateway(ctx, args); err != nil {
-		return fmt.Errorf("start the gateway with %v: %w", args, err)
 	}
 	return nil
 }
@@ -552,63 +461,32 @@ func flagDefaults(ctx context.Context, bin string, flags ...string) (map[string]
 
 // The tables and figures of section 4 (report.md.tmpl).
 
-func (res *isolationResult) phases(f func(c *isoConfig, name string, ph *isoPhase)) {
-	for _, c := range res.Configs {
-		f(c, "alone", &c.Alone)
-		f(c, "with the neighbour", &c.Noisy)
+// Phases are c's phases by name.
+func (c *isoConfig) Phases() []struct {
+	Name string
+	P    *isoPhase
+} {
+	return []struct {
+		Name string
+		P    *isoPhase
+	}{{"alone", &c.Alone}, {"with the neighbour", &c.Noisy}}
+}
+
+// CPUShare is role's CPU over the steady loads, in CPUs.
+func (ph *isoPhase) CPUShare(role string) string {
+	if cpu, ok := ph.CPU[role]; ok {
+		return cpuShare(cpu, ph.Elapsed)
 	}
-}
-
-func (res *isolationResult) SteadyTable() *table {
-	t := newTable("llrrrrrrrrr", "gateway", "steady load", "sent", "200", "429", "other errors", "p50", "p99", "p99 by round", "control (direct) p99", "control p99 by round")
-	res.phases(func(c *isoConfig, name string, ph *isoPhase) {
-		s := &ph.Steady
-		t.add(c.Name, name, fmt.Sprint(s.Sent), fmt.Sprint(s.OK), fmt.Sprint(s.TooMany), fmt.Sprint(s.Other),
-			fmtDur(s.Pct(.5)), fmtDur(s.Pct(.99)), durList(ph.RoundP99), fmtDur(ph.Control.Pct(.99)), durList(ph.ControlP99))
-	})
-	return t
-}
-
-func (res *isolationResult) NeighbourTable() *table {
-	t := newTable("lrrrrr", "gateway", "neighbour 200 / 429 / other", "limiter 429s: queue full / wait timeout", "generic in-flight 429s",
-		"limiter in flight / queued at the end", "gateway CPU alone → with the neighbour")
-	for _, c := range res.Configs {
-		n := &c.Noisy
-		t.add(c.Name, fmt.Sprintf("%d / %d / %d", n.NoisyOK, n.Noisy429, n.NoisyOther), fmt.Sprintf("%.0f / %.0f", n.FairFull, n.FairTimeout),
-			fmt.Sprintf("%.0f", n.Global429), fmt.Sprintf("%.0f / %.0f", n.InFlight, n.Queued), cpuShare(c.Alone.GatewayCPU, c.Alone.Elapsed)+" → "+cpuShare(n.GatewayCPU, n.Elapsed))
-	}
-	return t
-}
-
-// CPUTable is each process's CPU over the steady loads, in CPUs.
-func (res *isolationResult) CPUTable() *table {
-	roles := []string{"machine", "gateway", "bench", "neighbour", "hub", "etcd", res.SteadyUpstream, res.SlowUpstream}
-	t := newTable("ll"+strings.Repeat("r", len(roles)), append([]string{"gateway", "phase"}, roles...)...)
-	res.phases(func(c *isoConfig, name string, ph *isoPhase) {
-		cells := []string{c.Name, name}
-		for _, r := range roles {
-			if cpu, ok := ph.CPU[r]; ok {
-				cells = append(cells, cpuShare(cpu, ph.Elapsed))
-			} else {
-				cells = append(cells, "–")
-			}
-		}
-		t.add(cells...)
-	})
-	return t
+	return "–"
 }
 
 // MedianP99 is the median of the rounds' p99s.
 func (ph *isoPhase) MedianP99() time.Duration {
-	if len(ph.RoundP99) == 0 {
-		return 0
+	var s []float64
+	for _, d := range ph.RoundP99 {
+		s = append(s, float64(d))
 	}
-	s := slices.Clone(ph.RoundP99)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	return time.Duration(medianOf(s))
 }
 
 // cpuShare is CPU time over wall time, in CPUs.
@@ -616,5 +494,5 @@ func cpuShare(cpu, wall time.Duration) string {
 	if wall <= 0 {
 		return "–"
 	}
-	return fmt.Sprintf("%.2f", cpu.Seconds()/wall.Seconds())
+	return f2(cpu.Seconds() / wall.Seconds())
 }

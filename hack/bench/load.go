@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"maps"
@@ -12,8 +11,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
 	"github.com/clustergateway/cluster-gateway/internal/testfrontend"
@@ -30,10 +27,8 @@ var (
 var targetKeys = []string{"direct", "bare", "gateway", "hub", "hub-bare", "konn", "direct3", "bare-konn", "direct-many", "bare-many", "gateway-many"}
 
 // benchUser is who the gateway paths' loads authenticate as: a hub user
-// outside system:masters, bound to cluster-gateway:proxy-reader, so that the
-// gateway's delegated authorizer really decides (and caches) each request,
-// as it does for real users. The hub admin is always allowed without a
-// SubjectAccessReview, which would hide that cost.
+// outside system:masters (whom the authorizer allows without asking), so
+// that each request is authorized as a real user's is.
 const benchUser = "cluster-gateway-bench"
 
 // target is one way to GET the same object from a managed cluster.
@@ -59,15 +54,19 @@ type loadResult struct {
 	Lat              []time.Duration
 	CPU              map[string]time.Duration // role -> CPU used during the loads; "bench" is this process
 	Before, After    gwState                  // the gateway before the first and after the last round
-	DCreations       float64                  // pool entries created during the loads
-	DMallocs         float64                  // heap objects the gateway allocated during the loads (go_memstats_mallocs_total)
-	DAllocBytes      float64                  // and their bytes (go_memstats_alloc_bytes_total)
-	DDials           float64                  // pool connections dialed during the loads
-	DTunnels         float64                  // konnectivity tunnels built during the loads
-	RoundRPS         []float64                // req/s of each round, to show the spread
-	Authz            authzDelta               // delegated authorization during the loads (sar.go)
-	Steady           authzSteady              // and in a window right after a fresh caller's decision was filled (sar.go)
+	// What the gateway did during the loads: pool entries created, heap
+	// objects and bytes allocated, connections dialed, tunnels built.
+	DCreations, DMallocs, DAllocBytes, DDials, DTunnels float64
+	RoundRPS                                            []float64   // req/s of each round
+	Authz                                               authzDelta  // delegated authorization during the loads (sar.go)
+	Steady                                              authzSteady // and right after a fresh caller's decision was filled
 }
+
+// PerRound is v per round.
+func (r *loadResult) PerRound(v float64) float64 { return v / float64(max(1, len(r.RoundRPS))) }
+
+// Per is v per request.
+func (r *loadResult) Per(v float64) float64 { return v / float64(max(1, r.Requests)) }
 
 func (r *loadResult) RPS() float64 {
 	if r.Elapsed <= 0 {
@@ -98,9 +97,7 @@ func (r *loadResult) cpuPerReq(role string) (time.Duration, bool) {
 // PerReq is role's CPU per request, 0 when it was not measured.
 func (r *loadResult) PerReq(role string) time.Duration { c, _ := r.cpuPerReq(role); return c }
 
-// envPids are the processes of env whose CPU the loads read, by role: the
-// gateway, the hub, managed-1, and the konnectivity cluster, proxy-server
-// and agent.
+// envPids are the processes of env whose CPU the loads read, by role.
 func envPids(env *localenv.Env) map[string]int {
 	pids := map[string]int{"gateway": env.Gateway.Process.Pid(), "hub": env.Hub.Process.Pid(), "managed-1": env.Managed[0].Process.Pid()}
 	if k := env.Konnectivity; k != nil {
@@ -109,22 +106,23 @@ func envPids(env *localenv.Env) map[string]int {
 	return pids
 }
 
-// proxyPrefix is the path of c's ClusterGateway's proxy subresource, on the
-// hub or on the gateway's own port.
+// proxyPrefix is the path of c's proxy subresource (hub or gateway port).
 func proxyPrefix(c *localenv.Cluster) string {
-	return "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/" + c.GatewayName + "/proxy"
+	return gatewaysPath + c.GatewayName + "/proxy"
 }
 
+// gatewaysPath is the ClusterGateways' path, on the hub or the gateway's port.
+const gatewaysPath = "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/"
+
 // buildTargets are the paths to the same object, side by side: the gateway
-// paths as benchUser, the loads with -workers-many workers (direct, bare
-// and gateway port to managed-1, over the same clients, hence still one
-// HTTP/2 connection per client), only the -loads loads. stop stops the
-// bare proxies and closes the clients.
+// paths as benchUser, and direct, bare and gateway port again with
+// -workers-many workers over the same clients; only the -loads loads. stop
+// stops the bare proxies and closes the clients.
 func buildTargets(ctx context.Context, env *localenv.Env) (ts []*target, stop func(), err error) {
-	b := &targetBuilder{ctx: ctx, pids: envPids(env)}
+	b := &targetBuilder{kit: kit{ctx: ctx}, pids: envPids(env)}
 	defer func() {
 		if err != nil {
-			b.stop()
+			b.stopLogged()
 		}
 	}()
 	user, err := env.NewUser(benchUser)
@@ -165,43 +163,18 @@ func buildTargets(ctx context.Context, env *localenv.Env) (ts []*target, stop fu
 		}
 		ts = slices.DeleteFunc(ts, func(t *target) bool { return !slices.Contains(keep, t.Key) })
 	}
-	return ts, b.stop, freshCallers(ctx, env, ts)
+	return ts, b.stopLogged, freshCallers(ctx, env, ts)
 }
 
-// targetBuilder makes the loads' clients and bare proxies, and stops them.
+// targetBuilder is the loads' kit, and the processes whose CPU they read.
 type targetBuilder struct {
-	ctx     context.Context
-	pids    map[string]int
-	bares   []*bareProxy
-	clients []*http.Client
-	errs    []error // of the clients made
+	kit
+	pids map[string]int
 }
 
-func (b *targetBuilder) client(caPEM []byte, kp *localenv.KeyPair) *http.Client {
-	c, err := mtlsClient(caPEM, kp)
-	if b.errs = append(b.errs, err); err == nil {
-		b.clients = append(b.clients, c)
-	}
-	return c
-}
-
-// bare starts a bare proxy to c, to be stopped with the others.
-func (b *targetBuilder) bare(c *localenv.Cluster, k *localenv.Konnectivity, aggregated bool) (*bareProxy, error) {
-	p, err := startBareProxy(b.ctx, c, k, aggregated)
-	if err == nil {
-		b.bares = append(b.bares, p)
-	}
-	return p, err
-}
-
-func (b *targetBuilder) stop() {
-	for _, p := range b.bares {
-		if err := p.stop(); err != nil {
-			logf("%v", err)
-		}
-	}
-	for _, c := range b.clients {
-		c.CloseIdleConnections()
+func (b *targetBuilder) stopLogged() {
+	if err := b.stop(); err != nil {
+		logf("%v", err)
 	}
 }
 
@@ -233,7 +206,7 @@ func (b *targetBuilder) targets(env *localenv.Env, user *localenv.User) ([]*targ
 		{Key: "hub-bare", Name: "hub → bare reverse proxy → managed-1", Via: "client → hub kube-apiserver (aggregation, an APIService of its own) → httputil.ReverseProxy in a process of its own → kube-apiserver (baseline of the hub goal)", URL: env.Hub.URL + bareProxyPrefix + m1.GatewayName + "/proxy" + requestPath, Client: hubClient, Upstream: "managed-1", Pids: withBare(b.pids, bh), asUser: true},
 	}
 	if k == nil {
-		return append(ts, &target{Key: "konn", Name: "gateway port → Konnectivity cluster", TODO: "TODO: this localenv runs no konnectivity proxy-server/agent (Env.Konnectivity is nil); the row is not measured"}), errors.Join(b.errs...)
+		return append(ts, &target{Key: "konn", Name: "gateway port → Konnectivity cluster", TODO: "TODO: this localenv runs no konnectivity proxy-server/agent (Env.Konnectivity is nil); the row is not measured"}), b.err()
 	}
 	bk, err := b.bare(k.Cluster, k, false)
 	if err != nil {
@@ -244,7 +217,7 @@ func (b *targetBuilder) targets(env *localenv.Env, user *localenv.User) ([]*targ
 		&target{Key: "direct3", Name: "direct → " + k.Cluster.Name, Via: "client → kube-apiserver (baseline of the Konnectivity row)", URL: k.Cluster.URL + requestPath, Client: b.client(k.Cluster.CA.CertPEM, k.Cluster.GatewayUser), Upstream: k.Cluster.Name},
 		&target{Key: "bare-konn", Name: "bare reverse proxy → " + k.Cluster.Name + " (Konnectivity)", Via: "client → httputil.ReverseProxy in a process of its own → konnectivity-client's gRPC tunnel → proxy-server → proxy-agent → kube-apiserver (baseline of the Konnectivity goal)", URL: bk.URL + requestPath, Client: b.client(bk.CAPEM, nil), Upstream: k.Cluster.Name, Pids: withBare(b.pids, bk)},
 	)
-	return ts, errors.Join(b.errs...)
+	return ts, b.err()
 }
 
 // withBare is pids with "bare-proxy" the bare proxy b that serves the path.
@@ -257,14 +230,8 @@ func withBare(pids map[string]int, b *bareProxy) map[string]int {
 // waitAllowed waits until benchUser's binding has reached the hub's
 // authorizer and t answers.
 func waitAllowed(ctx context.Context, t *target) error {
-	var last error
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		last = get(ctx, t.Client, t.URL)
-		return last == nil, nil
-	}); err != nil {
-		return fmt.Errorf("%s as %s: %w", t.Name, benchUser, cmp.Or(last, err))
-	}
-	return nil
+	_, err := poll(ctx, 200*time.Millisecond, time.Minute, t.Name+" as "+benchUser, func(ctx context.Context) error { return again(get(ctx, t.Client, t.URL)) })
+	return err
 }
 
 // Per-cluster limits of the gateway: ordinary requests in flight to one
@@ -276,10 +243,8 @@ const (
 )
 
 // workersGatewayArgs raises the gateway's in-flight bound per cluster to the
-// most workers of any load, so that the -workers-many loads to one cluster
-// show what its one HTTP/2 connection allows rather than the limiter (with
-// the defaults, 64 workers would get 429s beyond 16 + 32). Loads with fewer
-// workers than the default bound are not affected.
+// most workers of any load, so that the -workers-many loads show the one
+// HTTP/2 connection rather than the limiter (429s beyond 16 + 32).
 func workersGatewayArgs(conc int) []string {
 	if n := max(conc, *manyWorkers); n > defaultMaxPerCluster {
 		return []string{fmt.Sprintf("--%s=%d", flagMaxPerCluster, n)}
@@ -325,30 +290,29 @@ func burst(ctx context.Context, t *target, conc int, d time.Duration) (b burstRe
 	return b
 }
 
-// timedBurst is burst and the time it took.
-func timedBurst(ctx context.Context, t *target, conc int, d time.Duration) (burstResult, time.Duration) {
-	start := time.Now()
-	b := burst(ctx, t, conc, d)
-	return b, time.Since(start)
-}
-
-// add accumulates one burst of d, and the CPU each role used meanwhile.
-func (r *loadResult) add(b burstResult, d time.Duration, cpu map[string]time.Duration) {
+// measure adds one burst of t for d to r, and the CPU each of pids used
+// meanwhile; r's elapsed time is the burst's alone.
+func (r *loadResult) measure(ctx context.Context, t *target, conc int, d time.Duration, pids map[string]int) error {
+	var b burstResult
+	var elapsed time.Duration
+	cpu, err := cpuDuring(pids, func() error { start := time.Now(); b = burst(ctx, t, conc, d); elapsed = time.Since(start); return nil })
+	if err != nil {
+		return err
+	}
 	r.Requests, r.Errors, r.FirstErr = r.Requests+b.n, r.Errors+b.errs, cmp.Or(r.FirstErr, b.firstErr)
-	r.Elapsed += d
-	r.RoundRPS = append(r.RoundRPS, float64(b.n)/d.Seconds())
+	r.Elapsed += elapsed
+	r.RoundRPS = append(r.RoundRPS, float64(b.n)/elapsed.Seconds())
 	r.Lat = append(r.Lat, b.lat...)
 	r.CPU = addCPU(r.CPU, cpu)
+	return nil
 }
 
 // get is one request of the load (internal/testfrontend's, as pkg/proxy's benchmarks send).
 func get(ctx context.Context, c *http.Client, url string) error { return testfrontend.Get(ctx, c, url) }
 
-// runLoads warms every target, then runs rounds in which each target gets
-// its share of the duration in turn, so noise from other work on the
-// machine spreads over all of them instead of hitting one. The gateway is
-// CPU-profiled during the first round of each profiled load, with a heap
-// profile before and after it (what it allocated for the round).
+// runLoads warms every target, then runs rounds of each target in turn, so
+// that the machine's noise spreads over all of them; the gateway is
+// profiled (gatewayAdmin.profiled) in the first round of a profiled load.
 func runLoads(ctx context.Context, gw *gatewayAdmin, targets []*target, conc, rounds int, total, warm time.Duration, profile string) error {
 	for _, t := range targets {
 		if t.TODO != "" {
@@ -387,27 +351,21 @@ func runLoads(ctx context.Context, gw *gatewayAdmin, targets []*target, conc, ro
 // in the hub's SubjectAccessReviews and in each process's CPU.
 func runRound(ctx context.Context, gw *gatewayAdmin, t *target, conc int, d time.Duration, first, last bool) error {
 	r := &t.Res
-	sars0, err := gw.hubSARs(ctx)
+	snap := func() (s gwState, sars float64, err error) {
+		if s, err = gw.state(ctx); err == nil {
+			sars, err = gw.hubSARs(ctx)
+		}
+		return s, sars, err
+	}
+	before, sars0, err := snap()
 	if err != nil {
 		return err
 	}
-	before, err := gw.state(ctx)
-	if err != nil {
-		return err
-	}
-	var b burstResult
-	var elapsed time.Duration
 	// The CPU is read before the scrape after the load, which costs the gateway CPU.
-	cpu, err := cpuDuring(t.Pids, func() error { b, elapsed = timedBurst(ctx, t, conc, d); return nil })
-	if err != nil {
+	if err := r.measure(ctx, t, conc, d, t.Pids); err != nil {
 		return err
 	}
-	r.add(b, elapsed, cpu)
-	after, err := gw.state(ctx)
-	if err != nil {
-		return err
-	}
-	sars1, err := gw.hubSARs(ctx)
+	after, sars1, err := snap()
 	if err != nil {
 		return err
 	}
@@ -427,35 +385,6 @@ func runRound(ctx context.Context, gw *gatewayAdmin, t *target, conc int, d time
 }
 
 // The tables and figures of section 2 (report.md.tmpl).
-
-func (r *report) LoadTable() *table {
-	t := newTable("lrrrrrrrrrrr", "path", "req/s", "req/s by round", "p50", "p99", "errors", "CPU/req gateway", "CPU/req hub", "CPU/req upstream",
-		"CPU/req konnectivity (server+agent)", "CPU/req bare proxy", "CPU/req bench process")
-	for _, l := range r.Targets {
-		if l.TODO != "" {
-			t.add(l.Name, l.TODO)
-			continue
-		}
-		res := &l.Res
-		t.add(l.Name, fmt.Sprintf("%.0f", res.RPS()), numList(res.RoundRPS), fmtDur(res.Pct(0.50)), fmtDur(res.Pct(0.99)), fmt.Sprint(res.Errors),
-			cpuStr(res, "gateway"), cpuStr(res, "hub"), cpuStr(res, l.Upstream), cpuStr(res, "proxy-server", "proxy-agent"), cpuStr(res, "bare-proxy"), cpuStr(res, "bench"))
-	}
-	return t
-}
-
-func (r *report) PoolTable() *table {
-	t := newTable("lrrrrrrr", "path", "requests", "pool entries created", "connections dialed", "tunnels built",
-		"gateway allocations per request (objects / bytes)", "gateway RSS before → after", "goroutines before → after")
-	for _, l := range r.Targets {
-		if res := &l.Res; l.TODO == "" {
-			n := float64(max(1, res.Requests))
-			t.add(l.Name, fmt.Sprint(res.Requests), fmt.Sprintf("%.0f", res.DCreations), fmt.Sprintf("%.0f", res.DDials), fmt.Sprintf("%.0f", res.DTunnels),
-				fmt.Sprintf("%.0f / %.0f", res.DMallocs/n, res.DAllocBytes/n), mib(res.Before.RSS)+" → "+mib(res.After.RSS),
-				fmt.Sprintf("%.0f → %.0f", res.Before.Goroutines, res.After.Goroutines))
-		}
-	}
-	return t
-}
 
 // FirstErr is the first load that saw an error, or nil.
 func (r *report) FirstErr() *target {

@@ -115,7 +115,11 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 		rep.GoBench = gb
-		fmt.Printf("\n%s\n%s", gb.Table(), gb.RatioTable())
+		tables, err := render("goBenchTables", gb)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("\n%s", tables)
 	}
 	if !o.SkipEnv {
 		if err := runEnv(ctx, o, rep); err != nil {

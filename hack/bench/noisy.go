@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
-	"github.com/clustergateway/cluster-gateway/internal/testpki"
 )
 
 // The noisy neighbour runs in a process of its own, as another tenant's
@@ -45,28 +44,17 @@ func noisyChildMain(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	ca, err := os.ReadFile(*caFile)
-	if err != nil {
-		return err
-	}
 	cs, ks := strings.Split(*certs, ","), strings.Split(*keys, ",")
 	if len(cs) != len(ks) || *certs == "" {
 		return errors.New("-certs and -keys must list the same number of files")
 	}
 	var clients []*http.Client
 	for i := range cs {
-		kp := &localenv.KeyPair{Pair: &testpki.Pair{}}
-		if kp.CertPEM, err = os.ReadFile(cs[i]); err != nil {
-			return err
-		}
-		if kp.KeyPEM, err = os.ReadFile(ks[i]); err != nil {
-			return err
-		}
-		c, err := mtlsClient(ca, kp)
+		cfg, err := clientTLS(*caFile, cs[i], ks[i])
 		if err != nil {
 			return err
 		}
-		clients = append(clients, c)
+		clients = append(clients, &http.Client{Timeout: time.Minute, Transport: clientTransport(cfg)})
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var ok, tooMany, other atomic.Int64

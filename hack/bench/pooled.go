@@ -11,7 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
@@ -33,76 +32,64 @@ type pooledResult struct {
 	DeleteTime, ReleaseTime       time.Duration
 }
 
-// measurePooled creates n ClusterGateways as Secrets on the hub (the layout
-// of pkg/registry/clustergateway), alternately at managed-1 and managed-2,
-// sends one request through each on the gateway's port, and deletes them.
-// Heap figures are taken right after a forced GC in the gateway, whose heap
-// profiles are saved in profileDir.
+// measurePooled creates n ClusterGateways as Secrets on the hub, sends one
+// request through each on the gateway's port, and deletes them, reading the
+// gateway after forced GCs (medianAfterGC, as the scan does) at each step.
 func measurePooled(ctx context.Context, env *localenv.Env, gw *gatewayAdmin, n, conc int, profileDir string) (*pooledResult, error) {
 	secrets, err := hubSecrets(env)
 	if err != nil {
 		return nil, err
 	}
 	res := &pooledResult{N: n}
-	// A figure is the median of settleSamples forced GCs, as in the scan:
-	// the prober's probes in flight at one GC move a single sample.
-	settled := func(step string) (memState, error) {
-		return medianAfterGC(ctx, gw, filepath.Join(profileDir, "gateway-heap-"+step+".pprof"))
-	}
-	if res.Base, err = settled("before"); err != nil {
-		return nil, err
-	}
-
-	start := time.Now()
-	if err := createGateways(ctx, secrets, env, gw, n, conc); err != nil {
-		return nil, err
-	}
-	res.CreateTime = time.Since(start)
-	if res.Stored, err = settled("stored"); err != nil {
-		return nil, err
-	}
-
-	start = time.Now()
-	if err := parallel(ctx, n, conc, func(i int) error {
-		url := gw.env.Gateway.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/" + benchName(i) + "/proxy/api/v1/namespaces/default"
-		for {
-			err := get(ctx, gw.client, url)
-			if err == nil || !strings.Contains(err.Error(), "404") || ctx.Err() != nil {
+	var none time.Duration
+	for _, st := range []struct {
+		name string
+		m    *memState
+		took *time.Duration // how long f took
+		f    func() error
+	}{
+		{"before", &res.Base, &none, func() error { return nil }},
+		{"stored", &res.Stored, &res.CreateTime, func() error { return createGateways(ctx, secrets, env, gw, n, conc) }},
+		{"pooled", &res.Pooled, &res.RequestTime, func() error {
+			return parallel(ctx, n, conc, func(i int) error {
+				url := gw.env.Gateway.URL + gatewaysPath + benchName(i) + "/proxy" + requestPath
+				_, err := poll(ctx, 100*time.Millisecond, time.Minute, "GET "+url, func(ctx context.Context) error {
+					err := get(ctx, gw.client, url)
+					if err != nil && strings.Contains(err.Error(), "404") {
+						return retry{err} // the informer has not seen it yet
+					}
+					return err
+				})
 				return err
+			})
+		}},
+		{"deleted", &res.Deleted, &res.DeleteTime, func() error {
+			if err := secrets.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: benchLabel + "=true"}); err != nil {
+				return fmt.Errorf("delete gateways: %w", err)
 			}
-			// The informer has not seen it yet.
-			time.Sleep(100 * time.Millisecond)
+			return waitPoolBack(ctx, gw, res.Base.gwState)
+		}},
+	} {
+		start := time.Now()
+		if err := st.f(); err != nil {
+			return nil, fmt.Errorf("%s: %w", st.name, err)
 		}
-	}); err != nil {
-		return nil, fmt.Errorf("request through each gateway: %w", err)
-	}
-	res.RequestTime = time.Since(start)
-	if res.Pooled, err = settled("pooled"); err != nil {
-		return nil, err
-	}
-
-	start = time.Now()
-	if err := secrets.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: benchLabel + "=true"}); err != nil {
-		return nil, fmt.Errorf("delete gateways: %w", err)
-	}
-	if err := waitPoolBack(ctx, gw, res.Base.gwState); err != nil {
-		return nil, err
-	}
-	res.DeleteTime = time.Since(start)
-	if res.Deleted, err = settled("deleted"); err != nil {
-		return nil, err
+		*st.took = time.Since(start)
+		if *st.m, err = medianAfterGC(ctx, gw, filepath.Join(profileDir, "gateway-heap-"+st.name+".pprof")); err != nil {
+			return nil, err
+		}
 	}
 	// The heap in use comes back as the spans that held the entries empty
-	// out; what it takes is reported.
-	start = time.Now()
+	// out: one forced GC per look, for up to a minute.
+	start := time.Now()
 	for {
-		time.Sleep(5 * time.Second)
-		// Polled: one forced GC per look.
+		if err := sleep(ctx, 5*time.Second); err != nil {
+			return nil, err
+		}
 		if res.Released, err = afterGC(ctx, gw, filepath.Join(profileDir, "gateway-heap-released.pprof")); err != nil {
 			return nil, err
 		}
-		growth := res.Pooled.Heap - res.Base.Heap
-		if res.Released.Heap-res.Base.Heap <= growth/10 || time.Since(start) > time.Minute {
+		if res.Released.Heap-res.Base.Heap <= (res.Pooled.Heap-res.Base.Heap)/10 || time.Since(start) > time.Minute {
 			break
 		}
 	}
@@ -123,23 +110,6 @@ func createGateways(ctx context.Context, secrets corev1client.SecretInterface, e
 }
 
 // The table and figures of section 3 (report.md.tmpl).
-
-func (p *pooledResult) Table() *table {
-	t := newTable("lrrrrrr", "gateway state", "heap in use", "live heap", "RSS", "goroutines", "pool entries", "open connections")
-	for _, row := range []struct {
-		name string
-		s    memState
-	}{
-		{"before", p.Base},
-		{fmt.Sprintf("%d stored, unused", p.N), p.Stored},
-		{fmt.Sprintf("%d pooled (one request each)", p.N), p.Pooled},
-		{"right after deleting them", p.Deleted},
-		{fmt.Sprintf("%s later", p.ReleaseTime.Round(time.Second)), p.Released},
-	} {
-		t.add(row.name, mib(row.s.Heap), mib(row.s.Marked), mib(row.s.RSS), fmt.Sprintf("%.0f", row.s.Goroutines), fmt.Sprintf("%.0f", row.s.Entries), fmt.Sprintf("%.0f", row.s.OpenConns))
-	}
-	return t
-}
 
 // Per is a - b per gateway.
 func (p *pooledResult) Per(a, b float64) float64 { return (a - b) / float64(p.N) }
@@ -167,32 +137,27 @@ func benchSecret(env *localenv.Env, i int) *corev1.Secret {
 
 // waitListed waits until the gateway's cache holds all n bench gateways.
 func waitListed(ctx context.Context, gw *gatewayAdmin, n int) error {
-	path := "/apis/gateway.clustergateway.io/v1alpha1/clustergateways?labelSelector=" + benchLabel + "%3Dtrue"
-	var last error
-	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		body, err := gw.get(ctx, path)
-		last = err
-		return err == nil && strings.Count(body, `"name":"bench-`) >= n, nil
+	_, err := poll(ctx, 500*time.Millisecond, 2*time.Minute, fmt.Sprintf("the gateway listing %d bench gateways", n), func(ctx context.Context) error {
+		body, err := gw.get(ctx, gatewaysPath[:len(gatewaysPath)-1]+"?labelSelector="+benchLabel+"%3Dtrue")
+		if listed := strings.Count(body, `"name":"bench-`); err == nil && listed < n {
+			err = fmt.Errorf("%d listed", listed)
+		}
+		return again(err)
 	})
-	if err != nil {
-		return fmt.Errorf("the gateway did not list %d bench gateways in time (last error: %v)", n, last)
-	}
-	return nil
+	return err
 }
 
 // waitPoolBack waits until the deleted gateways' entries are retired and
 // their connections closed.
 func waitPoolBack(ctx context.Context, gw *gatewayAdmin, base gwState) error {
-	var s gwState
-	var last error
-	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		s, last = gw.state(ctx)
-		return last == nil && s.Entries <= base.Entries && s.Retiring == 0 && s.OpenConns <= base.OpenConns, nil
+	_, err := poll(ctx, 500*time.Millisecond, 2*time.Minute, "the pool back to its baseline after deleting the bench gateways", func(ctx context.Context) error {
+		s, err := gw.state(ctx)
+		if err == nil && (s.Entries > base.Entries || s.Retiring != 0 || s.OpenConns > base.OpenConns) {
+			err = fmt.Errorf("%+v, base %+v", s, base)
+		}
+		return again(err)
 	})
-	if err != nil {
-		return fmt.Errorf("pool not back to its baseline after deleting the bench gateways: %+v (base %+v, err %v)", s, base, last)
-	}
-	return nil
+	return err
 }
 
 // parallel runs f(0..n-1) on conc workers and returns the first error.

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // clockTicks is USER_HZ, the unit of utime and stime in /proc/<pid>/stat.
@@ -57,19 +59,19 @@ func procHWM(pid int) (float64, error) { return procStatus(pid, "VmHWM") }
 
 // procStatus is a memory field of /proc/<pid>/status in bytes.
 func procStatus(pid int, field string) (float64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
+	return kbField(fmt.Sprintf("/proc/%d/status", pid), field)
+}
+
+// kbField is field of a /proc file of "field: N kB" lines, in bytes.
+func kbField(path, field string) (float64, error) {
+	b, err := os.ReadFile(path)
+	for _, l := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(l, field+":"); ok && err == nil {
 			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
 			return kb * 1024, err
 		}
 	}
-	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
+	return 0, cmp.Or(err, fmt.Errorf("no %s in %s", field, path))
 }
 
 // cpuOf reads the CPU of every role; "bench" is this process.
@@ -135,22 +137,8 @@ func machineCPU() (time.Duration, error) {
 	return time.Duration(busy / clockTicks * float64(time.Second)), nil
 }
 
-// sampleRSS reads pid's RSS every interval until stop is closed, and
-// returns the most it saw and how many reads it made.
-func sampleRSS(pid int, interval time.Duration, stop <-chan struct{}) (most float64, samples int) {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		if v, err := procRSS(pid); err == nil {
-			most, samples = max(most, v), samples+1
-		}
-		select {
-		case <-stop:
-			return most, samples
-		case <-tick.C:
-		}
-	}
-}
+// rssOf reads pid's RSS, for sampleMax.
+func rssOf(pid int) func() (float64, error) { return func() (float64, error) { return procRSS(pid) } }
 
 // sleep waits d, or until ctx is done.
 func sleep(ctx context.Context, d time.Duration) error {
@@ -195,16 +183,69 @@ func describeMachine(goBin string) machine {
 			}
 		}
 	}
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if rest, ok := strings.CutPrefix(l, "MemTotal:"); ok {
-				kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-				m.MemGiB = kb / (1 << 20)
-			}
-		}
-	}
+	mem, _ := kbField("/proc/meminfo", "MemTotal")
+	m.MemGiB = mem / (1 << 30)
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = strings.TrimSpace(string(b))
 	}
 	return m
+}
+
+// retry marks an error after which poll tries again; any other error ends it.
+type retry struct{ error }
+
+// again is err as a retry, nil if nil.
+func again(err error) error {
+	if err == nil {
+		return nil
+	}
+	return retry{err}
+}
+
+// poll calls f every interval until it returns nil, for up to timeout, and
+// returns how long that took; after the timeout the error names what and
+// f's last error.
+func poll(ctx context.Context, every, timeout time.Duration, what string, f func(context.Context) error) (time.Duration, error) {
+	start := time.Now()
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, every, timeout, true, func(ctx context.Context) (bool, error) {
+		last = f(ctx)
+		if r, ok := last.(retry); ok {
+			last = r.error
+			return false, nil
+		}
+		return last == nil, last
+	})
+	switch {
+	case err == nil:
+		return time.Since(start), nil
+	case ctx.Err() != nil:
+		return 0, ctx.Err()
+	case !wait.Interrupted(err):
+		return 0, err
+	}
+	return 0, fmt.Errorf("%s: not after %s (last error: %w)", what, time.Since(start).Round(time.Second), last)
+}
+
+// sampleMax calls read every interval until the returned stop is called,
+// which returns the most read gave and how many reads it made.
+func sampleMax(interval time.Duration, read func() (float64, error)) (stop func() (float64, int)) {
+	done, out := make(chan struct{}), make(chan [2]float64, 1)
+	go func() {
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		var most, n float64
+		for {
+			if v, err := read(); err == nil {
+				most, n = max(most, v), n+1
+			}
+			select {
+			case <-done:
+				out <- [2]float64{most, n}
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() (float64, int) { close(done); r := <-out; return r[0], int(r[1]) }
 }

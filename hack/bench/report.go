@@ -36,10 +36,7 @@ var reportText string
 
 var reportTemplate = template.Must(template.New("performance.md").Funcs(template.FuncMap{
 	"mib": mib, "kib": kib, "dur": fmtDur, "ns": fmtNs, "ratio": ratio, "join": strings.Join,
-	"f0": func(v float64) string { return fmt.Sprintf("%.0f", v) },
-	"f1": func(v float64) string { return fmt.Sprintf("%.1f", v) },
-	"f2": func(v float64) string { return fmt.Sprintf("%.2f", v) },
-	"x":  func(v float64) string { return fmt.Sprintf("%.2f×", v) }, // a ratio
+	"f0": f0, "f1": f1, "f2": f2, "x": x,
 	"div": func(a, b float64) float64 {
 		if b == 0 {
 			return 0
@@ -54,6 +51,13 @@ var reportTemplate = template.Must(template.New("performance.md").Funcs(template
 	"benchUser":     func() string { return benchUser },
 	"settleSamples": func() int { return settleSamples },
 	"sub":           func(a, b float64) float64 { return a - b },
+	"inc":           func(i int) int { return i + 1 },
+	"addInt":        func(a, b int) int { return a + b },
+	"trimPrefix":    strings.TrimPrefix,
+	"perThousand":   perThousand,
+	"table":         newTable,
+	"list":          func(v ...any) []any { return v },
+	"numList":       numList, "durList": durList, "cpuShare": cpuShare,
 }).Parse(reportText))
 
 // markdown is the report as docs/performance.md.
@@ -101,6 +105,23 @@ func (t *table) add(cells ...string) *table {
 	}
 	t.rows = append(t.rows, cells)
 	return t
+}
+
+// Row is add for the template (which prints what a call returns): a cell
+// that is a list is spread over as many, others are printed.
+func (t *table) Row(cells ...any) string {
+	var row []string
+	for _, c := range cells {
+		if l, ok := c.([]any); ok {
+			for _, v := range l {
+				row = append(row, fmt.Sprint(v))
+			}
+		} else {
+			row = append(row, fmt.Sprint(c))
+		}
+	}
+	t.add(row...)
+	return ""
 }
 
 func (t *table) String() string {
@@ -165,6 +186,10 @@ func fmtNs(ns float64) string {
 	}
 }
 
+func f0(v float64) string  { return fmt.Sprintf("%.0f", v) }
+func f1(v float64) string  { return fmt.Sprintf("%.1f", v) }
+func f2(v float64) string  { return fmt.Sprintf("%.2f", v) }
+func x(v float64) string   { return fmt.Sprintf("%.2f×", v) } // a ratio
 func mib(v float64) string { return fmt.Sprintf("%.1f MiB", v/(1<<20)) }
 func kib(v float64) string { return fmt.Sprintf("%.1f KiB", v/(1<<10)) }
 

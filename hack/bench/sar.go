@@ -1,34 +1,28 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
-	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
+	"github.com/clustergateway/cluster-gateway/internal/testmetrics"
 )
 
-// Delegated authorization: the gateway asks the hub whether a caller may use
-// clustergateways/proxy with a SubjectAccessReview, and the generic webhook
-// authorizer keeps the answer (allowed for
-// --authorization-webhook-cache-authorized-ttl, denied for
-// --authorization-webhook-cache-unauthorized-ttl, 10 s each by default). Each load counts
-// both ends: the gateway's calls and the SubjectAccessReviews the hub received.
+// Delegated authorization: the gateway asks the hub with a
+// SubjectAccessReview whether a caller may use clustergateways/proxy, and
+// caches the answer for --authorization-webhook-cache-(un)authorized-ttl
+// (10 s each by default). Each load counts both ends.
 const (
 	mDelegatedAuthz = "apiserver_delegated_authz_request_total" // gateway: SARs it sent, by code
 	mHubRequests    = "apiserver_request_total"                 // hub: requests by resource, verb, code...
 )
 
-// authzCount is both counters at one moment.
-type authzCount struct {
-	HubSARs   float64 // hub apiserver_request_total{resource="subjectaccessreviews"}, all label sets
-	Delegated float64 // gateway apiserver_delegated_authz_request_total, all codes
-}
+// authzCount is both counters at one moment: the hub's SubjectAccessReviews
+// and the gateway's delegated authorization calls (all codes).
+type authzCount struct{ HubSARs, Delegated float64 }
 
 // authzDelta is what a load added to them.
 type authzDelta struct{ HubSARs, Delegated float64 }
@@ -39,19 +33,10 @@ func (d *authzDelta) add(before, after authzCount) {
 }
 
 // sumOf adds the samples of name over all its label sets.
-func sumOf(m map[string]float64, name string) float64 {
-	var sum float64
-	for k, v := range m {
-		if k == name || strings.HasPrefix(k, name+"{") {
-			sum += v
-		}
-	}
-	return sum
-}
+func sumOf(m map[string]float64, name string) float64 { return testmetrics.Samples(m).Sum(name) }
 
-// authzCounts reads the hub's SubjectAccessReview count and the gateway's
-// delegated authorization count. Both scrapes are by system:masters users,
-// whom neither authorizer asks about, so they add no review themselves.
+// authzCounts reads both counters. Both scrapes are by system:masters users,
+// whom neither authorizer asks about.
 func (g *gatewayAdmin) authzCounts(ctx context.Context) (authzCount, error) {
 	s, err := g.state(ctx)
 	if err != nil {
@@ -61,60 +46,19 @@ func (g *gatewayAdmin) authzCounts(ctx context.Context) (authzCount, error) {
 	return authzCount{HubSARs: sars, Delegated: s.Delegated}, err
 }
 
-// hubSARs sums apiserver_request_total{resource="subjectaccessreviews"} of
-// the hub kube-apiserver. Its /metrics is large, so only those lines are
-// read, as text.
-func (g *gatewayAdmin) hubSARs(ctx context.Context) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.env.Hub.URL+"/metrics", nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := g.hub.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("GET hub /metrics: %s", resp.Status)
-	}
-	return sumSamples(bufio.NewScanner(resp.Body), mHubRequests, `resource="subjectaccessreviews"`)
+// hubSARs sums the hub's apiserver_request_total{resource="subjectaccessreviews"}.
+func (g *gatewayAdmin) hubSARs(context.Context) (float64, error) {
+	m, err := testmetrics.Scrape(g.hub, g.env.Hub.URL+"/metrics")
+	return sumPrefix(m, mHubRequests+"{", `resource="subjectaccessreviews"`), err
 }
 
-// sumSamples adds the values of name's samples whose labels contain label.
-func sumSamples(sc *bufio.Scanner, name, label string) (float64, error) {
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	var sum float64
-	for sc.Scan() {
-		line := sc.Text()
-		rest, ok := strings.CutPrefix(line, name+"{")
-		if !ok || !strings.Contains(rest, label) {
-			continue
-		}
-		i := strings.LastIndexByte(rest, '}')
-		if i < 0 {
-			return 0, fmt.Errorf("malformed sample %q", line)
-		}
-		f := strings.Fields(rest[i+1:])
-		if len(f) == 0 {
-			return 0, fmt.Errorf("malformed sample %q", line)
-		}
-		v, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			return 0, fmt.Errorf("sample %q: %w", line, err)
-		}
-		sum += v
-	}
-	return sum, sc.Err()
-}
-
-// The authorization cache's TTLs (k8s.io/apiserver's
-// DelegatingAuthorizationOptions, 10 s each by default).
+// The authorization cache's allowed TTL flag and its default.
 const (
 	flagAllowTTL    = "authorization-webhook-cache-authorized-ttl"
 	defaultAuthzTTL = 10 * time.Second
 )
 
-// flagValue is the value of --name in args (the last one), or def.
+// flagValue is the value of the last --name in args, or def.
 func flagValue(args []string, name, def string) string {
 	v := def
 	for i, a := range args {
@@ -127,8 +71,6 @@ func flagValue(args []string, name, def string) string {
 	return v
 }
 
-// authzWindow is how long measureAuthzSteady loads each gateway path right
-// after its authorization decision was filled.
 var authzWindow = flag.Duration("authz-window", 3*time.Second,
 	"after the loads, each gateway path is loaded this long right after its cached authorization decision was filled, "+
 		"counting the hub's SubjectAccessReviews (capped below the authorized TTL; 0 skips it)")
@@ -143,10 +85,9 @@ type authzSteady struct {
 }
 
 // freshCallers gives every gateway load a client of a caller of its own
-// (cluster-gateway-bench-<load>, bound like benchUser) that no load uses:
-// the gateway has no decision cached for it, so the first request of
-// measureAuthzSteady's warm-up surely fills one. The binding is checked
-// now, long (more than a TTL) before that warm-up.
+// (cluster-gateway-bench-<load>) that no load uses, so that the first
+// request of measureAuthzSteady's warm-up surely fills a decision. The
+// binding is checked now, more than a TTL before that warm-up.
 func freshCallers(ctx context.Context, env *localenv.Env, ts []*target) error {
 	if *authzWindow <= 0 {
 		return nil
@@ -154,15 +95,13 @@ func freshCallers(ctx context.Context, env *localenv.Env, ts []*target) error {
 	args := []string{"create", "clusterrolebinding", benchUser + "-fresh:cluster-gateway:proxy-reader", "--clusterrole=cluster-gateway:proxy-reader"}
 	users := map[string]*localenv.User{}
 	for _, t := range ts {
-		if t.TODO != "" || !gatewayLoads[t.Key] {
-			continue
+		if t.TODO == "" && gatewayLoads[t.Key] {
+			u, err := env.NewUser(benchUser + "-" + t.Key)
+			if err != nil {
+				return err
+			}
+			users[t.Key], args = u, append(args, "--user="+u.Name)
 		}
-		u, err := env.NewUser(benchUser + "-" + t.Key)
-		if err != nil {
-			return err
-		}
-		users[t.Key] = u
-		args = append(args, "--user="+u.Name)
 	}
 	if len(users) == 0 {
 		return nil
@@ -171,38 +110,33 @@ func freshCallers(ctx context.Context, env *localenv.Env, ts []*target) error {
 		return err
 	}
 	for _, t := range ts {
-		u := users[t.Key]
-		if u == nil {
-			continue
+		if u := users[t.Key]; u != nil {
+			ca := env.Gateway.CA.CertPEM
+			if t.Key == "hub" {
+				ca = env.Hub.CA.CertPEM
+			}
+			c, err := mtlsClient(ca, u.Cert)
+			if err != nil {
+				return err
+			}
+			fresh := *t
+			fresh.Client = c
+			if err := waitAllowed(ctx, &fresh); err != nil {
+				return err
+			}
+			c.CloseIdleConnections()
+			t.FreshClient = c
 		}
-		ca := env.Gateway.CA.CertPEM
-		if t.Key == "hub" {
-			ca = env.Hub.CA.CertPEM
-		}
-		c, err := mtlsClient(ca, u.Cert)
-		if err != nil {
-			return err
-		}
-		fresh := *t
-		fresh.Client = c
-		if err := waitAllowed(ctx, &fresh); err != nil {
-			return err
-		}
-		c.CloseIdleConnections()
-		t.FreshClient = c
 	}
 	return nil
 }
 
 // measureAuthzSteady loads each gateway path once more as its fresh caller:
-// a warm-up whose first request fills the caller's decision, then
-// -authz-window (well inside the TTL) in which it counts the reviews.
-// During the interleaved rounds a path's decision has usually expired since
-// its previous round (they are further apart than the TTL), so each round
-// begins with a refill; this window shows what follows a fill.
-//
-// It returns the same counts over a time without load as long as all those
-// windows: reviews not caused by the loads, which the windows include too.
+// a warm-up whose first request fills the decision, then -authz-window
+// (inside the TTL) in which it counts the reviews. (In the rounds a path's
+// decision has usually expired since its previous round.) It returns the
+// same counts over as long a time without load: reviews the loads did not
+// cause.
 func measureAuthzSteady(ctx context.Context, gw *gatewayAdmin, ts []*target, conc int, warm time.Duration) (*authzSteady, error) {
 	ttl, err := time.ParseDuration(flagValue(gw.env.Gateway.Args, flagAllowTTL, defaultAuthzTTL.String()))
 	if err != nil {
@@ -221,44 +155,50 @@ func measureAuthzSteady(ctx context.Context, gw *gatewayAdmin, ts []*target, con
 		windows++
 		fresh := *t
 		fresh.Client = t.FreshClient
-		c0, err := gw.authzCounts(ctx)
-		if err != nil {
-			return nil, err
+		var c [3]authzCount
+		var n int
+		steps := []func() error{
+			func() error {
+				if b := burst(ctx, &fresh, conc, warm); b.errs > 0 {
+					return fmt.Errorf("warm-up of %s as a fresh caller: %d errors, first: %v", t.Name, b.errs, b.firstErr)
+				}
+				return nil
+			},
+			func() error { n = burst(ctx, &fresh, conc, window).n; return nil },
 		}
-		if b := burst(ctx, &fresh, conc, warm); b.errs > 0 {
-			return nil, fmt.Errorf("warm-up of %s as a fresh caller: %d errors, first: %v", t.Name, b.errs, b.firstErr)
-		}
-		c1, err := gw.authzCounts(ctx)
-		if err != nil {
-			return nil, err
-		}
-		n := burst(ctx, &fresh, conc, window).n
-		c2, err := gw.authzCounts(ctx)
-		if err != nil {
+		if err := countAround(ctx, gw, c[:], steps...); err != nil {
 			return nil, err
 		}
 		t.FreshClient.CloseIdleConnections()
 		s := &t.Res.Steady
-		s.Requests, s.Window, s.Filled = n, window, c1.HubSARs-c0.HubSARs
-		s.add(c1, c2)
+		s.Requests, s.Window, s.Filled = n, window, c[1].HubSARs-c[0].HubSARs
+		s.add(c[1], c[2])
 		logf("authorization after a fill, %-28s warm-up %.0f SubjectAccessReviews; then %d requests in %s, %.0f", t.Name, s.Filled, n, window, s.HubSARs)
 	}
-	// As long as all the windows under load together.
-	idle := &authzSteady{Window: window * time.Duration(max(1, windows))}
-	before, err := gw.authzCounts(ctx)
-	if err != nil {
+	idle := &authzSteady{Window: window * time.Duration(max(1, windows))} // as long as all the windows together
+	var c [2]authzCount
+	if err := countAround(ctx, gw, c[:], func() error { return sleep(ctx, idle.Window) }); err != nil {
 		return nil, err
 	}
-	if err := sleep(ctx, idle.Window); err != nil {
-		return nil, err
-	}
-	after, err := gw.authzCounts(ctx)
-	if err != nil {
-		return nil, err
-	}
-	idle.add(before, after)
+	idle.add(c[0], c[1])
 	logf("authorization without load: %.0f SubjectAccessReviews in %s", idle.HubSARs, idle.Window)
 	return idle, nil
+}
+
+// countAround reads the counts into c before the first step and after each.
+func countAround(ctx context.Context, gw *gatewayAdmin, c []authzCount, steps ...func() error) (err error) {
+	if c[0], err = gw.authzCounts(ctx); err != nil {
+		return err
+	}
+	for i, step := range steps {
+		if err := step(); err != nil {
+			return err
+		}
+		if c[i+1], err = gw.authzCounts(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // gatewayLoads are the loads whose requests the gateway authorizes.
@@ -274,9 +214,8 @@ func (r *report) SteadyWindow() time.Duration {
 	return 0
 }
 
-// gatewayAuthz sums the requests and authorization counters of the loads
-// through the gateway: of their rounds, or of their windows right after a
-// warm-up (steady).
+// gatewayAuthz sums the requests and authorization counts of the loads
+// through the gateway: of their rounds, or of their windows after a fill.
 func (r *report) gatewayAuthz(steady bool) (requests int, sars, delegated float64) {
 	for _, t := range r.Targets {
 		if t.TODO != "" || !gatewayLoads[t.Key] {
@@ -286,43 +225,12 @@ func (r *report) gatewayAuthz(steady bool) (requests int, sars, delegated float6
 		if steady {
 			n, a = t.Res.Steady.Requests, t.Res.Steady.authzDelta
 		}
-		requests += n
-		sars += a.HubSARs
-		delegated += a.Delegated
+		requests, sars, delegated = requests+n, sars+a.HubSARs, delegated+a.Delegated
 	}
 	return requests, sars, delegated
-}
-
-func (r *report) AuthzTable() *table {
-	t := newTable("lrrrrrrrrrr", "path", "workers", "requests", "gateway authorization calls to the hub", "SubjectAccessReviews on the hub", "SARs per round",
-		"SARs per 1,000 requests", "fresh caller: SARs filling its decision", "then: requests", "SARs", "SARs per 1,000 requests")
-	for _, l := range r.Targets {
-		if l.TODO != "" {
-			continue
-		}
-		a, s := l.Res.Authz, l.Res.Steady
-		steady := []string{"–", "–", "–", "–"}
-		if s.Requests > 0 {
-			steady = []string{fmt.Sprintf("%.0f", s.Filled), fmt.Sprint(s.Requests), fmt.Sprintf("%.0f", s.HubSARs), fmt.Sprintf("%.2f", perThousand(s.HubSARs, s.Requests))}
-		}
-		t.add(append([]string{l.Name, fmt.Sprint(workersOf(l, r.Opts.Concurrency)), fmt.Sprint(l.Res.Requests), fmt.Sprintf("%.0f", a.Delegated), fmt.Sprintf("%.0f", a.HubSARs),
-			fmt.Sprintf("%.1f", a.HubSARs/float64(max(1, len(l.Res.RoundRPS)))), fmt.Sprintf("%.2f", perThousand(a.HubSARs, l.Res.Requests))}, steady...)...)
-	}
-	if i := r.AuthzIdle; i != nil {
-		t.add(fmt.Sprintf("no load for %s (control)", i.Window), "–", "–", "–", "–", "–", "–", "–", "0", fmt.Sprintf("%.0f (the gateway asked %.0f)", i.HubSARs, i.Delegated), "–")
-	}
-	return t
 }
 
 // AuthzTTL is the gateway's authorization cache TTL flag in the loads.
 func (r *report) AuthzTTL(flag string) string {
 	return flagValue(r.GatewayArgs, flag, defaultAuthzTTL.String()+", the default")
-}
-
-// workersOf is the workers of t's load.
-func workersOf(t *target, def int) int {
-	if t.Workers > 0 {
-		return t.Workers
-	}
-	return def
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -15,7 +16,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
@@ -24,26 +24,19 @@ import (
 // The scan: a controller that lists something in every cluster once a
 // minute, with more clusters than the pool holds.
 const (
-	scanPasses    = 5
-	scanClients   = 16
-	scanAfter     = time.Minute     // RSS and heap this long after the last pass
-	scanSettleMax = 4 * time.Minute // how long to wait for RSS to settle
-	// scanIdleProfile is the CPU profile taken at the start of the idle
-	// window, which lasts at least four RSS samples (40s).
-	scanIdleProfile = 30 * time.Second
-	scanWaitMax     = 5 * time.Minute // for the prober (waitMetrics)
-	idleProfileName = "gateway-cpu-idle.pprof"
-	scanPeakRSSGoal = 300e6 // bytes: 300 MB, at every moment: creating, scanning
-	// createSampleEvery is how often VmRSS is read while the gateways are
-	// created, beside VmHWM.
-	createSampleEvery = 20 * time.Millisecond
-	// pkg/pool's default --pool-capacity (pool.NewOptions; importing
-	// pkg/pool here would pull its dependencies into hack's go.mod).
+	scanPasses, scanClients = 5, 16
+	scanAfter               = time.Minute      // RSS and heap this long after the last pass
+	scanSettleMax           = 4 * time.Minute  // how long to wait for RSS to settle
+	scanIdleProfile         = 30 * time.Second // of the idle window (at least four 10s RSS samples)
+	scanWaitMax             = 5 * time.Minute  // for the prober (waitMetrics)
+	idleProfileName         = "gateway-cpu-idle.pprof"
+	scanPeakRSSGoal         = 300e6                 // bytes: 300 MB, at every moment: creating, scanning
+	createSampleEvery       = 20 * time.Millisecond // VmRSS reads while the gateways are created
+	// pkg/pool's default --pool-capacity (importing pkg/pool would pull its
+	// dependencies into hack's go.mod).
 	scanDefaultCapacity = 1000
-	// Tolerance of the "live heap after eviction" goal: the per-entry size
-	// is measured once (the pool filled, nothing evicted) and heap figures
-	// move by a few MiB between forced GCs (each is the median of
-	// settleSamples).
+	// The "live heap after eviction" goal's tolerance: heap figures move by a
+	// few MiB between forced GCs.
 	scanHeapTolerance = 1.10
 )
 
@@ -67,49 +60,37 @@ type scanResult struct {
 	N, Capacity, Clients int
 	GatewayBin           string
 	CreateTime           time.Duration
-	// ProbedWait is how long the stored row waited, after the gateway had
-	// listed every gateway, until the prober had probed each once, and
-	// PooledProbedWait how long the pooled row waited after its GETs for
-	// one more round of probes: both rows are then in the steady state the
-	// scan leaves behind (every cluster's probe state filled, pooled
-	// connections that carried probes as well as a GET), so the rows after
-	// the scan are compared with like.
+	// The stored row waits for every cluster probed once, the pooled row for
+	// one more round of probes: both then are in the state a scan leaves.
 	ProbedWait, PooledProbedWait time.Duration
 	Base, Stored                 memState // fresh gateway; n stored, none pooled (forced GC)
-	// Pooled is Capacity of the gateways with one GET each and nothing
-	// evicted yet (forced GC): the per-entry figures come from it.
-	Pooled    memState
-	PooledN   int
-	Passes    []scanPass
-	After     memState // scanAfter after the last pass, before a forced GC
-	AfterGC   memState // then, after a forced GC
-	Settled   memState // RSS once it stopped falling (no forced GC)
-	SettledAt time.Duration
-	Stable    bool    // Settled is stable RSS, not the end of scanSettleMax
-	FillPeak  float64 // VmHWM from the gateway's start to the first pass
-	// CreatePeak is VmHWM while the N gateways were created with the
-	// gateway running, from the first create until the gateway listed them
-	// all and had probed each once (CreateWindow); CreateSampled the most
-	// of CreateSamples reads of VmRSS every createSampleEvery meanwhile.
+	Pooled                       memState // the pool full, nothing evicted (forced GC): the per-entry figures
+	PooledN                      int
+	Passes                       []scanPass
+	After                        memState // scanAfter after the last pass, before a forced GC
+	AfterGC                      memState // then, after a forced GC
+	Settled                      memState // RSS once it stopped falling (no forced GC)
+	SettledAt                    time.Duration
+	Stable                       bool    // Settled is stable RSS, not the end of scanSettleMax
+	FillPeak                     float64 // VmHWM from the gateway's start to the first pass
+	// VmHWM while the N gateways were created and probed (CreateWindow), and
+	// the most of CreateSamples reads of VmRSS meanwhile.
 	CreatePeak, CreateSampled float64
 	CreateSamples             int
 	CreateWindow              time.Duration
 	RSSSamples                []scanState
-	// Idle is the gateway's CPU from the forced GC scanAfter after the
-	// scan until RSS settled: no requests, every gateway stored, the
-	// prober at its defaults.
-	Idle        idleCPU
+	Idle                      idleCPU // from the forced GC scanAfter after the scan until RSS settled
+
 	IdleProfile *pathProfile // the idle window's CPU profile
 	GatewayArgs []string
-	// HeapStored, HeapPooled and HeapAfter are where the live heap grew: the
-	// top of the stored profile against the fresh one, of the pooled against
-	// the stored, and of the one after the scan against the pooled (go tool
-	// pprof -top -diff_base).
+	// Where the live heap grew: stored less fresh, pooled less stored, after
+	// the scan less pooled (pprof -top -diff_base).
 	HeapStored, HeapPooled, HeapAfter string
 }
 
 // scanner runs the scan's steps, each filling its part of res.
 type scanner struct {
+	s       *session
 	env     *localenv.Env
 	gw      *gatewayAdmin
 	dir     string // the state directory, for the heap and CPU profiles
@@ -119,24 +100,23 @@ type scanner struct {
 	hub     *http.Client
 }
 
-// runScan restarts the gateway with the default pool (no --pool-capacity),
-// stores n ClusterGateways (alternately managed-1 and managed-2), and sends
-// scanPasses passes of one GET through the hub per gateway with scanClients
-// workers, measuring the gateway's memory as it goes, then its memory and
-// CPU once idle. It deletes the gateways at the end. It runs last: it
-// restarts the gateway.
+// runScan restarts the gateway with the default pool, stores n
+// ClusterGateways, sends scanPasses passes of one GET per gateway through
+// the hub, and measures the gateway's memory throughout and its CPU once
+// idle; it deletes the gateways at the end.
 func runScan(ctx context.Context, s *session) (err error) {
 	n := s.o.ScanGateways
 	if n <= 0 {
 		return nil
 	}
 	logf("scan: %d ClusterGateways, default pool", n)
-	sc := &scanner{env: s.env, gw: s.gw, dir: s.o.StateDir, res: &scanResult{N: n, Clients: scanClients, Capacity: scanDefaultCapacity, GatewayBin: cmp.Or(s.o.GatewayBin, filepath.Join(s.o.BinDir, "cluster-gateway"))}}
+	sc := &scanner{s: s, env: s.env, gw: s.gw, dir: s.o.StateDir, res: &scanResult{N: n, Clients: scanClients, Capacity: scanDefaultCapacity, GatewayBin: cmp.Or(s.o.GatewayBin, filepath.Join(s.o.BinDir, "cluster-gateway"))}}
 	s.rep.Scan = sc.res
-	if sc.secrets, err = hubSecrets(s.env); err != nil {
-		return err
+	sc.secrets, err = hubSecrets(s.env)
+	if err == nil {
+		sc.hub, err = mtlsClient(s.env.Hub.CA.CertPEM, s.env.Hub.Admin)
 	}
-	if sc.hub, err = mtlsClient(s.env.Hub.CA.CertPEM, s.env.Hub.Admin); err != nil {
+	if err != nil {
 		return err
 	}
 	defer sc.hub.CloseIdleConnections()
@@ -154,16 +134,11 @@ func runScan(ctx context.Context, s *session) (err error) {
 		}
 	}
 	sc.readProfiles(ctx, s.o.Go)
-	// The raw figures, next to the heap profiles.
-	raw, err := json.MarshalIndent(sc.res, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(sc.dir, "scan.json"), raw, 0o644)
+	raw, err := json.MarshalIndent(sc.res, "", "  ") // the raw figures, next to the heap profiles
+	return errors.Join(err, os.WriteFile(filepath.Join(sc.dir, "scan.json"), raw, 0o644))
 }
 
-// settled is the gateway's memory after forced GCs (medianAfterGC), its
-// heap profile saved as step's.
+// settled is medianAfterGC, the heap profile saved as step's.
 func (sc *scanner) settled(ctx context.Context, step string) (memState, error) {
 	return medianAfterGC(ctx, sc.gw, filepath.Join(sc.dir, "gateway-heap-scan-"+step+".pprof"))
 }
@@ -171,9 +146,8 @@ func (sc *scanner) settled(ctx context.Context, step string) (memState, error) {
 // restart restarts the gateway with the default pool, and reads it fresh.
 func (sc *scanner) restart(ctx context.Context) (err error) {
 	logf("scan: restarting the gateway with the default pool")
-	// A non-nil empty list: the standard flags only, so the default
-	// --pool-capacity.
-	if err := restartGateway(ctx, sc.env, []string{}); err != nil {
+	// A non-nil empty list: the standard flags only.
+	if err := sc.s.restartGateway(ctx, []string{}); err != nil {
 		return err
 	}
 	sc.res.GatewayArgs, sc.pid = sc.env.Gateway.Args, sc.env.Gateway.Process.Pid()
@@ -187,9 +161,8 @@ func (sc *scanner) restart(ctx context.Context) (err error) {
 }
 
 // store creates the gateways, waits until the gateway lists them and has
-// probed each once, and reads it. Meanwhile it measures the peak RSS of
-// the running gateway: VmHWM, reset before the first create (FillPeak
-// keeps what came before), and VmRSS sampled every createSampleEvery.
+// probed each once, and reads it; meanwhile it reads the peak RSS (VmHWM,
+// reset first; FillPeak keeps what came before) and samples VmRSS.
 func (sc *scanner) store(ctx context.Context) (err error) {
 	res := sc.res
 	if res.FillPeak, err = procHWM(sc.pid); err != nil {
@@ -198,11 +171,7 @@ func (sc *scanner) store(ctx context.Context) (err error) {
 	if err := resetPeakRSS(sc.pid); err != nil {
 		return err
 	}
-	stop, sampled := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(sampled)
-		res.CreateSampled, res.CreateSamples = sampleRSS(sc.pid, createSampleEvery, stop)
-	}()
+	stop := sampleMax(createSampleEvery, rssOf(sc.pid))
 	logf("scan: creating %d ClusterGateways", res.N)
 	start := time.Now()
 	err = createGateways(ctx, sc.secrets, sc.env, sc.gw, res.N, scanClients)
@@ -211,8 +180,7 @@ func (sc *scanner) store(ctx context.Context) (err error) {
 		res.ProbedWait, err = waitAllProbed(ctx, sc.gw)
 	}
 	res.CreateWindow = time.Since(start)
-	close(stop)
-	<-sampled
+	res.CreateSampled, res.CreateSamples = stop()
 	if err != nil {
 		return err
 	}
@@ -226,13 +194,11 @@ func (sc *scanner) store(ctx context.Context) (err error) {
 
 // url is the object every scan request GETs, of gateway i through the hub.
 func (sc *scanner) url(i int) string {
-	return sc.env.Hub.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/" + benchName(i) + "/proxy" + requestPath
+	return sc.env.Hub.URL + gatewaysPath + benchName(i) + "/proxy" + requestPath
 }
 
-// fillPool sends one GET to as many gateways as the pool holds, nothing
-// evicted yet (localenv's own entries fill the rest of the default pool
-// only if they are used; the hub's probes do not pool), waits for one more
-// round of probes, and reads the gateway: the pool's share.
+// fillPool sends one GET to as many gateways as the pool holds (nothing
+// evicted yet), waits for one more round of probes, and reads the gateway.
 func (sc *scanner) fillPool(ctx context.Context) (err error) {
 	res := sc.res
 	res.PooledN = min(res.N, res.Capacity-int(res.Stored.Entries))
@@ -250,15 +216,15 @@ func (sc *scanner) fillPool(ctx context.Context) (err error) {
 	return err
 }
 
-// passes sends scanPasses passes of one GET per gateway, each with its
-// peak RSS (VmHWM, reset before it) and sampled peak heap.
+// passes sends scanPasses passes of one GET per gateway, each with its peak
+// RSS (VmHWM, reset before it) and sampled peak heap.
 func (sc *scanner) passes(ctx context.Context) error {
 	for pass := range scanPasses {
 		if err := resetPeakRSS(sc.pid); err != nil {
 			return err
 		}
 		var sp scanPass
-		stopSampling := sampleHeap(ctx, sc.gw, &sp.PeakHeapSample)
+		stopSampling := sampleMax(time.Second, func() (float64, error) { m, err := sc.gw.metrics(ctx); return m[mHeapInuse], err })
 		start := time.Now()
 		var mu sync.Mutex
 		err := parallel(ctx, sc.res.N, scanClients, func(i int) error {
@@ -270,17 +236,17 @@ func (sc *scanner) passes(ctx context.Context) error {
 			return ctx.Err()
 		})
 		sp.Duration = time.Since(start)
-		stopSampling()
+		sp.PeakHeapSample, _ = stopSampling()
+		if err == nil {
+			sp.PeakRSS, err = procHWM(sc.pid)
+		}
+		if err == nil {
+			sp.End, err = readMem(ctx, sc.gw)
+		}
+		if err == nil {
+			sp.Settled, err = sc.settled(ctx, fmt.Sprintf("pass%d", pass+1))
+		}
 		if err != nil {
-			return err
-		}
-		if sp.PeakRSS, err = procHWM(sc.pid); err != nil {
-			return err
-		}
-		if sp.End, err = readMem(ctx, sc.gw); err != nil {
-			return err
-		}
-		if sp.Settled, err = sc.settled(ctx, fmt.Sprintf("pass%d", pass+1)); err != nil {
 			return err
 		}
 		logf("scan: pass %d: %s, peak RSS %s, live heap after GC %s, %d errors", pass+1, sp.Duration.Round(100*time.Millisecond), mib(sp.PeakRSS), mib(sp.Settled.Marked), sp.Errors)
@@ -289,12 +255,10 @@ func (sc *scanner) passes(ctx context.Context) error {
 	return nil
 }
 
-// idle then sends nothing: how fast does the process give memory back?
-// RSS every 10s, the state scanAfter after the scan (before and after a
-// forced GC), until RSS settles (moved less than 2% over the last four
-// samples, all taken after the scanAfter one, so the settled figure is
-// never that one itself) or scanSettleMax has passed; and the gateway's
-// CPU from scanAfter to the end, profiled for its first scanIdleProfile.
+// idle sends nothing and reads RSS every 10s: the state scanAfter after the
+// scan (before and after a forced GC), then until RSS settles (within 2%
+// over four later samples) or scanSettleMax has passed; and the gateway's
+// CPU from scanAfter on, profiled for its first scanIdleProfile.
 func (sc *scanner) idle(ctx context.Context) (err error) {
 	res := sc.res
 	end := time.Now()
@@ -332,18 +296,14 @@ func (sc *scanner) idle(ctx context.Context) (err error) {
 		}
 	}
 	idleTo, err := markIdle(ctx, sc.gw, sc.pid)
-	if err != nil {
-		return err
-	}
-	if err := <-idleProfile; err != nil { // started with idleFrom, before any settling
-		logf("scan: idle CPU profile: %v", err)
+	if perr := <-idleProfile; perr != nil { // started with idleFrom, before any settling
+		logf("scan: idle CPU profile: %v", perr)
 	}
 	res.Idle = idleFrom.until(idleTo)
-	return nil
+	return err
 }
 
-// readProfiles reads the tops of the scan's heap profiles and of its idle
-// CPU profile with pprof.
+// readProfiles reads the tops of the scan's heap and idle CPU profiles.
 func (sc *scanner) readProfiles(ctx context.Context, goBin string) {
 	prof := func(s string) string { return filepath.Join(sc.dir, "gateway-heap-scan-"+s+".pprof") }
 	res := sc.res
@@ -358,9 +318,8 @@ func (sc *scanner) readProfiles(ctx context.Context, goBin string) {
 	}
 }
 
-// heapDiffTop is `go tool pprof -top` of the in-use heap of the profile at
-// path less the one at base, its first lines; empty when pprof fails (the
-// report says so).
+// heapDiffTop is pprof's top of the in-use heap at path less base's; empty
+// when pprof fails (the report says so).
 func heapDiffTop(ctx context.Context, goBin, path, base string) string {
 	out, err := pprofTop(ctx, goBin, "-sample_index=inuse_space", "-nodecount=12", "-diff_base="+base, path)
 	if err != nil {
@@ -369,9 +328,8 @@ func heapDiffTop(ctx context.Context, goBin, path, base string) string {
 	return out
 }
 
-// waitAllProbed waits until the prober has probed every cluster once: none
-// is Unknown any more (cluster_gateway_health_clusters; every bench cluster
-// answers its probe).
+// waitAllProbed waits until no cluster's health is Unknown (every bench
+// cluster answers its probe).
 func waitAllProbed(ctx context.Context, gw *gatewayAdmin) (time.Duration, error) {
 	return waitMetrics(ctx, gw, "every cluster probed", func(m map[string]float64) (bool, error) {
 		for k, v := range m {
@@ -383,8 +341,7 @@ func waitAllProbed(ctx context.Context, gw *gatewayAdmin) (time.Duration, error)
 	})
 }
 
-// waitProbeRound waits until the prober has made n more probes: with n
-// clusters, taken round-robin from its queue, about one more each.
+// waitProbeRound waits for n more probes: about one more per cluster.
 func waitProbeRound(ctx context.Context, gw *gatewayAdmin, n int) (time.Duration, error) {
 	m, err := gw.metrics(ctx)
 	if err != nil {
@@ -396,30 +353,19 @@ func waitProbeRound(ctx context.Context, gw *gatewayAdmin, n int) (time.Duration
 	})
 }
 
-// waitMetrics reads the gateway's /metrics every second until done says
-// so (or fails), for up to scanWaitMax, and returns how long it waited;
-// what names the wait in its error.
+// waitMetrics polls the gateway's /metrics every second until done says
+// so (or fails), for up to scanWaitMax, and returns how long it waited.
 func waitMetrics(ctx context.Context, gw *gatewayAdmin, what string, done func(map[string]float64) (bool, error)) (time.Duration, error) {
-	start := time.Now()
-	var scrapeErr, doneErr error
-	err := wait.PollUntilContextTimeout(ctx, time.Second, scanWaitMax, true, func(ctx context.Context) (bool, error) {
+	return poll(ctx, time.Second, scanWaitMax, what, func(ctx context.Context) error {
 		m, err := gw.metrics(ctx)
-		if scrapeErr = err; err != nil {
-			return false, nil // retried until the timeout
+		if err != nil {
+			return retry{err}
 		}
-		ok, err := done(m)
-		doneErr = err
-		return ok, err
+		if ok, err := done(m); err != nil || ok {
+			return err
+		}
+		return retry{errors.New("not yet")}
 	})
-	switch {
-	case err == nil:
-		return time.Since(start), nil
-	case doneErr != nil:
-		return 0, doneErr
-	case ctx.Err() != nil:
-		return 0, ctx.Err()
-	}
-	return 0, fmt.Errorf("%s: not after %s (last scrape error: %v)", what, time.Since(start).Round(time.Second), scrapeErr)
 }
 
 // idleCPU is what the gateway spends with nobody sending it a request.
@@ -461,17 +407,13 @@ func (a idleMark) until(b idleMark) idleCPU {
 	return idleCPU{Window: w, Cores: float64(b.cpu-a.cpu) / float64(w), ProbesPerSec: (b.probes - a.probes) / w.Seconds()}
 }
 
-// settleSamples is how many forced GCs, a second apart, medianAfterGC
-// takes.
+// settleSamples is how many forced GCs, a second apart, medianAfterGC takes.
 const settleSamples = 5
 
-// medianAfterGC forces a GC in the gateway and reads its memory
-// settleSamples times, a second apart, and returns the sample whose marked
-// heap is the median; the heap profile saved at save is that sample's. With
-// 10,000 gateways stored the prober builds hundreds of transient entries a
-// second (handshakes, parsed TLS material), and whichever are in flight at
-// a GC move a single sample's live heap by megabytes, which the per-entry
-// size (a difference of two such samples) would carry.
+// medianAfterGC reads the gateway's memory after settleSamples forced GCs a
+// second apart and returns the sample of median marked heap, its heap
+// profile saved at save: the prober's transient entries in flight at one GC
+// move a single sample by megabytes.
 func medianAfterGC(ctx context.Context, gw *gatewayAdmin, save string) (memState, error) {
 	type sample struct {
 		m       memState
@@ -513,58 +455,9 @@ func afterGC(ctx context.Context, gw *gatewayAdmin, save string) (memState, erro
 	return readMem(ctx, gw)
 }
 
-// sampleHeap records the highest heap in use seen once a second until the
-// returned func is called.
-func sampleHeap(ctx context.Context, gw *gatewayAdmin, peak *float64) func() {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Second):
-			}
-			if m, err := gw.metrics(ctx); err == nil {
-				*peak = max(*peak, m[mHeapInuse])
-			}
-		}
-	}()
-	return func() { cancel(); <-done }
-}
-
 // The table and figures of section 5 (report.md.tmpl).
 
-func (s *scanResult) Table() *table {
-	t := newTable("lrrrrrrrrrrrr", "gateway state", "duration", "errors", "peak RSS", "peak heap in use (sampled)", "live heap (GC)", "heap alloc (GC)",
-		"heap in use (GC)", "RSS (GC)", "pool entries", "retiring", "open connections", "goroutines")
-	row := func(name, dur, errs, peak, peakHeap string, g memState) {
-		t.add(name, dur, errs, peak, peakHeap, mib(g.Marked), mib(g.Live), mib(g.Heap), mib(g.RSS),
-			fmt.Sprintf("%.0f", g.Entries), fmt.Sprintf("%.0f", g.Retiring), fmt.Sprintf("%.0f", g.OpenConns), fmt.Sprintf("%.0f", g.Goroutines))
-	}
-	row("fresh gateway", "", "", "", "", s.Base)
-	if s.CreatePeak > 0 {
-		t.add(fmt.Sprintf("creating %d (gateway running)", s.N), s.CreateWindow.Round(100*time.Millisecond).String(), "", mib(s.CreatePeak))
-	}
-	row(fmt.Sprintf("%d stored", s.N), "", "", "", "", s.Stored)
-	row(fmt.Sprintf("%d pooled (one GET each)", s.PooledN), "", "", "", "", s.Pooled)
-	for i, p := range s.Passes {
-		row(fmt.Sprintf("after pass %d", i+1), p.Duration.Round(100*time.Millisecond).String(), fmt.Sprint(p.Errors), mib(p.PeakRSS), mib(p.PeakHeapSample), p.Settled)
-	}
-	row(fmt.Sprintf("%s after the last pass (no forced GC)", scanAfter), "", "", "", "", s.After)
-	row(fmt.Sprintf("%s after the last pass, after a forced GC", scanAfter), "", "", "", "", s.AfterGC)
-	settled := "RSS settled"
-	if !s.Stable {
-		settled = "RSS still moving"
-	}
-	row(fmt.Sprintf("%s, %s after the last pass (no forced GC)", settled, s.SettledAt.Round(time.Second)), "", "", "", "", s.Settled)
-	return t
-}
-
-// PerEntryHeap and PerEntryRSS are the live heap and RSS per pooled
-// cluster with an open connection; PerStoredHeap the live heap per stored
-// gateway.
+// Live heap and RSS per pooled cluster; live heap per stored gateway.
 func (s *scanResult) PerEntryHeap() float64  { return s.perEntry(s.Pooled.Marked - s.Stored.Marked) }
 func (s *scanResult) PerEntryRSS() float64   { return s.perEntry(s.Pooled.RSS - s.Stored.RSS) }
 func (s *scanResult) PerStoredHeap() float64 { return (s.Stored.Marked - s.Base.Marked) / float64(s.N) }
@@ -590,8 +483,7 @@ func (s *scanResult) PeakRSS() float64 {
 
 func (s *scanResult) OverGoal() bool { return s.PeakRSS() > scanPeakRSSGoal }
 
-// PeakHeap is the most heap in use sampled during the passes, PeakLive the
-// most live heap right after one.
+// The most heap in use sampled during a pass, and live heap right after one.
 func (s *scanResult) PeakHeap() (peak float64) {
 	for _, p := range s.Passes {
 		peak = max(peak, p.PeakHeapSample)
@@ -616,7 +508,7 @@ func (s *scanResult) FirstErr() *scanPass {
 }
 
 // shareRatio is g's live heap above the stored row over the pool's share
-// (g's entries × the measured size per entry); 0 when nothing is pooled.
+// (entries × size per entry); 0 when nothing is pooled.
 func (s *scanResult) shareRatio(g memState) float64 {
 	if share := s.PerEntryHeap() * g.Entries; share > 0 {
 		return (g.Marked - s.Stored.Marked) / share
@@ -633,10 +525,8 @@ func (s *scanResult) ShareRatios() []string {
 	return rs
 }
 
-// Estimate is the RSS the sizing guidance predicts for a pool of capacity
-// entries and gateways stored: the live heap of the pool and the store,
-// doubled by the GC's default goal (GOGC=100), on top of a fresh gateway's
-// RSS.
+// Estimate is the sizing guidance's RSS: a fresh gateway's plus the pool's
+// and the store's live heap doubled (GOGC=100).
 func (s *scanResult) Estimate(capacity, gateways int) float64 {
 	return s.Base.RSS + 2*(float64(capacity)*s.PerEntryHeap()+float64(gateways)*s.PerStoredHeap())
 }

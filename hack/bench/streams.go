@@ -16,7 +16,6 @@ import (
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
 )
 
-// Flags of the streams section, registered beside main's.
 var (
 	streamTime     = flag.Duration("stream-time", 2*time.Second, "streams: time of each measurement (one path, one kind of stream) per round")
 	streamRounds   = flag.Int("stream-rounds", 3, "streams: interleaved rounds of every path and kind of stream")
@@ -74,20 +73,15 @@ func (r *streamResult) cpuPerUnit(role string) (time.Duration, bool) {
 	return time.Duration(float64(c) / r.Units), ok
 }
 
-// streamKind is one kind of stream the section measures.
+// streamKind is one kind of stream the section measures; run streams for
+// about d over p and returns the units it moved and the time it took.
 type streamKind struct {
 	Key, Name, Unit string
-	// Profiled: the gateway is CPU-profiled during its first round over
-	// the gateway port (port-forward with 8 connections runs the same
-	// code as with one, so it is not).
-	Profiled bool
-	// run streams for about d over p and returns the units it moved and
-	// the time it took.
-	run func(ctx context.Context, p *streamPath, d time.Duration) (float64, time.Duration, error)
+	Profiled        bool // the gateway is CPU-profiled in its first round over the port (pf8 runs pf1's code)
+	run             func(ctx context.Context, p *streamPath, d time.Duration) (float64, time.Duration, error)
 }
 
-// parallelStreams is how many port-forward connections run at once in the
-// parallel measurement.
+// parallelStreams is how many port-forward connections run at once in pf8.
 const parallelStreams = 8
 
 var streamKinds = []streamKind{
@@ -110,24 +104,35 @@ type streamsResult struct {
 	Profiles []pathProfile
 }
 
-// result is key's result on path, nil when it was not measured.
+// result is kind's result on path, nil unless it was measured.
 func (s *streamsResult) result(path, kind string) *streamResult {
-	if s == nil {
-		return nil
-	}
-	for _, p := range s.Paths {
-		if p.Key == path {
-			if r := p.res[kind]; r != nil && r.Units > 0 && r.Err == nil {
-				return r
-			}
+	if p := s.path(path); p != nil {
+		if r := p.res[kind]; r != nil && r.Units > 0 && r.Err == nil {
+			return r
 		}
 	}
 	return nil
 }
 
-// runStreams measures every kind of stream over every path, in interleaved
-// rounds: each round runs each kind over each path in turn. The gateway is
-// CPU-profiled during the first round of each profiled kind over its port.
+func (s *streamsResult) path(key string) *streamPath {
+	for _, p := range s.paths() {
+		if p.Key == key {
+			return p
+		}
+	}
+	return nil
+}
+
+func (s *streamsResult) paths() []*streamPath {
+	if s == nil {
+		return nil
+	}
+	return s.Paths
+}
+
+// runStreams measures every kind of stream over every path in interleaved
+// rounds (each kind over each path in turn), the gateway CPU-profiled
+// during the first round of each profiled kind over its port.
 func runStreams(ctx context.Context, s *session) (err error) {
 	logf("streams: port-forward, exec and logs -f over every path")
 	if *streamProtocol != "websocket" && *streamProtocol != "spdy" {
@@ -147,9 +152,7 @@ func runStreams(ctx context.Context, s *session) (err error) {
 	res := &streamsResult{Paths: paths, Protocol: *streamProtocol, Rounds: *streamRounds, Time: *streamTime}
 	s.rep.Streams = res
 	profile := func(kind string) string { return filepath.Join(o.StateDir, "gateway-streams-"+kind+".pprof") }
-	// Warm-up: every path and kind once, briefly. A kind that fails on a
-	// path is reported with its error and not measured there; the others
-	// go on.
+	// Warm-up: a kind that fails on a path is reported and not measured there.
 	for _, k := range streamKinds {
 		for _, p := range paths {
 			if _, _, err := k.run(ctx, p, *streamTime/4); err != nil {
@@ -167,7 +170,7 @@ func runStreams(ctx context.Context, s *session) (err error) {
 				measure := func() error { return p.measure(ctx, k) }
 				var err error
 				if round == 0 && p.Key == "gateway" && o.GatewayProfile != "" && k.Profiled {
-					err = profiledStream(ctx, s.gw, profile(k.Key), measure)
+					err = s.gw.withCPUProfile(ctx, *streamTime, profile(k.Key), measure)
 				} else {
 					err = measure()
 				}
@@ -190,13 +193,6 @@ func runStreams(ctx context.Context, s *session) (err error) {
 	return ctx.Err()
 }
 
-// profiledStream runs measure while the gateway is CPU-profiled into path.
-func profiledStream(ctx context.Context, gw *gatewayAdmin, path string, measure func() error) error {
-	prof := make(chan error, 1)
-	go func() { prof <- gw.cpuProfile(ctx, *streamTime, path) }()
-	return errors.Join(measure(), <-prof)
-}
-
 // measure runs kind over p once and adds what it moved and the CPU of p's
 // processes to p's result.
 func (p *streamPath) measure(ctx context.Context, k streamKind) error {
@@ -217,15 +213,13 @@ func (p *streamPath) measure(ctx context.Context, k streamKind) error {
 		logf("streams: %s over %s failed; its rounds so far are not reported: %v", k.Name, p.Name, runErr)
 		return ctx.Err()
 	}
-	r.CPU = addCPU(r.CPU, cpu)
-	r.Units += units
-	r.Elapsed += elapsed
+	r.CPU, r.Units, r.Elapsed = addCPU(r.CPU, cpu), r.Units+units, r.Elapsed+elapsed
 	r.Rounds = append(r.Rounds, units/elapsed.Seconds())
 	return nil
 }
 
-// streamGoalRatio and streamCPUGoal are the streams section's bounds:
-// bandwidth ≥ 0.90× the baseline, gateway CPU per MB ≤ 1.2× the bare proxy's.
+// The section's bounds: bandwidth ≥ 0.90× the baseline, gateway CPU per MB
+// ≤ 1.2× the bare proxy's.
 const (
 	streamGoalRatio = 0.90
 	streamCPUGoal   = 1.2
@@ -243,13 +237,9 @@ func kindOf(key string) streamKind {
 	return streamKind{Key: key, Name: key}
 }
 
-// streamComparison is a bandwidth goal's pair of paths: the gateway's and
-// its baseline's.
-type streamComparison struct{ gw, base, baseName, where string }
-
-// streamComparisons are the bandwidth goals' pairs, over Direct and over
-// Konnectivity.
-var streamComparisons = []streamComparison{
+// streamComparisons are the bandwidth goals' pairs of paths, the gateway's
+// and its baseline's, over Direct and over Konnectivity.
+var streamComparisons = []struct{ gw, base, baseName, where string }{
 	{"gateway", "direct", "direct", "Direct"},
 	{"konn", "bare-konn", "the bare proxy over the same tunnel", "Konnectivity"},
 }
@@ -268,96 +258,57 @@ func (s *streamsResult) cpuPerMB(path, role string) (time.Duration, bool) {
 		if !ok {
 			return 0, false
 		}
-		cpu += c
-		mb += res.Units
+		cpu, mb = cpu+c, mb+res.Units
 	}
 	return time.Duration(float64(cpu) / mb), mb > 0
 }
 
-func (s *streamsResult) path(key string) *streamPath {
-	for _, p := range s.Paths {
-		if p.Key == key {
-			return p
-		}
-	}
-	return nil
-}
-
 // The tables and figures of section 6 (report.md.tmpl).
 
-func (s *streamsResult) Table() *table {
-	t := newTable("lrrrr", "path", "port-forward, 1 conn (MB/s)", "port-forward, 8 conns (MB/s)", "exec `cat` (MB/s)", "`logs -f` (lines/s)")
-	for _, p := range s.Paths {
-		cells := []string{p.Name}
-		for _, k := range streamKinds {
-			switch res := p.res[k.Key]; {
-			case res == nil:
-				cells = append(cells, "–")
-			case res.Err != nil:
-				cells = append(cells, "failed")
-			default:
-				cells = append(cells, fmt.Sprintf("%.1f (%s)", res.rate(), numList(res.Rounds)))
-			}
-		}
-		t.add(cells...)
+// Rate is kind's rate on p and its rounds' as a cell.
+func (p *streamPath) Rate(kind string) string {
+	switch res := p.res[kind]; {
+	case res == nil:
+		return "–"
+	case res.Err != nil:
+		return "failed"
+	default:
+		return fmt.Sprintf("%.1f (%s)", res.rate(), numList(res.Rounds))
 	}
-	return t
 }
 
-// RatioTable compares each proxied path with its baselines.
-func (s *streamsResult) RatioTable() *table {
-	t := newTable("llrrrr", "path", "over", "port-forward, 1 conn", "port-forward, 8 conns", "exec", "`logs -f`")
+// RatioRows are the pairs of paths the ratio table compares, where both ran.
+func (s *streamsResult) RatioRows() (out [][2]*streamPath) {
 	for _, c := range [][2]string{
 		{"bare", "direct"}, {"gateway", "direct"}, {"gateway", "bare"}, {"hub", "gateway"},
 		{"bare-konn", "direct3"}, {"konn", "direct3"}, {"konn", "bare-konn"}, {"hub-konn", "konn"},
 	} {
-		p, base := s.path(c[0]), s.path(c[1])
-		if p == nil || base == nil {
-			continue
+		if p, base := s.path(c[0]), s.path(c[1]); p != nil && base != nil {
+			out = append(out, [2]*streamPath{p, base})
 		}
-		cells := []string{p.Name, base.Name}
-		for _, k := range streamKinds {
-			if a, z := s.result(c[0], k.Key), s.result(c[1], k.Key); a != nil && z != nil && z.rate() != 0 {
-				cells = append(cells, fmt.Sprintf("%.2f×", a.rate()/z.rate()))
-			} else {
-				cells = append(cells, "–")
-			}
-		}
-		t.add(cells...)
 	}
-	return t
+	return out
 }
 
-// CPUTable is each process's CPU per MB (port-forward and exec together)
-// and per 1,000 log lines, on each path.
-func (s *streamsResult) CPUTable() *table {
-	roles := []string{"gateway", "bare-proxy", "hub", "upstream", "proxy-server+agent", "bench"}
-	head := []string{"path"}
-	for _, r := range roles {
-		head = append(head, r+" /MB")
+// Ratio is kind's rate on p over base's as a cell.
+func (s *streamsResult) Ratio(p, base *streamPath, kind string) string {
+	if a, z := s.result(p.Key, kind), s.result(base.Key, kind); a != nil && z != nil && z.rate() != 0 {
+		return x(a.rate() / z.rate())
 	}
-	t := newTable("l"+strings.Repeat("r", len(roles)+2), append(head, "gateway /1k lines", "bare proxy /1k lines")...)
-	for _, p := range s.Paths {
-		cells := []string{p.Name}
-		for _, role := range roles {
-			cells = append(cells, s.cpuCell(p, role))
-		}
-		logs := s.result(p.Key, "logs")
-		for _, role := range []string{"gateway", "bare-proxy"} {
-			if c, ok := logs.cpuPerUnit(role); ok {
-				cells = append(cells, fmtDur(c*1000))
-			} else {
-				cells = append(cells, "–")
-			}
-		}
-		t.add(cells...)
-	}
-	return t
+	return "–"
 }
 
-// cpuCell is role's CPU per MB on p; "upstream" is p's kube-apiserver and
+// LogCPU is role's CPU per 1,000 log lines on p as a cell.
+func (s *streamsResult) LogCPU(p *streamPath, role string) string {
+	if c, ok := s.result(p.Key, "logs").cpuPerUnit(role); ok {
+		return fmtDur(c * 1000)
+	}
+	return "–"
+}
+
+// CPUCell is role's CPU per MB on p; "upstream" is p's kube-apiserver and
 // "proxy-server+agent" both konnectivity processes.
-func (s *streamsResult) cpuCell(p *streamPath, role string) string {
+func (s *streamsResult) CPUCell(p *streamPath, role string) string {
 	roles, ok := map[string][]string{"upstream": {p.Upstream}, "proxy-server+agent": {"proxy-server", "proxy-agent"}}[role]
 	if !ok {
 		roles = []string{role}
@@ -386,10 +337,9 @@ func (s *streamsResult) Failures() []string {
 	return out
 }
 
-// streamLimit is what this run shows about the cause of a missed
-// bandwidth goal: in how many rounds the gateway fell short (in every
-// round is a gap of the path, in some only is the shared CPUs' noise),
-// the bare proxy on the same path, and the CPU per MB.
+// streamLimit is what this run shows about a missed bandwidth goal: in how
+// many rounds the gateway fell short (every round: a gap of the path; some:
+// noise), the bare proxy on the same path, and the CPU per MB.
 type streamLimit struct {
 	Kind                  streamKind
 	Where, BaseName       string
@@ -423,21 +373,22 @@ func (r *report) StreamLimits() []streamLimit {
 				if q < streamGoalRatio {
 					l.Below++
 				}
-				l.RoundRatios = append(l.RoundRatios, fmt.Sprintf("%.2f×", q))
+				l.RoundRatios = append(l.RoundRatios, x(q))
 			}
 			l.GwCPU, _ = gw.cpuPerUnit("gateway")
 			if !l.Direct {
 				l.BareCPU, _ = base.cpuPerUnit("bare-proxy")
 				l.TunnelGw, l.TunnelBase = tunnelCPUPerUnit(gw), tunnelCPUPerUnit(base)
-			} else if bare := s.result("bare", kind); bare != nil {
+				out = append(out, l)
+				continue
+			}
+			if bare := s.result("bare", kind); bare != nil {
 				l.Bare, l.BareRatio, l.GwOverBare = true, bare.rate()/base.rate(), gw.rate()/bare.rate()
 				l.BareCPU, _ = bare.cpuPerUnit("bare-proxy")
 			}
-			if l.Direct {
-				l.DirectTotal, l.GwTotal = base.totalCPUPerUnit(), gw.totalCPUPerUnit()
-				if l.Profile = s.profileFor(kind); l.Profile != nil {
-					l.Syscalls, l.TLS = flatShare(l.Profile.Top, "syscall", "Syscall"), flatShare(l.Profile.Top, "crypto/")
-				}
+			l.DirectTotal, l.GwTotal = base.totalCPUPerUnit(), gw.totalCPUPerUnit()
+			if l.Profile = s.profileFor(kind); l.Profile != nil {
+				l.Syscalls, l.TLS = flatShare(l.Profile.Top, "syscall", "Syscall"), flatShare(l.Profile.Top, "crypto/")
 			}
 			out = append(out, l)
 		}
@@ -451,8 +402,7 @@ func (l streamLimit) BareMisses() bool { return l.Bare && l.BareRatio < streamGo
 // ProfileKind is the kind of stream the profile was taken during.
 func (l streamLimit) ProfileKind() string { return kindOf(l.Profile.Key).Name }
 
-// tunnelCPUPerUnit is the proxy-server's and the agent's CPU per MB
-// during r's measurements.
+// tunnelCPUPerUnit is the proxy-server's and the agent's CPU per MB.
 func tunnelCPUPerUnit(r *streamResult) time.Duration {
 	s, _ := r.cpuPerUnit("proxy-server")
 	a, _ := r.cpuPerUnit("proxy-agent")
@@ -460,8 +410,7 @@ func tunnelCPUPerUnit(r *streamResult) time.Duration {
 }
 
 // profileFor is the gateway's CPU profile during kind over its port, if
-// one was taken; port-forward with 8 connections runs the same code as with
-// one, whose profile stands for both.
+// one was taken; pf1's stands for pf8.
 func (s *streamsResult) profileFor(kind string) *pathProfile {
 	if kind == "pf8" {
 		kind = "pf1"
@@ -474,22 +423,17 @@ func (s *streamsResult) profileFor(kind string) *pathProfile {
 	return nil
 }
 
-// flatShare is the share (%) of a pprof -top's samples that functions
-// whose names contain any of parts spent in their own code; only the
-// functions the top lists are counted.
-func flatShare(top string, parts ...string) float64 {
-	var sum float64
+// flatShare is the share (%) of a pprof top's samples spent in the own code
+// of the listed functions whose names contain any of parts.
+func flatShare(top string, parts ...string) (sum float64) {
 	for _, line := range strings.Split(top, "\n") {
 		f := strings.Fields(line)
 		if len(f) != 6 || !strings.HasSuffix(f[1], "%") {
 			continue
 		}
 		pct, err := strconv.ParseFloat(strings.TrimSuffix(f[1], "%"), 64)
-		if err != nil {
-			continue
-		}
 		for _, p := range parts {
-			if strings.Contains(f[5], p) {
+			if err == nil && strings.Contains(f[5], p) {
 				sum += pct
 				break
 			}

@@ -14,16 +14,12 @@ import (
 // when the environment has one, to the konnectivity cluster. stop stops the
 // bare proxies and the port-forwards.
 func streamPaths(ctx context.Context, env *localenv.Env) (paths []*streamPath, stop func() error, err error) {
-	var bares []*bareProxy
+	k := &kit{ctx: ctx}
 	stop = func() error {
-		var errs []error
 		for _, p := range paths {
 			p.close()
 		}
-		for _, b := range bares {
-			errs = append(errs, b.stop())
-		}
-		return errors.Join(errs...)
+		return k.stop()
 	}
 	defer func() {
 		if err != nil {
@@ -32,11 +28,10 @@ func streamPaths(ctx context.Context, env *localenv.Env) (paths []*streamPath, s
 	}()
 	pids := envPids(env)
 	m1 := env.Managed[0]
-	bare, err := startBareProxy(ctx, m1, nil, false)
+	bare, err := k.bare(m1, nil, false)
 	if err != nil {
 		return nil, nil, err
 	}
-	bares = append(bares, bare)
 	gwAdmin, hubAdmin := env.Hub.Admin, env.Hub.Admin
 	paths = []*streamPath{
 		{Key: "direct", Name: "direct → managed-1", Via: "client → kube-apiserver → fake kubelet", Base: m1.URL, CAPEM: m1.CA.CertPEM, Cred: m1.GatewayUser, Upstream: m1.Name},
@@ -44,13 +39,12 @@ func streamPaths(ctx context.Context, env *localenv.Env) (paths []*streamPath, s
 		{Key: "gateway", Name: "gateway port → cluster-1 (Direct)", Via: "client → gateway :port → kube-apiserver", Base: env.Gateway.URL + proxyPrefix(m1), CAPEM: env.Gateway.CA.CertPEM, Cred: gwAdmin, Upstream: m1.Name},
 		{Key: "hub", Name: "hub → gateway → cluster-1", Via: "client → hub kube-apiserver (aggregation) → gateway → kube-apiserver", Base: env.Hub.URL + proxyPrefix(m1), CAPEM: env.Hub.CA.CertPEM, Cred: hubAdmin, Upstream: m1.Name},
 	}
-	if k := env.Konnectivity; k != nil {
-		bk, err := startBareProxy(ctx, k.Cluster, k, false)
+	if konn := env.Konnectivity; konn != nil {
+		bk, err := k.bare(konn.Cluster, konn, false)
 		if err != nil {
 			return nil, nil, err
 		}
-		bares = append(bares, bk)
-		c := k.Cluster
+		c := konn.Cluster
 		paths = append(paths,
 			&streamPath{Key: "direct3", Name: "direct → " + c.Name, Via: "client → kube-apiserver (baseline of the Konnectivity rows)", Base: c.URL, CAPEM: c.CA.CertPEM, Cred: c.GatewayUser, Upstream: c.Name, Konn: true},
 			&streamPath{Key: "bare-konn", Name: "bare reverse proxy → " + c.Name + " (Konnectivity)", Via: "client → httputil.ReverseProxy → konnectivity-client's gRPC tunnel → proxy-server → proxy-agent → kube-apiserver", Base: bk.URL, CAPEM: bk.CAPEM, Upstream: c.Name, Konn: true, Pids: withBare(pids, bk)},

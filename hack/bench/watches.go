@@ -21,7 +21,6 @@ import (
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
 )
 
-// Flags of the watches section, registered beside main's.
 var (
 	watchCount   = flag.Int("watches", 10000, "watches: idle watches held at once through the gateway, then through the bare proxy (0 skips the section)")
 	watchUsers   = flag.Int("watch-users", 20, "watches: hub users the watches are spread over (each its own client, as separate programs would be)")
@@ -38,21 +37,21 @@ type watchHolder struct {
 	cleanup   func() error
 }
 
-// memSample is the holder's process(es) at one moment, after a GC: RSS,
-// the Go heap and goroutine stacks in use, and the goroutines.
+// memSample is the holder's process(es) after a GC: RSS, the Go heap and
+// goroutine stacks in use, and the goroutines.
 type memSample struct {
 	RSS, Heap, Stacks, Goroutines float64
 }
 
-func (a memSample) minus(b memSample) memSample {
-	return memSample{RSS: a.RSS - b.RSS, Heap: a.Heap - b.Heap, Stacks: a.Stacks - b.Stacks, Goroutines: a.Goroutines - b.Goroutines}
+// perWatch is (a - b) / n.
+func (a memSample) perWatch(b memSample, n int) memSample {
+	f := float64(max(1, n))
+	return memSample{RSS: (a.RSS - b.RSS) / f, Heap: (a.Heap - b.Heap) / f, Stacks: (a.Stacks - b.Stacks) / f, Goroutines: (a.Goroutines - b.Goroutines) / f}
 }
 
-// per is the sample divided by n.
-func (a memSample) per(n int) memSample {
-	f := float64(max(1, n))
-	return memSample{RSS: a.RSS / f, Heap: a.Heap / f, Stacks: a.Stacks / f, Goroutines: a.Goroutines / f}
-}
+// Live is what a process holds for its goroutines and objects: the Go heap
+// and goroutine stacks in use.
+func (a memSample) Live() float64 { return a.Heap + a.Stacks }
 
 // watchResult is one holder's measurement.
 type watchResult struct {
@@ -63,10 +62,8 @@ type watchResult struct {
 	Deliver       time.Duration // from creating one object per cluster until every watch had its event
 }
 
-// perWatch is the growth per watch.
-func (w *watchResult) PerWatch() memSample {
-	return w.After.minus(w.Before).per(w.Watches)
-}
+// PerWatch is the growth per watch.
+func (w *watchResult) PerWatch() memSample { return w.After.perWatch(w.Before, w.Watches) }
 
 // watchesResult is the watches section.
 type watchesResult struct {
@@ -77,10 +74,7 @@ type watchesResult struct {
 }
 
 func (s *watchesResult) Holder(key string) *watchResult {
-	if s == nil {
-		return nil
-	}
-	for _, h := range s.Holders {
+	for _, h := range s.holders() {
 		if h.Key == key {
 			return h
 		}
@@ -88,27 +82,28 @@ func (s *watchesResult) Holder(key string) *watchResult {
 	return nil
 }
 
-// watchNamespace is where the watched ConfigMaps live on each managed
-// cluster; each holder watches its own, empty until its event.
-func watchNamespace(holder string) string { return "bench-watch-" + holder }
+func (s *watchesResult) holders() []*watchResult {
+	if s == nil {
+		return nil
+	}
+	return s.Holders
+}
 
 // runWatches holds -watches idle watches of ConfigMaps, spread over
 // -watch-users users and the Direct managed clusters, first through the
-// gateway's port, then through bare reverse proxies, and measures what each
-// costs per watch and how long one event takes to reach all of them. The
-// gateway is restarted with stream limits that admit them all, and
-// restarted as it was afterwards.
+// gateway's port (restarted with stream limits that admit them all), then
+// through bare reverse proxies, and measures their memory per watch and how
+// long one event takes to reach all of them.
 func runWatches(ctx context.Context, s *session) (err error) {
 	n, users := *watchCount, max(1, *watchUsers)
 	if n <= 0 {
 		return nil
 	}
 	logf("watches: %d idle watches through the gateway, then through bare proxies", n)
-	o, env, gw := s.o, s.env, s.gw
-	clusters := env.Managed
-	res := &watchesResult{N: n, Users: users, Clusters: len(clusters)}
+	o, env := s.o, s.env
+	res := &watchesResult{N: n, Users: users, Clusters: len(env.Managed)}
 	s.rep.Watches = res
-	perCluster := (n + len(clusters) - 1) / len(clusters)
+	perCluster := (n + len(env.Managed) - 1) / len(env.Managed)
 	args := append(slices.Clone(env.GatewayArgs),
 		fmt.Sprintf("--max-streams-per-cluster=%d", perCluster),
 		fmt.Sprintf("--max-streams-per-user-per-cluster=%d", perCluster))
@@ -117,15 +112,19 @@ func runWatches(ctx context.Context, s *session) (err error) {
 	}
 	defer func() { err = errors.Join(err, s.restartGateway(ctx, nil)) }()
 	res.GatewayArgs = env.Gateway.Args
-	hubUsers, err := createWatchUsers(env, users)
+	var names []string
+	for i := range users {
+		names = append(names, fmt.Sprintf("%s-watch-%d", benchUser, i+1))
+	}
+	// A watch is a GET of the proxy subresource.
+	hubUsers, err := newUsers(env, benchUser+"-watch:proxy-reader", "cluster-gateway:proxy-reader", names...)
 	if err != nil {
 		return err
 	}
-	holders := []func() (*watchHolder, error){
-		func() (*watchHolder, error) { return gatewayHolder(o, env, gw, hubUsers) },
+	for _, newHolder := range []func() (*watchHolder, error){
+		func() (*watchHolder, error) { return gatewayHolder(o, env, s.gw, hubUsers) },
 		func() (*watchHolder, error) { return bareHolder(ctx, env, users) },
-	}
-	for _, newHolder := range holders {
+	} {
 		h, err := newHolder()
 		if err != nil {
 			return err
@@ -140,25 +139,6 @@ func runWatches(ctx context.Context, s *session) (err error) {
 	return nil
 }
 
-// createWatchUsers creates the hub users, bound to
-// cluster-gateway:proxy-reader (a watch is a GET of the proxy subresource),
-// and returns them.
-func createWatchUsers(env *localenv.Env, n int) ([]*localenv.User, error) {
-	var out []*localenv.User
-	for i := range n {
-		u, err := env.NewUser(fmt.Sprintf("%s-watch-%d", benchUser, i+1))
-		if err != nil {
-			return nil, err
-		}
-		if _, err := env.Kubectl(env.Hub.Kubeconfig, "create", "clusterrolebinding", u.Name+":proxy-reader",
-			"--clusterrole=cluster-gateway:proxy-reader", "--user="+u.Name); err != nil {
-			return nil, err
-		}
-		out = append(out, u)
-	}
-	return out, nil
-}
-
 // watchClient is c without its overall timeout, which would end a watch.
 func watchClient(c *http.Client) *http.Client {
 	cc := *c
@@ -166,8 +146,7 @@ func watchClient(c *http.Client) *http.Client {
 	return &cc
 }
 
-// watchHeapPath is the gateway's heap profile before or after the watches
-// were opened.
+// watchHeapPath is the gateway's heap profile before or after the watches.
 func watchHeapPath(o options, when string) string {
 	return filepath.Join(o.StateDir, "gateway-heap-watches-"+when+".pprof")
 }
@@ -203,73 +182,59 @@ func gatewayHolder(o options, env *localenv.Env, gw *gatewayAdmin, users []*loca
 // bareHolder starts a bare proxy per managed cluster; its users are as
 // many clients without a client certificate (the bare proxy has no users).
 func bareHolder(ctx context.Context, env *localenv.Env, users int) (h *watchHolder, err error) {
-	var bares []*bareProxy
-	h = &watchHolder{Key: "bare", Name: fmt.Sprintf("bare reverse proxies (one per cluster, %d processes)", len(env.Managed))}
-	h.cleanup = func() error {
-		var errs []error
-		for _, b := range bares {
-			errs = append(errs, b.stop())
-		}
-		return errors.Join(errs...)
-	}
+	k := &kit{ctx: ctx}
+	h = &watchHolder{Key: "bare", Name: fmt.Sprintf("bare reverse proxies (one per cluster, %d processes)", len(env.Managed)), cleanup: k.stop}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, h.cleanup())
 		}
 	}()
+	var bares []*bareProxy
 	var admin []*http.Client // one per bare proxy, for its stats
 	for _, c := range env.Managed {
-		b, err := startBareProxy(ctx, c, nil, false)
+		b, err := k.bare(c, nil, false)
 		if err != nil {
 			return nil, err
 		}
-		bares = append(bares, b)
-		h.bases = append(h.bases, b.URL)
-		ac, err := mtlsClient(b.CAPEM, nil)
-		if err != nil {
-			return nil, err
-		}
-		admin = append(admin, ac)
+		bares, h.bases, admin = append(bares, b), append(h.bases, b.URL), append(admin, k.client(b.CAPEM, nil))
 	}
 	// Every bare proxy has its own CA: a client per user and proxy.
 	var clients []*http.Client
 	for range users {
 		for _, b := range bares {
-			c, err := mtlsClient(b.CAPEM, nil)
-			if err != nil {
-				return nil, err
-			}
-			clients = append(clients, watchClient(c))
+			clients = append(clients, k.client(b.CAPEM, nil))
 		}
 	}
+	if err := k.err(); err != nil {
+		return nil, err
+	}
+	for i, c := range clients {
+		clients[i] = watchClient(c)
+	}
 	h.client = func(u, i int) *http.Client { return clients[u*len(bares)+i] }
-	h.sample = func(ctx context.Context, _ string) (memSample, error) {
-		var sum memSample
+	h.sample = func(ctx context.Context, _ string) (sum memSample, err error) {
 		for i, b := range bares {
 			st, err := b.stats(ctx, admin[i])
 			if err != nil {
-				return memSample{}, err
+				return sum, err
 			}
 			rss, err := procRSS(b.Pid())
 			if err != nil {
-				return memSample{}, err
+				return sum, err
 			}
-			sum.RSS += rss
-			sum.Heap += st.HeapInuse
-			sum.Stacks += st.StackInuse
-			sum.Goroutines += st.Goroutines
+			sum = memSample{RSS: sum.RSS + rss, Heap: sum.Heap + st.HeapInuse, Stacks: sum.Stacks + st.StackInuse, Goroutines: sum.Goroutines + st.Goroutines}
 		}
 		return sum, nil
 	}
 	return h, nil
 }
 
-// holdWatches opens n watches through h (watch k: user k mod users,
-// cluster k/users mod clusters), samples h before and after, creates one
-// ConfigMap per cluster and times its delivery to every watch, then ends
-// them all.
+// holdWatches opens n watches through h (watch k: user k mod users, cluster
+// k/users mod clusters), samples h before and after, creates one ConfigMap
+// per cluster and times its delivery to every watch, then ends them all.
+// Each holder watches a namespace of its own, empty until the event.
 func holdWatches(ctx context.Context, env *localenv.Env, h *watchHolder, n, users int) (*watchResult, error) {
-	ns := watchNamespace(h.Key)
+	ns := "bench-watch-" + h.Key
 	admins := make([]kubernetes.Interface, len(env.Managed))
 	for i, c := range env.Managed {
 		cs, err := kubernetes.NewForConfig(c.RESTConfig())
@@ -289,18 +254,17 @@ func holdWatches(ctx context.Context, env *localenv.Env, h *watchHolder, n, user
 	wctx, cancel := context.WithCancel(ctx)
 	var held sync.WaitGroup
 	defer func() { cancel(); held.Wait() }()
-	delivered := newCountdown(n)
+	var left atomic.Int64 // watches without the event
+	left.Store(int64(n))
+	delivered := make(chan struct{})
 	logf("watches: opening %d watches through the %s", n, h.Name)
 	start := time.Now()
-	opened, errs := make(chan int, n), make(chan error, 1)
-	for k := range n {
-		opened <- k
-	}
-	close(opened)
+	var next atomic.Int64
+	errs := make(chan error, 1)
 	var openers sync.WaitGroup
 	for range *watchOpeners {
 		openers.Go(func() {
-			for k := range opened {
+			for k := int(next.Add(1)) - 1; k < n && wctx.Err() == nil; k = int(next.Add(1)) - 1 {
 				u, i := k%users, (k/users)%len(h.bases)
 				body, err := openWatch(wctx, h.client(u, i), h.bases[i]+"/api/v1/namespaces/"+ns+"/configmaps?watch=true&timeoutSeconds=3600")
 				if err != nil {
@@ -311,7 +275,20 @@ func holdWatches(ctx context.Context, env *localenv.Env, h *watchHolder, n, user
 					cancel()
 					return
 				}
-				held.Go(func() { awaitEvent(body, delivered) })
+				held.Go(func() {
+					defer body.Close()
+					// The first bytes are the event; then read until the watch ends.
+					for buf := make([]byte, 512); ; {
+						m, err := body.Read(buf)
+						if m > 0 && left.Add(-1) == 0 {
+							close(delivered)
+						}
+						if m > 0 || err != nil {
+							break
+						}
+					}
+					_, _ = io.Copy(io.Discard, body)
+				})
 			}
 		})
 	}
@@ -333,10 +310,10 @@ func holdWatches(ctx context.Context, env *localenv.Env, h *watchHolder, n, user
 		}
 	}
 	select {
-	case <-delivered.done:
+	case <-delivered:
 		res.Deliver = time.Since(start)
 	case <-time.After(2 * time.Minute):
-		return nil, fmt.Errorf("watches: %d of %d watches through the %s had the event after 2 minutes", n-delivered.left(), n, h.Name)
+		return nil, fmt.Errorf("watches: %d of %d watches through the %s had the event after 2 minutes", n-int(left.Load()), n, h.Name)
 	}
 	logf("watches: the event reached all %d watches through the %s in %s", n, h.Name, res.Deliver.Round(time.Millisecond))
 	return res, nil
@@ -362,71 +339,13 @@ func openWatch(ctx context.Context, c *http.Client, url string) (io.ReadCloser, 
 	return resp.Body, nil
 }
 
-// awaitEvent counts the watch down at its first event (the namespace is
-// empty until the event), then reads it until it ends.
-func awaitEvent(body io.ReadCloser, delivered *countdown) {
-	defer body.Close()
-	buf := make([]byte, 512)
-	for {
-		n, err := body.Read(buf)
-		if n > 0 {
-			delivered.dec()
-			break
-		}
-		if err != nil {
-			return
-		}
-	}
-	_, _ = io.Copy(io.Discard, body)
-}
-
-// countdown closes done when it has been decremented n times.
-type countdown struct {
-	n    atomic.Int64
-	done chan struct{}
-}
-
-func newCountdown(n int) *countdown {
-	c := &countdown{done: make(chan struct{})}
-	c.n.Store(int64(n))
-	return c
-}
-
-func (c *countdown) dec() {
-	if c.n.Add(-1) == 0 {
-		close(c.done)
-	}
-}
-
-func (c *countdown) left() int { return int(c.n.Load()) }
-
-// Live is the memory a process holds for its goroutines and objects: the
-// Go heap and goroutine stacks in use.
-func (a memSample) Live() float64 { return a.Heap + a.Stacks }
-
 // The table and figures of section 7 (report.md.tmpl).
-
-func (s *watchesResult) Table() *table {
-	t := newTable("lrrrrrrrr", "held by", "watches", "to open all", "RSS before → with them", "RSS per watch", "Go heap per watch", "goroutine stacks per watch", "goroutines per watch", "one event to all")
-	for _, h := range s.Holders {
-		p := h.PerWatch()
-		t.add(h.Name, fmt.Sprint(h.Watches), h.Open.Round(time.Millisecond).String(), mib(h.Before.RSS)+" → "+mib(h.After.RSS),
-			kib(p.RSS), kib(p.Heap), kib(p.Stacks), fmt.Sprintf("%.2f", p.Goroutines), h.Deliver.Round(time.Millisecond).String())
-	}
-	return t
-}
 
 func (s *watchesResult) Openers() int { return *watchOpeners }
 
 // StreamLimits are the gateway's --max-streams flags in the section.
 func (s *watchesResult) StreamLimits() []string {
-	var limits []string
-	for _, a := range s.GatewayArgs {
-		if strings.HasPrefix(a, "--max-streams") {
-			limits = append(limits, a)
-		}
-	}
-	return limits
+	return slices.DeleteFunc(slices.Clone(s.GatewayArgs), func(a string) bool { return !strings.HasPrefix(a, "--max-streams") })
 }
 
 func (r *report) WatchHeapPath(when string) string { return watchHeapPath(r.Opts, when) }
