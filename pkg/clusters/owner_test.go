@@ -3,6 +3,8 @@ package clusters
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/clustergateway/cluster-gateway/internal/testpoll"
+	"github.com/clustergateway/cluster-gateway/pkg/credentials"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/health"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
@@ -23,7 +26,10 @@ import (
 
 // The store, the pool and the prober run informers and goroutines: every
 // test stops them.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	credentials.RunLauncherIfAsked() // credential providers run through this binary
+	goleak.VerifyTestMain(m)
+}
 
 const ns = "cluster-gateway-system"
 
@@ -320,4 +326,72 @@ func TestLeaseAfterTheDeletionStepPassed(t *testing.T) {
 	if n := f.pool.Len(); n != 0 {
 		t.Fatalf("%d live pool entries after a lease through a deleted record, want 0", n)
 	}
+}
+
+// A deleted gateway's provider state (client-go's Authenticator, the
+// provider's files) is released in its record's deletion step. (Moved from
+// pkg/gateways' TestProviderGateways with the release it tested.)
+func TestDeletionReleasesTheProviderState(t *testing.T) {
+	dir := t.TempDir()
+	ok := filepath.Join(dir, "ok")
+	if err := os.WriteFile(ok, []byte("#!/bin/sh\nprintf '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\"status\":{\"token\":\"tok-1\"}}'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "providers.yaml")
+	if err := os.WriteFile(file, []byte(fmt.Sprintf(`apiVersion: gateway.clustergateway.io/v1alpha1
+kind: CredentialProviderConfig
+providers:
+- name: ok
+  exec: {apiVersion: client.authentication.k8s.io/v1, command: %s}
+`, ok)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := credentials.LoadConfig(file, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	providers, err := credentials.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = providers.Close() })
+
+	s := gatewaySecret("good", "https://127.0.0.1:6443", "")
+	s.Data[gateways.KeyCredentialType] = []byte("Provider")
+	s.Data[gateways.KeyProvider] = []byte("ok")
+	delete(s.Data, gateways.KeyToken)
+	client := fake.NewClientset(s)
+	store := gateways.NewStore(client, ns)
+	if err := store.SetProviders(providers); err != nil {
+		t.Fatal(err)
+	}
+	pl, err := pool.New(*pool.NewOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pl.Close)
+	owner, err := New(Config{Store: store, Pool: pl, Providers: providers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { store.Run(ctx) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	testpoll.EventuallyTrue(t, 30*time.Second, "the store syncs", store.HasSynced)
+
+	g, err := owner.GetForRequest(context.Background(), "good")
+	if err != nil || !g.Ready || g.Conn.Token != "tok-1" {
+		t.Fatalf("good = %+v, %v; want Ready with the provider's token", g, err)
+	}
+	before := providers.Len()
+	if before == 0 {
+		t.Fatal("the provider holds no state for the gateway it ran for")
+	}
+	if err := client.CoreV1().Secrets(ns).Delete(context.Background(), "good", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testpoll.EventuallyTrue(t, 10*time.Second, "the deleted gateway's provider state to be released", func() bool {
+		return providers.Len() == before-1
+	})
 }
