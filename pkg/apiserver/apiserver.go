@@ -31,6 +31,7 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/certauth"
 	"github.com/clustergateway/cluster-gateway/pkg/clustermetrics"
+	"github.com/clustergateway/cluster-gateway/pkg/clusters"
 	"github.com/clustergateway/cluster-gateway/pkg/credentials"
 	"github.com/clustergateway/cluster-gateway/pkg/fairness"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
@@ -128,6 +129,10 @@ type Server struct {
 	Tunnel  *konnectivity.Manager // nil without a proxy-server
 	Limiter *fairness.Limiter
 	Prober  *health.Prober
+	// Clusters holds each cluster's record: the one follower of the store
+	// besides the inventory sync, which the pool, the prober, the
+	// providers and the publisher follow.
+	Clusters *clusters.Owner
 	// Providers run gateways' credential providers; nil without a
 	// --credential-providers-file.
 	Providers *credentials.Providers
@@ -238,7 +243,6 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 	popts := proxy.Options{
-		Store:                 s.Store,
 		Pool:                  s.Pool,
 		DialTimeout:           c.Extra.Pool.DialTimeout,
 		ResponseHeaderTimeout: c.Extra.Pool.ResponseHeaderTimeout,
@@ -248,28 +252,41 @@ func (c CompletedConfig) New() (*Server, error) {
 		MaxBodyBytes:          g.MaxRequestBodyBytes,
 		Tracer:                tracer,
 	}
+	copts := clusters.Config{Store: s.Store, Pool: s.Pool}
+	if s.Providers != nil {
+		copts.Providers = s.Providers
+	}
 	if k := c.Extra.Konnectivity; k.Enabled() {
 		k.RetireGrace, k.DialTimeout, k.Endpoints = c.Extra.Pool.RetireGrace, c.Extra.Pool.DialTimeout, c.Extra.Pool.Endpoints
 		if s.Tunnel, err = konnectivity.New(k); err != nil {
 			s.stop()
 			return nil, err
 		}
-		popts.Tunnel = s.Tunnel
+		copts.Tunnel = s.Tunnel
 		s.Tunnel.OnMissedCheck(func(string) { s.Pool.RenewTunnelled() })
 	}
-	// The proxy builds the prober, which probes through the proxy's own
-	// path and which the proxy asks what it knows; it runs from the
-	// post-start hook.
-	hopts := c.Extra.Health
-	popts.Health = &hopts
-	px, err := proxy.New(popts)
-	if err != nil {
+	// The prober probes through the proxy's own path (ProbeCluster); the
+	// records tell it which clusters there are, and the proxy reads what
+	// it knows. It runs from the post-start hook, after px is set.
+	var px *proxy.Proxy
+	if s.Prober, err = health.New(c.Extra.Health, func(ctx context.Context, name string) health.Outcome {
+		return px.ProbeCluster(ctx, name)
+	}); err != nil {
 		s.stop()
 		return nil, err
 	}
-	s.Prober = px.Prober()
+	copts.Prober = s.Prober
+	if s.Clusters, err = clusters.New(copts); err != nil {
+		s.stop()
+		return nil, err
+	}
+	popts.Clusters, popts.Health = s.Clusters, s.Prober
+	if px, err = proxy.New(popts); err != nil {
+		s.stop()
+		return nil, err
+	}
 	if c.Extra.Inventory.Enabled() || c.Extra.Publish.Enabled {
-		if s.Inventory, s.Publisher, err = newInventory(c.hub, client, s.Store, s.Prober, c.Extra); err != nil {
+		if s.Inventory, s.Publisher, err = newInventory(c.hub, client, s.Store, s.Clusters, s.Prober, c.Extra); err != nil {
 			s.stop()
 			return nil, err
 		}
@@ -380,7 +397,7 @@ func (s *Server) registerMetrics(r metrics.KubeRegistry, px *proxy.Proxy, perClu
 // namespaces whose Secrets the gateway reads, and the ClusterProfile
 // publisher, which runs under the sync's Lease (with no inventory synced,
 // the sync only holds the Lease for it).
-func newInventory(hub *restclient.Config, client kubernetes.Interface, store *gateways.Store, prober *health.Prober, extra *ExtraConfig) (*inventory.Controller, *publish.Publisher, error) {
+func newInventory(hub *restclient.Config, client kubernetes.Interface, store *gateways.Store, records *clusters.Owner, prober *health.Prober, extra *ExtraConfig) (*inventory.Controller, *publish.Publisher, error) {
 	cfg := inventory.Config{Options: extra.Inventory, Store: store, Client: client, Namespaces: extra.SourceNamespaces}
 	if len(cfg.Namespaces) == 0 {
 		cfg.Namespaces = []string{extra.SecretNamespace}
@@ -393,7 +410,7 @@ func newInventory(hub *restclient.Config, client kubernetes.Interface, store *ga
 	}
 	var pub *publish.Publisher
 	if extra.Publish.Enabled {
-		pc := publish.Config{Options: extra.Publish, Store: store, Prober: prober, Client: client, Dynamic: cfg.Dynamic}
+		pc := publish.Config{Options: extra.Publish, Store: store, Clusters: records, Prober: prober, Client: client, Dynamic: cfg.Dynamic}
 		if cfg.Syncs(inventory.SourceClusterProfile) {
 			pc.SyncNamespaces = cfg.Namespaces
 		}

@@ -19,8 +19,10 @@ import (
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
 	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+	"github.com/clustergateway/cluster-gateway/pkg/clusters"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/health"
+	"github.com/clustergateway/cluster-gateway/pkg/pool"
 )
 
 // The store and the prober run informers and workers: every test stops them.
@@ -46,8 +48,17 @@ func gatewaySecret(t *testing.T, ca *testpki.CA, name string, notAfter time.Time
 func start(t *testing.T, cfg Config, client *fake.Clientset, probe health.ProbeFunc) metrics.KubeRegistry {
 	t.Helper()
 	store := gateways.NewStore(client, ns)
-	p, err := health.New(health.Options{Interval: 5 * time.Millisecond, Timeout: time.Second, FailureThreshold: 1, SuccessThreshold: 1, MaxBackoff: 20 * time.Millisecond, Workers: 2}, store, probe)
+	p, err := health.New(health.Options{Interval: 5 * time.Millisecond, Timeout: time.Second, FailureThreshold: 1, SuccessThreshold: 1, MaxBackoff: 20 * time.Millisecond, Workers: 2}, probe)
 	if err != nil {
+		t.Fatal(err)
+	}
+	// As pkg/apiserver wires it: the clusters' records tell the prober of the store's gateways.
+	pl, err := pool.New(*pool.NewOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pl.Close)
+	if _, err := clusters.New(clusters.Config{Store: store, Pool: pl, Prober: p}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

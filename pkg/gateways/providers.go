@@ -8,7 +8,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/credentials"
@@ -22,23 +21,13 @@ type providerWatch struct {
 }
 
 // SetProviders has gateways of credential type Provider take their
-// credential from p: a new credential or a failure is a change (OnChange),
-// and a deleted gateway's provider state is released. Call it before
-// OnChange and Run.
+// credential from p: a new credential or a failure is a change (OnChange).
+// A deleted gateway's provider state is released by its record's owner
+// (pkg/clusters). Call it before OnChange and Run.
 func (s *Store) SetProviders(p *credentials.Providers) error {
 	s.providers = p
 	p.OnChange(s.providerChanged)
-	_, err := s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		DeleteFunc: func(obj interface{}) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if g, ok := obj.(*Gateway); ok {
-				p.Release(g.Name())
-			}
-		},
-	})
-	return err
+	return nil
 }
 
 func (s *Store) onProviderChange(fn func(old, new *Gateway)) {

@@ -9,13 +9,11 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/component-base/metrics"
 
 	"github.com/clustergateway/cluster-gateway/internal/testmetrics"
-	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/credentials"
 )
@@ -71,7 +69,7 @@ func providerGateway(t *testing.T, name, provider string) *v1alpha1.ClusterGatew
 
 // A Provider gateway's credential comes from its provider on a request;
 // a failing or unconfigured provider makes it not Ready (ProviderFailed,
-// without the provider's output); a deleted gateway's provider state goes.
+// without the provider's output).
 func TestProviderGateways(t *testing.T) {
 	var objs []runtime.Object
 	for i, g := range []*v1alpha1.ClusterGateway{providerGateway(t, "good", "ok"), providerGateway(t, "bad", "fail"), providerGateway(t, "unknown", "nope")} {
@@ -124,14 +122,8 @@ func TestProviderGateways(t *testing.T) {
 			t.Errorf("%s Ready = %s %s, want ProviderFailed saying %q, without the provider's output", name, cond.Reason, cond.Message, want)
 		}
 	}
-
-	before := providers.Len()
-	if err := client.CoreV1().Secrets(testNamespace).Delete(context.Background(), "good", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	testpoll.EventuallyTrue(t, 10*time.Second, "the deleted gateway's provider state to be released", func() bool {
-		return providers.Len() == before-1
-	})
+	// A deleted gateway's provider state is released by its record's
+	// deletion step: pkg/clusters' TestDeletionReleasesTheProviderState.
 }
 
 // status.credential.expirationTime of a Provider gateway is what its

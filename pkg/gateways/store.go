@@ -25,9 +25,9 @@ var Resource = v1alpha1.Resource("clustergateways")
 
 // Store holds the ClusterGateways of one hub namespace: an informer over
 // their labelled Secrets whose cache holds each gateway parsed once per
-// resourceVersion. It is the one owner of gateway state in the process: the
-// API (pkg/registry) reads and writes through it, the proxy reads it, and
-// whoever keeps state derived from a gateway follows it with OnChange.
+// resourceVersion. The API (pkg/registry) reads and writes through it; its
+// followers (OnChange) are the clusters' records (pkg/clusters), which keep
+// the per-cluster state, and the inventory sync.
 type Store struct {
 	namespace string
 	client    kubernetes.Interface

@@ -18,7 +18,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
-	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 )
 
 // Outcome is what one probe found.
@@ -72,7 +71,7 @@ type AddressResult struct {
 	LastProbeTime time.Time
 }
 
-// Prober probes the gateways of a store. Run runs it.
+// Prober probes the clusters it is told of. Run runs it.
 type Prober struct {
 	opts    Options
 	probe   ProbeFunc
@@ -93,10 +92,10 @@ type state struct {
 	addresses            int           // the gateway's addresses (address and additionalAddresses)
 }
 
-// New returns a prober of the store's gateways: it follows the store from
-// here on (a new gateway is probed at once, a changed one again, a deleted
-// one no more).
-func New(opts Options, store *gateways.Store, probe ProbeFunc) (*Prober, error) {
+// New returns a prober that probes with probe the clusters it is told of:
+// their owner (pkg/clusters) calls Reset for a new or changed gateway,
+// ProbeNow for a new token, and Remove for a deleted one.
+func New(opts Options, probe ProbeFunc) (*Prober, error) {
 	if err := errors.Join(opts.Validate()...); err != nil {
 		return nil, fmt.Errorf("health: %w", err)
 	}
@@ -109,18 +108,6 @@ func New(opts Options, store *gateways.Store, probe ProbeFunc) (*Prober, error) 
 		watches: map[*Subscription]struct{}{},
 	}
 	p.metrics = newMetrics(p)
-	if err := store.OnChange(func(old, new *gateways.Gateway) {
-		switch {
-		case new == nil:
-			p.remove(old.Name())
-		case old == nil, old.Ready != new.Ready, !gateways.SameTransport(old, new):
-			p.reset(new.Name(), 1+len(new.Conn.Endpoint.AdditionalAddresses)) // reached differently: what was known no longer holds
-		case old.Conn.Token != new.Conn.Token:
-			p.ProbeNow(new.Name()) // a new token may fix what the old one could not
-		}
-	}); err != nil {
-		return nil, err
-	}
 	return p, nil
 }
 
@@ -174,9 +161,9 @@ func (p *Prober) ProbeNow(name string) {
 	}
 }
 
-// reset starts a cluster over as Unknown (new, or its gateway changed, now
+// Reset starts a cluster over as Unknown (new, or its gateway changed, now
 // with addresses addresses) and probes it at once.
-func (p *Prober) reset(name string, addresses int) {
+func (p *Prober) Reset(name string, addresses int) {
 	p.mu.Lock()
 	st, ok := p.states[name]
 	if !ok {
@@ -194,7 +181,8 @@ func (p *Prober) reset(name string, addresses int) {
 	p.queue.Add(name)
 }
 
-func (p *Prober) remove(name string) {
+// Remove forgets a cluster (its gateway is deleted): no more probes.
+func (p *Prober) Remove(name string) {
 	p.mu.Lock()
 	delete(p.states, name)
 	p.mu.Unlock()

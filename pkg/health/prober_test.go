@@ -16,7 +16,9 @@ import (
 
 	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+	"github.com/clustergateway/cluster-gateway/pkg/clusters"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
+	"github.com/clustergateway/cluster-gateway/pkg/pool"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -43,8 +45,18 @@ func startProber(t *testing.T, opts Options, probe ProbeFunc, names ...string) (
 	}
 	client := fake.NewClientset(objs...)
 	store := gateways.NewStore(client, ns)
-	p, err := New(opts, store, probe)
+	p, err := New(opts, probe)
 	if err != nil {
+		t.Fatal(err)
+	}
+	// As pkg/apiserver wires it: the clusters' records tell the prober of
+	// each gateway created, changed or deleted in the store.
+	pl, err := pool.New(*pool.NewOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pl.Close)
+	if _, err := clusters.New(clusters.Config{Store: store, Pool: pl, Prober: p}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
 
 	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
@@ -121,7 +122,11 @@ func TestProbedAddressStatusReachesThePool(t *testing.T) {
 	// Probed often, so a probe always follows soon: what the test waits for
 	// is the prober's first result and its first result after a change.
 	hopts := health.Options{Interval: 50 * time.Millisecond, Timeout: 5 * time.Second, FailureThreshold: 1, SuccessThreshold: 1, MaxBackoff: 50 * time.Millisecond, Workers: 1}
-	px := newFixtureProxyWith(t, func(o *Options) { o.Health = &hopts }, s)
+	px, prober, err := newWiredProbed(t, startStore(t, fixtureNamespace, s),
+		Options{Pool: newTestPool(t, 4, 2*time.Second, nil), Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()}, &hopts)
+	if err != nil {
+		t.Fatal(err)
+	}
 	get := func(n int) (first, second int64) {
 		t.Helper()
 		a0, b0 := served[0].Load(), served[1].Load()
@@ -139,11 +144,11 @@ func TestProbedAddressStatusReachesThePool(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); px.Prober().Run(ctx) }()
+	go func() { defer close(done); prober.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	second := func(reason string) func() error {
 		return func() error {
-			r, ok := px.Prober().Get("ha")
+			r, ok := prober.Get("ha")
 			if !ok || len(r.Addresses) != 2 {
 				return fmt.Errorf("the prober knows %+v", r)
 			}

@@ -21,8 +21,10 @@ import (
 
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
 	"github.com/clustergateway/cluster-gateway/internal/testpoll"
+	"github.com/clustergateway/cluster-gateway/pkg/clusters"
 	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
+	"github.com/clustergateway/cluster-gateway/pkg/health"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 )
 
@@ -40,18 +42,50 @@ func newFixtureProxy(t *testing.T, secrets ...*corev1.Secret) *Proxy {
 func newFixtureProxyWith(t testing.TB, mutate func(*Options), secrets ...*corev1.Secret) *Proxy {
 	t.Helper()
 	opts := Options{
-		Store:      startStore(t, fixtureNamespace, secrets...),
 		Pool:       newTestPool(t, 4, 2*time.Second, nil),
 		Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer(),
 	}
 	if mutate != nil {
 		mutate(&opts)
 	}
-	px, err := New(opts)
+	px, err := newWired(t, startStore(t, fixtureNamespace, secrets...), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return px
+}
+
+// newWired is New over store as pkg/apiserver wires it: the clusters'
+// records over the store and opts.Pool (and opts' tunnel), which the proxy
+// leases through.
+func newWired(t testing.TB, store *gateways.Store, opts Options) (*Proxy, error) {
+	t.Helper()
+	px, _, err := newWiredProbed(t, store, opts, nil)
+	return px, err
+}
+
+// newWiredProbed is newWired with, when hopts is set, a prober over the
+// records that probes through the proxy's ProbeCluster and that the proxy
+// reads; the caller runs it.
+func newWiredProbed(t testing.TB, store *gateways.Store, opts Options, hopts *health.Options) (*Proxy, *health.Prober, error) {
+	t.Helper()
+	var px *Proxy
+	copts := clusters.Config{Store: store, Pool: opts.Pool}
+	var prober *health.Prober
+	if hopts != nil {
+		var err error
+		if prober, err = health.New(*hopts, func(ctx context.Context, name string) health.Outcome { return px.ProbeCluster(ctx, name) }); err != nil {
+			return nil, nil, err
+		}
+		copts.Prober, opts.Health = prober, prober
+	}
+	owner, err := clusters.New(copts)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts.Clusters = owner
+	px, err = New(opts)
+	return px, prober, err
 }
 
 // startStore runs a gateway store over the Secrets, held by a fake

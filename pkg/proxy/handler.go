@@ -25,6 +25,7 @@ import (
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+	"github.com/clustergateway/cluster-gateway/pkg/clusters"
 	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
 	"github.com/clustergateway/cluster-gateway/pkg/fairness"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
@@ -40,27 +41,18 @@ var codecs = func() serializer.CodecFactory {
 	return serializer.NewCodecFactory(s)
 }()
 
-// Tunnel is the konnectivity client: dials through the proxy-server, with an
-// ID that changes when its credentials rotate.
-type Tunnel interface {
-	pool.Dialer
-	ID() string
-}
-
 // Options configure the proxy.
 type Options struct {
-	// Store holds the gateways; the proxy follows it to retire the pooled
-	// transport of a gateway that is deleted or whose transport changes.
-	Store *gateways.Store
-	Pool  *pool.Pool
-	// Tunnel dials Konnectivity endpoints; nil when no proxy-server is configured.
-	Tunnel Tunnel
-	// Health, when set, has the proxy probe every gateway's cluster
-	// through its own path (ProbeCluster) with a prober of these options,
-	// which it builds and holds (Prober): a cluster known to be unreachable
-	// fails at once with 503, and a request that cannot reach its cluster
-	// asks for a probe now.
-	Health *health.Options
+	// Clusters holds each cluster's record: the proxy reads gateways and
+	// leases transports through it.
+	Clusters *clusters.Owner
+	// Pool is the records' pool; the proxy probes through it.
+	Pool *pool.Pool
+	// Health is what the prober knows (the assembler builds it, probing
+	// through ProbeCluster): a cluster known to be unreachable fails at
+	// once with 503, and a request that cannot reach its cluster asks for
+	// a probe now. nil: no prober.
+	Health Health
 	// Authorizer is the hub's (delegated) authorizer. It is required: exec,
 	// attach and port-forward also need create on clustergateways/proxy.
 	Authorizer authorizer.Authorizer
@@ -101,65 +93,34 @@ type Health interface {
 }
 
 // Proxy serves the proxy subresource. It keeps no state of its own about
-// gateways: it reads them from the store and leases transports from the pool.
+// gateways: it reads them and leases transports through their records.
 type Proxy struct {
 	opts    Options
-	prober  *health.Prober // nil without Options.Health
-	health  Health         // the prober, when there is one
+	health  Health // nil without a prober
 	metrics *Metrics
 	streams *streams
 	reverse *httputil.ReverseProxy // every ordinary request's, see forward.go
 	watches *httputil.ReverseProxy // every watch's: the same, with smaller copy buffers
 }
 
-// New returns the proxy, and its prober when Options.Health is set. Store,
-// Pool and Authorizer are required. The proxy follows the store from here
-// on: deleting a gateway, or changing how its cluster is reached, retires
-// its pooled transport at once.
+// New returns the proxy. Clusters, Pool and Authorizer are required.
 func New(opts Options) (*Proxy, error) {
 	switch {
-	case opts.Store == nil, opts.Pool == nil:
-		return nil, fmt.Errorf("proxy: Options.Store and Options.Pool are required")
+	case opts.Clusters == nil, opts.Pool == nil:
+		return nil, fmt.Errorf("proxy: Options.Clusters and Options.Pool are required")
 	case opts.Authorizer == nil:
 		return nil, fmt.Errorf("proxy: Options.Authorizer is required (exec, attach and port-forward are authorized as create)")
 	}
 	p := &Proxy{opts: opts, metrics: NewMetrics(), streams: newStreams(),
 		reverse: newReverseProxy(newCopyBuffers()), watches: newReverseProxy(newWatchCopyBuffers())}
 	if opts.Health != nil {
-		pr, err := health.New(*opts.Health, opts.Store, p.ProbeCluster)
-		if err != nil {
-			return nil, err
-		}
-		p.prober, p.health = pr, pr
-	}
-	if err := opts.Store.OnChange(p.gatewayChanged); err != nil {
-		return nil, err
+		p.health = opts.Health
 	}
 	return p, nil
 }
 
-// gatewayChanged retires the pooled transport of a gateway that is gone,
-// cannot be used now (its credential's source is gone, say), or reaches its
-// cluster differently now; a new token alone reuses it.
-func (p *Proxy) gatewayChanged(old, new *gateways.Gateway) {
-	switch {
-	case old == nil:
-	case new == nil:
-		p.opts.Pool.Remove(old.Name(), pool.ReasonDeleted)
-	case !new.Ready && old.Ready:
-		p.opts.Pool.Remove(new.Name(), pool.ReasonUnusable)
-	case !gateways.SameTransport(old, new):
-		p.opts.Pool.Remove(new.Name(), pool.ReasonRotated)
-	}
-}
-
 // Metrics are the proxy's request metrics, to register with the server's registry.
 func (p *Proxy) Metrics() *Metrics { return p.metrics }
-
-// Prober is the proxy's prober (nil without Options.Health), which probes
-// through ProbeCluster: the server runs it, and the API shows what it
-// knows (the Reachable condition).
-func (p *Proxy) Prober() *health.Prober { return p.prober }
 
 // Handler is Serve as the handler of one request, for the REST handler's
 // connect (which the route leaves only what it cannot place).
@@ -171,11 +132,10 @@ func (p *Proxy) Handler(name, subpath string) http.Handler {
 
 // exchange is what serving one request needs, in one allocation.
 type exchange struct {
-	rec    statusRecorder
-	inner  innerParse // unless the handler chain's memo has it
-	target pool.Target
-	lease  pool.Lease
-	fwd    forwarded
+	rec   statusRecorder
+	inner innerParse // unless the handler chain's memo has it
+	lease pool.Lease
+	fwd   forwarded
 }
 
 // Serve serves one proxied request for the named gateway, as the route
@@ -214,7 +174,7 @@ func (p *Proxy) Serve(w http.ResponseWriter, req *http.Request, name, subpath st
 			return
 		}
 	}
-	gw, err := p.opts.Store.GetForRequest(req.Context(), name)
+	gw, err := p.opts.Clusters.GetForRequest(req.Context(), name)
 	if err != nil {
 		writeStatus(w, req, err)
 		return
@@ -262,27 +222,36 @@ func (p *Proxy) Serve(w http.ResponseWriter, req *http.Request, name, subpath st
 		return
 	}
 	defer release()
-	if err := p.fillTarget(&x.target, gw); err != nil {
-		writeStatus(w, req, err)
-		return
-	}
 	lease := &x.lease
 	_, span = p.opts.Tracer.Start(req.Context(), "cluster-gateway.pool.lease", trace.SpanKindInternal, attrs...)
-	err = p.acquire(lease, &x.target)
+	// Through the cluster's record: a gateway deleted on the request's way
+	// is NotFound, and one changed on its way goes as it is now.
+	leased, err := p.opts.Clusters.Lease(lease, gw)
 	if err == nil && p.opts.Tracer != nil { // a variadic call on an interface allocates, even on a no-op span
 		span.SetAttributes(attribute.Bool("cluster_gateway.pool.created", lease.Created()))
 	}
 	tracing.End(span, err, "no transport")
-	if errors.Is(err, endpointpolicy.ErrDenied) {
+	var status apierrors.APIStatus
+	switch {
+	case errors.Is(err, endpointpolicy.ErrDenied):
 		writeStatus(w, req, endpointDenied(name, err))
 		return
-	}
-	if err != nil {
+	case errors.As(err, &status):
+		writeStatus(w, req, err)
+		return
+	case err != nil:
 		writeStatus(w, req, statusError(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
 			fmt.Sprintf("ClusterGateway %q cannot be used: %v", name, err)))
 		return
 	}
 	defer lease.Release()
+	if leased != gw {
+		gw = leased
+		if id, err = p.identityFor(gw, u); err != nil {
+			writeStatus(w, req, err)
+			return
+		}
+	}
 
 	f := &x.fwd
 	*f = forwarded{Context: req.Context(), location: *gw.Address, watch: isWatch(in), streams: p.streams, responder: responder{cluster: name, health: p.health}}
@@ -293,7 +262,7 @@ func (p *Proxy) Serve(w http.ResponseWriter, req *http.Request, name, subpath st
 	auditIdentity(req.Context(), gw, u)
 	f.up = upstreamTransport{base: lease.Transport(), id: id, cluster: name}
 	if gw.Object.Spec.Credential.Type == v1alpha1.CredentialProvider {
-		f.up.provided, f.up.store = gw, p.opts.Store
+		f.up.provided, f.up.clusters = gw, p.opts.Clusters
 	}
 
 	if !upgrade {
@@ -343,41 +312,6 @@ func (p *Proxy) Serve(w http.ResponseWriter, req *http.Request, name, subpath st
 	p.streams.upgradeStarted()
 	defer p.streams.upgradeEnded()
 	h.ServeHTTP(w, out)
-}
-
-// target is the pool key of a gateway: what shapes its transport. It is
-// cheap to build; the pool recognises an unchanged shape without hashing.
-func (p *Proxy) target(gw *gateways.Gateway) (*pool.Target, error) {
-	t := new(pool.Target)
-	if err := p.fillTarget(t, gw); err != nil {
-		return nil, err
-	}
-	return t, nil
-}
-
-// fillTarget is target written to t.
-func (p *Proxy) fillTarget(t *pool.Target, gw *gateways.Gateway) error {
-	ep := gw.Conn.Endpoint
-	*t = pool.Target{
-		Cluster:    gw.Name(),
-		Address:    gw.Address,
-		Additional: gw.AdditionalAddresses,
-		CAData:     ep.CABundle,
-		ServerName: ep.ServerName,
-		Insecure:   ep.InsecureSkipTLSVerify,
-		ProxyURL:   gw.ProxyURL,
-		CertData:   gw.Conn.Cert,
-		KeyData:    gw.Conn.Key,
-	}
-	if ep.Type == v1alpha1.EndpointKonnectivity {
-		if p.opts.Tunnel == nil {
-			return statusError(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, fmt.Sprintf(
-				"ClusterGateway %q is reached through konnectivity, but this gateway has no proxy-server configured: start it with --konnectivity-server-address", gw.Name()))
-		}
-		t.Tunnel = p.opts.Tunnel
-		t.TunnelID = p.opts.Tunnel.ID()
-	}
-	return nil
 }
 
 // identityFor is who the managed cluster is told the request comes from:

@@ -41,7 +41,7 @@ var proberUserAgent = "cluster-gateway-prober/" + version.String()
 // gateway's credential (impersonating the caller in Caller mode): the same
 // path a proxied request takes. It serves the health subresource.
 func (p *Proxy) Probe(ctx context.Context, name string) (*v1alpha1.ClusterGatewayHealth, error) {
-	gw, err := p.opts.Store.Get(name)
+	gw, err := p.opts.Clusters.Get(name)
 	if err != nil {
 		return nil, err
 	}
@@ -92,7 +92,7 @@ func (p *Proxy) Probe(ctx context.Context, name string) (*v1alpha1.ClusterGatewa
 // with the stored credential itself (no caller to impersonate: it only reads
 // /readyz and /version), and on success the cluster's version.
 func (p *Proxy) ProbeCluster(ctx context.Context, name string) health.Outcome {
-	gw, err := p.opts.Store.GetForRequest(ctx, name)
+	gw, err := p.opts.Clusters.GetForRequest(ctx, name)
 	if err != nil {
 		return health.Outcome{Reason: v1alpha1.ReasonGatewayNotReady, Message: err.Error()}
 	}
@@ -148,7 +148,7 @@ func addressOutcomes(gw *gateways.Gateway, rss [][]probeResult) []health.Address
 // gw's addresses: its spreading leaves out the addresses that did not
 // answer.
 func (p *Proxy) reportAddresses(gw *gateways.Gateway, rss [][]probeResult) {
-	target, err := p.target(gw)
+	target, err := p.opts.Clusters.Target(gw)
 	if err != nil {
 		return
 	}
@@ -191,7 +191,7 @@ func (p *Proxy) get(ctx context.Context, gw *gateways.Gateway, addr *url.URL, id
 	if !gw.Ready {
 		return []probeResult{{reason: v1alpha1.ReasonGatewayNotReady, message: gw.Problem}}
 	}
-	target, err := p.target(gw)
+	target, err := p.opts.Clusters.Target(gw)
 	if err != nil {
 		return []probeResult{{reason: v1alpha1.ReasonDialFailed, message: err.Error()}}
 	}

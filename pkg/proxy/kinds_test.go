@@ -156,7 +156,7 @@ providers:
 	}
 	runGatewayStore(t, store)
 	var err error
-	f.px, err = New(Options{Store: store, Pool: newTestPool(t, 16, 2*time.Second, nil), Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()})
+	f.px, err = newWired(t, store, Options{Pool: newTestPool(t, 16, 2*time.Second, nil), Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()})
 	if err != nil {
 		t.Fatal(err)
 	}

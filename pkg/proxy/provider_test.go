@@ -182,7 +182,7 @@ providers:
 	}
 	runGatewayStore(t, store)
 	pl := newTestPool(t, 4, 2*time.Second, nil)
-	px, err := New(Options{Store: store, Pool: pl, Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()})
+	px, err := newWired(t, store, Options{Pool: pl, Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()})
 	if err != nil {
 		t.Fatal(err)
 	}

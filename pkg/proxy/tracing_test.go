@@ -49,7 +49,7 @@ func tracedProxy(t *testing.T, rec *tracetest.SpanRecorder, providers string, se
 		t.Fatal(err)
 	}
 	t.Cleanup(pl.Close)
-	px, err := New(Options{Store: store, Pool: pl, Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer(), Tracer: tr})
+	px, err := newWired(t, store, Options{Pool: pl, Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer(), Tracer: tr})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	utilproxy "k8s.io/apimachinery/pkg/util/proxy"
 
+	"github.com/clustergateway/cluster-gateway/pkg/clusters"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/tracing"
 )
@@ -33,7 +34,7 @@ type upstreamTransport struct {
 	// certificate) comes from a credential provider, which a 401 asks for
 	// a new one (in the background: the answer goes to the client as it is).
 	provided *gateways.Gateway
-	store    *gateways.Store
+	clusters *clusters.Owner
 }
 
 func (t *upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -54,7 +55,7 @@ func (t *upstreamTransport) checked(req *http.Request, resp *http.Response, err 
 		return nil, err
 	}
 	if resp.StatusCode == http.StatusUnauthorized && t.provided != nil && (t.id.token != "" || len(t.provided.Conn.Cert) > 0) {
-		go t.store.Unauthorized(context.Background(), t.provided, t.id.token)
+		go t.clusters.Unauthorized(context.Background(), t.provided, t.id.token)
 	}
 	if where, ok := redirectLocation(resp); ok {
 		return redirectRefused(t.cluster, req, resp, where), nil

@@ -34,6 +34,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/clustergateway/cluster-gateway/pkg/clusters"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/health"
 	"github.com/clustergateway/cluster-gateway/pkg/inventory"
@@ -42,10 +43,12 @@ import (
 // Config is what the publisher needs besides its Options.
 type Config struct {
 	Options
-	Store   *gateways.Store
-	Prober  *health.Prober
-	Client  kubernetes.Interface // the record Secrets, in the Store's namespace
-	Dynamic dynamic.Interface
+	Store *gateways.Store
+	// Clusters is whose changes the publisher follows (not the store's).
+	Clusters *clusters.Owner
+	Prober   *health.Prober
+	Client   kubernetes.Interface // the record Secrets, in the Store's namespace
+	Dynamic  dynamic.Interface
 	// SyncNamespaces are where the inventory sync reads ClusterProfiles
 	// (none when it does not): synced gateways' profiles are there.
 	SyncNamespaces []string
@@ -101,15 +104,16 @@ func New(cfg Config) (*Publisher, error) {
 		}
 		p.informers[ns] = inf
 	}
-	if err := cfg.Store.OnChange(func(old, new *gateways.Gateway) {
+	if cfg.Clusters == nil {
+		return nil, errors.New("publish: Config.Clusters is required: the publisher follows the gateways through their records")
+	}
+	cfg.Clusters.OnChange(func(old, new *gateways.Gateway) {
 		for _, g := range []*gateways.Gateway{old, new} {
 			if g != nil {
 				p.enqueue(g.Name())
 			}
 		}
-	}); err != nil {
-		return nil, err
-	}
+	})
 	return p, nil
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
 	"github.com/clustergateway/cluster-gateway/internal/testfrontend"
+	"github.com/clustergateway/cluster-gateway/pkg/clusters"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 	"github.com/clustergateway/cluster-gateway/pkg/pool/konnectivity"
@@ -87,13 +88,18 @@ func startInTestGateway(t *testing.T) *inTestGateway {
 	}
 	// The churn is about lifecycles, not RBAC: the real gateway's
 	// authorization is tested through the hub elsewhere.
-	opts := proxy.Options{Store: g.store, Pool: g.pool, Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()}
+	copts := clusters.Config{Store: g.store, Pool: g.pool}
 	if k := env.Konnectivity; k != nil {
 		g.tunnel = g.startTunnel(t, ctx, k)
-		opts.Tunnel = g.tunnel
+		copts.Tunnel = g.tunnel
 	}
-	// As in the gateway, the proxy follows the store: a deleted gateway's
-	// pooled transport is retired by construction, not by wiring here.
+	// As in the gateway, the clusters' records follow the store: a deleted
+	// gateway's pooled transport is retired by its deletion step.
+	owner, err := clusters.New(copts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := proxy.Options{Clusters: owner, Pool: g.pool, Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()}
 	if g.proxy, err = proxy.New(opts); err != nil {
 		t.Fatal(err)
 	}

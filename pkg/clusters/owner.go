@@ -1,0 +1,346 @@
+// Package clusters keeps what the gateway holds for each cluster in one
+// record, owned by one Owner, the only follower of the gateway store besides
+// the inventory sync. A gateway's creation, change or deletion is one step
+// under its record's lock: the record takes the gateway's new version and its
+// pool target, and the pool, the prober and the credential providers are told
+// in that step. The proxy leases a transport through the record, under the
+// same lock, so no lease is taken for a cluster whose deletion has passed.
+package clusters
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+	"github.com/clustergateway/cluster-gateway/pkg/credentials"
+	"github.com/clustergateway/cluster-gateway/pkg/gateways"
+	"github.com/clustergateway/cluster-gateway/pkg/pool"
+)
+
+// Prober is what a record tells the prober (pkg/health's Prober).
+type Prober interface {
+	// Reset starts the named cluster over, reached through addresses
+	// addresses, and probes it at once.
+	Reset(name string, addresses int)
+	// Remove forgets the named cluster.
+	Remove(name string)
+	// ProbeNow probes the named cluster soon.
+	ProbeNow(name string)
+}
+
+// Tunnel is the konnectivity client: dials through the proxy-server, with an
+// ID that changes when its credentials rotate.
+type Tunnel interface {
+	pool.Dialer
+	ID() string
+}
+
+// Config is what the Owner follows and tells.
+type Config struct {
+	// Store holds the gateways; the Owner follows it. Required.
+	Store *gateways.Store
+	// Pool holds the clusters' transports. Required.
+	Pool *pool.Pool
+	// Prober probes the clusters; nil: none.
+	Prober Prober
+	// Providers run gateways' credential providers; nil: none.
+	Providers *credentials.Providers
+	// Tunnel dials Konnectivity endpoints; nil when no proxy-server is configured.
+	Tunnel Tunnel
+}
+
+// Owner holds one record per cluster, in one map.
+type Owner struct {
+	cfg Config
+
+	mu        sync.RWMutex
+	records   map[string]*record
+	followers []func(old, new *gateways.Gateway)
+}
+
+// record is one cluster's state. Its lock serializes the steps that change
+// it (write lock) against the leases taken through it (read lock).
+type record struct {
+	mu   sync.RWMutex
+	gw   *gateways.Gateway // the current version
+	gone bool              // its deletion step has passed
+	// target is the pool key of gw, built once per version (and again when
+	// the tunnel's ID changes); targetErr why gw has none.
+	target    atomic.Pointer[pool.Target]
+	targetErr error
+}
+
+// New returns the Owner, following cfg.Store from here on: call it before
+// the store runs.
+func New(cfg Config) (*Owner, error) {
+	if cfg.Store == nil || cfg.Pool == nil {
+		return nil, fmt.Errorf("clusters: Config.Store and Config.Pool are required")
+	}
+	o := &Owner{cfg: cfg, records: map[string]*record{}}
+	if err := cfg.Store.OnChange(o.changed); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// OnChange calls fn for every gateway added (old nil), changed or deleted
+// (new nil), as part of that cluster's step, after the record was updated.
+// fn must not block. Register before the store runs.
+func (o *Owner) OnChange(fn func(old, new *gateways.Gateway)) {
+	o.mu.Lock()
+	o.followers = append(o.followers, fn)
+	o.mu.Unlock()
+}
+
+// Len is how many clusters have a record.
+func (o *Owner) Len() int {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	return len(o.records)
+}
+
+// changed is the store's event for one gateway: one step of its record.
+func (o *Owner) changed(old, new *gateways.Gateway) {
+	if new == nil {
+		o.deleted(old)
+		return
+	}
+	o.sync(new.Name())
+}
+
+// sync is the step of a created or changed gateway: its record takes the
+// gateway as the store has it now (events from credential sources and
+// providers may come late or out of order; the store's version is the
+// latest), and the pool, the prober and the followers are told what
+// changed since the record's last step. It makes the record when there is
+// none, and tells whether there is one after it.
+func (o *Owner) sync(name string) bool {
+	g, err := o.cfg.Store.Get(name)
+	if err != nil {
+		return false // gone: its deletion step comes, or has come
+	}
+	o.mu.Lock()
+	rec, ok := o.records[name]
+	if !ok {
+		// Locked before anyone can find it: a lease never sees a record
+		// without its gateway.
+		rec = &record{}
+		rec.mu.Lock()
+		o.records[name] = rec
+	}
+	followers := o.followers
+	o.mu.Unlock()
+	if ok {
+		rec.mu.Lock()
+	}
+	defer rec.mu.Unlock()
+	if rec.gone {
+		return false // deleted since: a creation makes a new record
+	}
+	prev := rec.gw
+	if prev == g {
+		return true
+	}
+	rec.gw = g
+	t, err := o.buildTarget(g)
+	rec.target.Store(t)
+	rec.targetErr = err
+	pl := o.cfg.Pool
+	switch {
+	case prev == nil:
+	case !g.Ready && prev.Ready:
+		pl.Remove(name, pool.ReasonUnusable)
+	case !gateways.SameTransport(prev, g):
+		pl.Remove(name, pool.ReasonRotated)
+	}
+	if pr := o.cfg.Prober; pr != nil {
+		switch {
+		case prev == nil, prev.Ready != g.Ready, !gateways.SameTransport(prev, g):
+			pr.Reset(name, 1+len(g.Conn.Endpoint.AdditionalAddresses)) // reached differently: what was known no longer holds
+		case prev.Conn.Token != g.Conn.Token:
+			pr.ProbeNow(name) // a new token may fix what the old one could not
+		}
+	}
+	for _, fn := range followers {
+		fn(prev, g)
+	}
+	// Deleted between the Get above and now, its deletion step may have
+	// found no record: this step ends it.
+	if _, err := o.cfg.Store.Get(name); apierrors.IsNotFound(err) {
+		o.mu.Lock()
+		if o.records[name] == rec {
+			delete(o.records, name)
+		}
+		o.mu.Unlock()
+		o.endLocked(name, rec, followers)
+		return false
+	}
+	return true
+}
+
+// deleted is the deletion step: the record is gone before its lock is
+// released, and no lease is taken through it after.
+func (o *Owner) deleted(old *gateways.Gateway) {
+	name := old.Name()
+	o.mu.Lock()
+	rec, ok := o.records[name]
+	delete(o.records, name)
+	followers := o.followers
+	o.mu.Unlock()
+	if !ok {
+		return
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if !rec.gone {
+		o.endLocked(name, rec, followers)
+	}
+}
+
+// endLocked ends rec, which is out of the map: the pool, the prober, the
+// providers and the followers let the cluster go.
+func (o *Owner) endLocked(name string, rec *record, followers []func(old, new *gateways.Gateway)) {
+	rec.gone = true
+	o.cfg.Pool.Remove(name, pool.ReasonDeleted)
+	if pr := o.cfg.Prober; pr != nil {
+		pr.Remove(name)
+	}
+	if p := o.cfg.Providers; p != nil {
+		p.Release(name)
+	}
+	for _, fn := range followers {
+		fn(rec.gw, nil)
+	}
+}
+
+// Get returns the named gateway as it is now, or a NotFound error.
+func (o *Owner) Get(name string) (*gateways.Gateway, error) { return o.cfg.Store.Get(name) }
+
+// GetForRequest is Get for a proxied request: a gateway whose credential
+// comes from a provider has it from the provider now (see
+// gateways.Store.GetForRequest).
+func (o *Owner) GetForRequest(ctx context.Context, name string) (*gateways.Gateway, error) {
+	return o.cfg.Store.GetForRequest(ctx, name)
+}
+
+// Unauthorized tells a Provider gateway's provider that its cluster refused
+// token (see gateways.Store.Unauthorized).
+func (o *Owner) Unauthorized(ctx context.Context, g *gateways.Gateway, token string) {
+	o.cfg.Store.Unauthorized(ctx, g, token)
+}
+
+// Lease leases into l the pooled transport of the cluster of gw, a version
+// of the gateway a request read. It returns the gateway the lease is for:
+// gw, or the record's current version when that reaches the cluster
+// differently or is no longer usable. A gateway deleted since is NotFound,
+// as the store answers, and leaves nothing in the pool.
+func (o *Owner) Lease(l *pool.Lease, gw *gateways.Gateway) (*gateways.Gateway, error) {
+	name := gw.Name()
+	// A deleted record may have been replaced by a new gateway of the same
+	// name meanwhile, or a record made: look once more.
+	for range 3 {
+		o.mu.RLock()
+		rec, ok := o.records[name]
+		o.mu.RUnlock()
+		// The store's handlers run behind its cache: a request may come
+		// before the gateway's creation step. It takes that step now.
+		if !ok && !o.sync(name) {
+			break
+		}
+		if !ok {
+			continue
+		}
+		rec.mu.RLock()
+		if rec.gone {
+			rec.mu.RUnlock()
+			continue
+		}
+		cur, err := o.leaseLocked(rec, l, gw)
+		rec.mu.RUnlock()
+		return cur, err
+	}
+	return nil, apierrors.NewNotFound(gateways.Resource, name)
+}
+
+// leaseLocked is Lease under rec's read lock.
+func (o *Owner) leaseLocked(rec *record, l *pool.Lease, gw *gateways.Gateway) (*gateways.Gateway, error) {
+	cur := rec.gw
+	if cur != gw && (cur.Ready != gw.Ready || !gateways.SameTransport(cur, gw)) {
+		gw = cur // changed on the request's way: it goes as the gateway is now
+	}
+	if !gw.Ready {
+		return gw, apierrors.NewServiceUnavailable(fmt.Sprintf("ClusterGateway %q cannot be used: %s", gw.Name(), gw.Problem))
+	}
+	if rec.targetErr != nil {
+		return gw, rec.targetErr
+	}
+	return gw, o.cfg.Pool.AcquireInto(l, o.currentTarget(rec))
+}
+
+// currentTarget is rec's target with the tunnel's ID as it is now: a new
+// ID (its credentials rotated) makes a new target, once.
+func (o *Owner) currentTarget(rec *record) *pool.Target {
+	t := rec.target.Load()
+	if t.Tunnel == nil {
+		return t
+	}
+	if id := o.cfg.Tunnel.ID(); id != t.TunnelID {
+		n := *t
+		n.TunnelID = id
+		rec.target.CompareAndSwap(t, &n)
+		return &n
+	}
+	return t
+}
+
+// Target is the pool key of gw (the probe's and the address reports'): the
+// record's own when gw is its current version, else one built for gw.
+func (o *Owner) Target(gw *gateways.Gateway) (*pool.Target, error) {
+	o.mu.RLock()
+	rec, ok := o.records[gw.Name()]
+	o.mu.RUnlock()
+	if ok {
+		rec.mu.RLock()
+		defer rec.mu.RUnlock()
+		if rec.gw == gw && !rec.gone {
+			if rec.targetErr != nil {
+				return nil, rec.targetErr
+			}
+			return o.currentTarget(rec), nil
+		}
+	}
+	return o.buildTarget(gw)
+}
+
+// buildTarget is the pool key of gw: what shapes its transport. A gateway
+// that is not Ready has none (its requests are refused before a lease).
+func (o *Owner) buildTarget(gw *gateways.Gateway) (*pool.Target, error) {
+	if !gw.Ready {
+		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("ClusterGateway %q cannot be used: %s", gw.Name(), gw.Problem))
+	}
+	ep := gw.Conn.Endpoint
+	t := &pool.Target{
+		Cluster:    gw.Name(),
+		Address:    gw.Address,
+		Additional: gw.AdditionalAddresses,
+		CAData:     ep.CABundle,
+		ServerName: ep.ServerName,
+		Insecure:   ep.InsecureSkipTLSVerify,
+		ProxyURL:   gw.ProxyURL,
+		CertData:   gw.Conn.Cert,
+		KeyData:    gw.Conn.Key,
+	}
+	if ep.Type == v1alpha1.EndpointKonnectivity {
+		if o.cfg.Tunnel == nil {
+			return nil, apierrors.NewServiceUnavailable(fmt.Sprintf(
+				"ClusterGateway %q is reached through konnectivity, but this gateway has no proxy-server configured: start it with --konnectivity-server-address", gw.Name()))
+		}
+		t.Tunnel = o.cfg.Tunnel
+		t.TunnelID = o.cfg.Tunnel.ID()
+	}
+	return t, nil
+}
