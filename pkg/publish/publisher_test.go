@@ -23,9 +23,11 @@ import (
 	"k8s.io/component-base/metrics/testutil"
 
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
+	"github.com/clustergateway/cluster-gateway/pkg/clusters"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/health"
 	"github.com/clustergateway/cluster-gateway/pkg/inventory"
+	"github.com/clustergateway/cluster-gateway/pkg/pool"
 )
 
 const (
@@ -59,12 +61,22 @@ func newPubHarness(t *testing.T, caFile string, gws ...string) *pubHarness {
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{inventory.ClusterProfileResource: "ClusterProfileList"})
 	store := gateways.NewStore(client, testGWNamespace)
-	prober, err := health.New(*health.NewOptions(), store, func(context.Context, string) health.Outcome { return health.Outcome{} })
+	prober, err := health.New(*health.NewOptions(), func(context.Context, string) health.Outcome { return health.Outcome{} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As pkg/apiserver wires it: the publisher follows the clusters' records.
+	pl, err := pool.New(*pool.NewOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pl.Close)
+	owner, err := clusters.New(clusters.Config{Store: store, Pool: pl, Prober: prober})
 	if err != nil {
 		t.Fatal(err)
 	}
 	opts := Options{Enabled: true, Namespace: testFleet, ProviderName: DefaultProviderName, HubServer: "https://hub.example.com:6443", HubCAFile: caFile}
-	p, err := New(Config{Options: opts, Store: store, Prober: prober, Client: client, Dynamic: dyn})
+	p, err := New(Config{Options: opts, Store: store, Clusters: owner, Prober: prober, Client: client, Dynamic: dyn})
 	if err != nil {
 		t.Fatal(err)
 	}
