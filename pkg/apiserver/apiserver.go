@@ -279,7 +279,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	proxyREST := clustergateway.NewProxyREST(px)
 	c.route.Serve(px, proxyREST.ConnectMethods()) // the route serves what the REST would
-	sets, err := fanout.New(fanout.Options{Gateways: s.Store, Authorizer: popts.Authorizer, Serve: px.Serve, Config: c.Extra.Fanout})
+	sets, err := fanout.New(fanout.Options{Gateways: fanout.StoreGateways(s.Store), Authorizer: popts.Authorizer, Serve: px.Serve, Config: c.Extra.Fanout})
 	if err != nil {
 		s.stop()
 		return nil, err

@@ -45,10 +45,30 @@ const DefaultPageSize = 500
 // ServeFunc serves one proxied request for one cluster: proxy.Proxy.Serve.
 type ServeFunc func(w http.ResponseWriter, req *http.Request, cluster, subpath string)
 
-// Gateways is where the set's clusters are looked up (the gateway store).
+// Gateways is where the set's clusters are looked up (StoreGateways).
 type Gateways interface {
-	Get(name string) (*gateways.Gateway, error)
-	List(selector labels.Selector) ([]*gateways.Gateway, string, error)
+	// Names are the ClusterGateways whose labels match.
+	Names(selector labels.Selector) ([]string, error)
+	Exists(name string) bool
+}
+
+// StoreGateways are the gateway store's ClusterGateways.
+func StoreGateways(s *gateways.Store) Gateways { return storeGateways{s} }
+
+type storeGateways struct{ s *gateways.Store }
+
+func (g storeGateways) Names(selector labels.Selector) ([]string, error) {
+	gws, _, err := g.s.List(selector)
+	names := make([]string, 0, len(gws))
+	for _, gw := range gws {
+		names = append(names, gw.Name())
+	}
+	return names, err
+}
+
+func (g storeGateways) Exists(name string) bool {
+	_, err := g.s.Get(name)
+	return err == nil
 }
 
 // Options configure the fan-out.
@@ -201,17 +221,14 @@ func methodNotAllowed(verb string) error {
 func (f *FanOut) allowed(ctx context.Context, u user.Info, sel Selection) ([]string, error) {
 	var names []string
 	if sel.Selector != nil {
-		gws, _, err := f.opts.Gateways.List(sel.Selector)
-		if err != nil {
+		var err error
+		if names, err = f.opts.Gateways.Names(sel.Selector); err != nil {
 			return nil, apierrors.NewInternalError(err)
-		}
-		for _, g := range gws {
-			names = append(names, g.Name())
 		}
 		slices.Sort(names)
 	} else {
 		for _, n := range sel.Names {
-			if _, err := f.opts.Gateways.Get(n); err == nil {
+			if f.opts.Gateways.Exists(n) {
 				names = append(names, n)
 			}
 		}
