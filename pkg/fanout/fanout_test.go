@@ -21,6 +21,8 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
+
+	"github.com/clustergateway/cluster-gateway/pkg/multicluster"
 )
 
 // The clusters here stand in for proxy.Serve (the single-cluster path, which
@@ -344,8 +346,8 @@ func TestSelections(t *testing.T) {
 		if err != nil || s.Selector.String() != want {
 			t.Errorf("%q: %v %v, want selector %q", in, s.Selector, err, want)
 		}
-		if LabelsName(want) != in {
-			t.Errorf("LabelsName(%q) = %q, want %q", want, LabelsName(want), in)
+		if multicluster.LabelsSet(want) != in {
+			t.Errorf("LabelsSet(%q) = %q, want %q", want, multicluster.LabelsSet(want), in)
 		}
 	}
 	if s, err := ParseSelection("names:b,a,b"); err != nil || !slices.Equal(s.Names, []string{"a", "b"}) {

@@ -8,17 +8,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/clustergateway/cluster-gateway/pkg/multicluster"
 )
 
-// The two forms of a selection, the name of a clustersets object: one path
-// segment, so that hub RBAC can grant it by resourceNames.
+// The two forms of a set's name (multicluster.LabelsSet, NamesSet).
 const (
-	// LabelsPrefix starts a label selector on ClusterGateways. A path
-	// segment cannot hold '/', so a prefixed label key is written with '~'
-	// for its '/' ('~' is valid in no label key or value).
-	LabelsPrefix = "labels:"
-	// NamesPrefix starts a comma-separated list of ClusterGateway names.
-	NamesPrefix = "names:"
+	LabelsPrefix = multicluster.SetLabelsPrefix
+	NamesPrefix  = multicluster.SetNamesPrefix
 )
 
 // Selection is which ClusterGateways a set holds.
@@ -50,14 +47,4 @@ func ParseSelection(s string) (Selection, error) {
 	}
 	return Selection{}, apierrors.NewBadRequest(fmt.Sprintf(
 		"clustersets/%s: a set is named %q followed by a label selector on ClusterGateways (a key's '/' written as '~'), or %q followed by comma-separated ClusterGateway names", s, LabelsPrefix, NamesPrefix))
-}
-
-// LabelsName is the set name of a label selector.
-func LabelsName(selector string) string {
-	return LabelsPrefix + strings.ReplaceAll(selector, "/", "~")
-}
-
-// NamesName is the set name of a list of ClusterGateway names.
-func NamesName(names []string) string {
-	return NamesPrefix + strings.Join(names, ",")
 }
