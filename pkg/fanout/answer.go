@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apiserver/pkg/audit"
 )
 
@@ -89,9 +91,21 @@ func (f *FanOut) open(ctx context.Context, req *http.Request, cluster, subpath, 
 	a := &answer{body: pr, done: make(chan struct{}), stop: cancel}
 	go func() {
 		defer close(a.done)
+		defer func() {
+			// The reverse proxy aborts with http.ErrAbortHandler when its
+			// writes fail (the fan-out stopped reading); the server's own
+			// recovery is not around this goroutine, so it is here. Any
+			// other panic ends this cluster's answer, not the gateway.
+			if r := recover(); r != nil {
+				if r != http.ErrAbortHandler { //nolint:errorlint // the sentinel itself is what is panicked
+					utilruntime.HandleError(fmt.Errorf("serving cluster %q of a set: panic: %v\n%s", cluster, r, debug.Stack()))
+				}
+				pw.CloseWithError(fmt.Errorf("the cluster's answer was cut"))
+			}
+			w.WriteHeader(0)
+			pw.Close()
+		}()
 		f.opts.Serve(w, inner, cluster, subpath)
-		w.WriteHeader(0)
-		pw.Close()
 	}()
 	<-w.started
 	if timer != nil {

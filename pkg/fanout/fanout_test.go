@@ -49,6 +49,7 @@ type cluster struct {
 	pods     int
 	fail     int           // answer this HTTP code with a Status
 	silent   bool          // never answer (until the request ends)
+	aborts   bool          // panic with http.ErrAbortHandler, as the reverse proxy does when its writes fail
 	events   []string      // watch: event types to send, then keep the stream open
 	gone     bool          // watch: answer 410
 	inFlight *atomic.Int32 // shared: reads in flight
@@ -76,6 +77,9 @@ func (c *cluster) serve(name string, w http.ResponseWriter, req *http.Request) {
 	if c.silent {
 		<-req.Context().Done()
 		return
+	}
+	if c.aborts {
+		panic(http.ErrAbortHandler)
 	}
 	if c.fail != 0 {
 		w.Header().Set("Content-Type", "application/json")
@@ -357,5 +361,19 @@ func TestSelections(t *testing.T) {
 		if _, err := ParseSelection(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+// The reverse proxy panics with http.ErrAbortHandler when a write fails; in
+// the fan-out's goroutine that must end the cluster's answer, not the
+// gateway (the test binary would crash).
+func TestAbortedClusterIsAWarning(t *testing.T) {
+	fx := newFixture(t, Config{}, map[string]*cluster{"a": {pods: 1}, "cut": {aborts: true}})
+	resp, b := fx.get(t, "/sets/labels:/proxy/api/v1/pods", "")
+	if resp.StatusCode != 200 || len(decode(t, b).Items) != 1 {
+		t.Fatalf("status %d: %s; want a's item", resp.StatusCode, b)
+	}
+	if w := strings.Join(resp.Header.Values("Warning"), "\n"); !strings.Contains(w, `\"cut\"`) {
+		t.Errorf("warnings %q: want the cut cluster", w)
 	}
 }

@@ -222,7 +222,10 @@ func (f *FanOut) readPage(ctx context.Context, req *http.Request, cluster, subpa
 	defer a.close()
 	if a.code != http.StatusOK {
 		if a.code == 0 {
-			return result{cluster: cluster, err: timedOut(f.opts.ClusterTimeout)}
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return result{cluster: cluster, err: timedOut(f.opts.ClusterTimeout)}
+			}
+			return result{cluster: cluster, err: "its answer ended before it began"}
 		}
 		msg, _ := a.failure(f.opts.ClusterTimeout)
 		return result{cluster: cluster, err: msg, notFound: get && a.code == http.StatusNotFound}
