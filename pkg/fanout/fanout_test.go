@@ -52,6 +52,7 @@ type cluster struct {
 	aborts   bool          // panic with http.ErrAbortHandler, as the reverse proxy does when its writes fail
 	events   []string      // watch: event types to send, then keep the stream open
 	gone     bool          // watch: answer 410
+	delay    time.Duration // watch: before the events
 	inFlight *atomic.Int32 // shared: reads in flight
 	maxSeen  *atomic.Int32
 	lastRV   atomic.Value // the resourceVersion its last watch was asked from
@@ -97,10 +98,16 @@ func (c *cluster) serve(name string, w http.ResponseWriter, req *http.Request) {
 			return
 		}
 		w.WriteHeader(http.StatusOK)
+		http.NewResponseController(w).Flush()
+		time.Sleep(c.delay)
 		for i, t := range c.events {
 			obj := podJSON(fmt.Sprintf("%s-w%d", name, i))
-			if t == "BOOKMARK" {
+			switch t {
+			case "BOOKMARK":
 				obj = json.RawMessage(fmt.Sprintf(`{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"%d"}}`, 100+i))
+			case "END": // the bookmark that ends the initial events
+				t = "BOOKMARK"
+				obj = json.RawMessage(fmt.Sprintf(`{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"%d","annotations":{"k8s.io/initial-events-end":"true"}}}`, 200+i))
 			}
 			b, _ := json.Marshal(map[string]any{"type": t, "object": obj})
 			_, _ = w.Write(append(b, '\n'))

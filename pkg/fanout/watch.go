@@ -18,7 +18,14 @@ type event struct {
 	Object  json.RawMessage `json:"object"`
 	rv      string
 	end     string // the cluster's stream ended: why (nil event otherwise)
+	// initialEnd is a bookmark that ends the cluster's initial events
+	// (sendInitialEvents, client-go's watch-list).
+	initialEnd bool
 }
+
+// initialEventsEnd is the bookmark annotation that ends a watch's initial
+// events (metav1.InitialEventsAnnotationKey).
+const initialEventsEnd = metav1.InitialEventsAnnotationKey
 
 // watch merges every cluster's watch. Each cluster's watch must begin
 // (within ClusterTimeout) before the answer does, so that each failing
@@ -99,6 +106,7 @@ func (f *FanOut) watch(w http.ResponseWriter, req *http.Request, clusters []stri
 	defer wg.Wait()
 	defer cancel()  // before the wait: the readers end
 	headers := true // a Table watch's column definitions go once, in the first event
+	initialDone := map[string]bool{}
 	for {
 		var ev event
 		select {
@@ -113,6 +121,15 @@ func (f *FanOut) watch(w http.ResponseWriter, req *http.Request, clusters []stri
 			state[ev.cluster] = ev.rv
 		}
 		obj := ev.Object
+		if ev.initialEnd {
+			// The set's initial events end when every cluster's have: one
+			// bookmark then, not one per cluster (a reflector would take
+			// the first as the end of all).
+			initialDone[ev.cluster] = true
+			if len(initialDone) < len(open) {
+				continue
+			}
+		}
 		switch {
 		case ev.Type == "BOOKMARK":
 			obj, err = editMeta(obj, func(meta map[string]json.RawMessage) error {
@@ -153,11 +170,13 @@ func readEvents(ctx context.Context, cluster string, a *answer, events chan<- ev
 		} else {
 			var o struct {
 				Metadata struct {
-					ResourceVersion string `json:"resourceVersion"`
+					ResourceVersion string            `json:"resourceVersion"`
+					Annotations     map[string]string `json:"annotations"`
 				} `json:"metadata"`
 			}
 			if json.Unmarshal(ev.Object, &o) == nil {
 				ev.rv = o.Metadata.ResourceVersion
+				ev.initialEnd = ev.Type == "BOOKMARK" && o.Metadata.Annotations[initialEventsEnd] == "true"
 			}
 		}
 		select {

@@ -81,3 +81,52 @@ func TestWatchEndsWith410WhenOneClusterIsGone(t *testing.T) {
 		t.Errorf("a resourceVersion the set did not give: status %d %s, want 410", resp.StatusCode, b)
 	}
 }
+
+// With sendInitialEvents (client-go's watch-list), each cluster ends its
+// initial events with a bookmark; the set sends one, once every cluster has,
+// so that a reflector does not take the first cluster's as the end of all.
+func TestWatchEndsInitialEventsOnceEveryClusterHas(t *testing.T) {
+	fx := newFixture(t, Config{ClusterTimeout: 5 * time.Second}, map[string]*cluster{
+		// b's events come well after a's end: a set that passed a's on
+		// would end the initial events after one ADDED.
+		"a": {events: []string{"ADDED", "END"}}, "b": {events: []string{"ADDED", "ADDED", "END", "MODIFIED"}, delay: 200 * time.Millisecond},
+	})
+	req, _ := http.NewRequest(http.MethodGet, fx.srv.URL+"/sets/labels:/proxy/api/v1/pods?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	var added, ends int
+	for sc.Scan() {
+		var ev struct {
+			Type   string `json:"type"`
+			Object struct {
+				Metadata metav1.ObjectMeta `json:"metadata"`
+			} `json:"object"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case ev.Type == "ADDED":
+			added++
+		case ev.Type == "BOOKMARK" && ev.Object.Metadata.Annotations[metav1.InitialEventsAnnotationKey] == "true":
+			ends++
+			if added != 3 {
+				t.Errorf("the initial events ended after %d of the 3 ADDED events", added)
+			}
+			rvs, _, err := decodeRV(ev.Object.Metadata.ResourceVersion)
+			if err != nil || rvs["a"] != "201" || rvs["b"] != "202" {
+				t.Errorf("its resourceVersion %q decodes to %v (%v), want each cluster at its own end", ev.Object.Metadata.ResourceVersion, rvs, err)
+			}
+		case ev.Type == "MODIFIED":
+			if ends != 1 {
+				t.Errorf("%d initial-events-end bookmarks before b's change, want 1", ends)
+			}
+			return
+		}
+	}
+	t.Fatalf("stream ended: %v", sc.Err())
+}
