@@ -77,6 +77,10 @@ func (c *cluster) serve(name string, w http.ResponseWriter, req *http.Request) {
 	}
 	if c.silent {
 		<-req.Context().Done()
+		// As proxy.Serve does at an ordinary request's deadline.
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusGatewayTimeout)
+		_ = json.NewEncoder(w).Encode(metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: "Failure", Code: 504, Reason: metav1.StatusReasonTimeout, Message: "request did not complete within the allotted timeout"})
 		return
 	}
 	if c.aborts {

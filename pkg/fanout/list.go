@@ -220,6 +220,11 @@ func (f *FanOut) readPage(ctx context.Context, req *http.Request, cluster, subpa
 	}
 	a := f.open(ctx, req, cluster, subpath, rawQuery, accept, 0)
 	defer a.close()
+	if a.code != http.StatusOK && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// The proxy answers 504 at the deadline (the per-cluster one, here):
+		// say which bound it was.
+		return result{cluster: cluster, err: timedOut(f.opts.ClusterTimeout)}
+	}
 	if a.code != http.StatusOK {
 		if a.code == 0 {
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
