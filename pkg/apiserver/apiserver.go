@@ -34,6 +34,7 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/clusters"
 	"github.com/clustergateway/cluster-gateway/pkg/credentials"
 	"github.com/clustergateway/cluster-gateway/pkg/fairness"
+	"github.com/clustergateway/cluster-gateway/pkg/fanout"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/health"
 	"github.com/clustergateway/cluster-gateway/pkg/inventory"
@@ -79,6 +80,8 @@ type ExtraConfig struct {
 	// ClusterMetrics bounds the opt-in per-cluster series; the zero value
 	// serves none.
 	ClusterMetrics clustermetrics.Config
+	// Fanout bounds the reads of a set of clusters (clustersets/<set>/proxy).
+	Fanout fanout.Config
 	// ShutdownStreamDrain is how long, on shutdown, upgraded streams (exec,
 	// attach, port-forward) may go on after proxied watches were ended.
 	ShutdownStreamDrain time.Duration
@@ -169,7 +172,7 @@ func (c *Config) Complete() (CompletedConfig, error) {
 	if g.ClientConfig == nil {
 		return CompletedConfig{}, errors.New("no hub client configuration: pass --kubeconfig or run in a cluster")
 	}
-	g.LongRunningFunc = proxy.IsLongRunning
+	g.LongRunningFunc = fanout.IsLongRunning(proxy.IsLongRunning, proxy.IsSetProxy)
 	route := new(proxy.Route)
 	stock, stockPath, tracing := c.Extra.StockHandlerChain, c.Extra.StockProxyPath, c.Extra.Tracing || c.Extra.TracingNoExporter
 	if c.Extra.TracingNoExporter {
@@ -293,6 +296,12 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	proxyREST := clustergateway.NewProxyREST(px)
 	c.route.Serve(px, proxyREST.ConnectMethods()) // the route serves what the REST would
+	sets, err := fanout.New(fanout.Options{Gateways: fanout.StoreGateways(s.Store), Authorizer: popts.Authorizer, Serve: px.Serve, Config: c.Extra.Fanout})
+	if err != nil {
+		s.stop()
+		return nil, err
+	}
+	c.route.ServeSets(sets)
 	if err := s.registerMetrics(c.Extra.Metrics, px, c.Extra.ClusterMetrics); err != nil {
 		s.stop()
 		return nil, err

@@ -24,6 +24,27 @@ import (
 // Every other request, and one Route cannot place exactly, goes to next.
 type Route struct {
 	serving atomic.Pointer[routeTo]
+	sets    atomic.Pointer[setsTo]
+}
+
+// SetServer serves the proxy subresource of clustersets (pkg/fanout): the
+// set's name and the subpath, as for one cluster.
+type SetServer interface {
+	Serve(w http.ResponseWriter, req *http.Request, set, subpath string)
+}
+
+type setsTo struct{ s SetServer }
+
+// ServeSets makes the route serve the proxy subresource of clustersets with
+// s; until then it goes to next (which does not serve it: 404).
+func (rt *Route) ServeSets(s SetServer) { rt.sets.Store(&setsTo{s}) }
+
+// IsSetProxy tells whether the hub-side request is for the proxy
+// subresource of a set of clusters (clustersets/<selection>/proxy/...).
+func IsSetProxy(ri *apirequest.RequestInfo) bool {
+	return ri != nil && ri.IsResourceRequest && ri.APIGroup == v1alpha1.GroupName && ri.Resource == "clustersets" &&
+		ri.Subresource == "proxy" && len(ri.Parts) >= 3 && ri.APIVersion == v1alpha1.SchemeGroupVersion.Version &&
+		ri.Namespace == "" && ri.Name != "" && ri.Parts[1] == ri.Name
 }
 
 // routeTo is what a Route serves with.
@@ -53,8 +74,19 @@ func (rt *Route) Handler(next http.Handler) http.Handler {
 				rt.serving.Load().proxy.Serve(w, req, ri.Name, connectSubpath(ri))
 			})
 		})
+	sets := metrics.InstrumentHandlerFunc("CONNECT", v1alpha1.GroupName, v1alpha1.SchemeGroupVersion.Version, "clustersets", "proxy",
+		"resource", metrics.APIServerComponent, false, "", func(w http.ResponseWriter, req *http.Request) {
+			ri, _ := apirequest.RequestInfoFrom(req.Context())
+			metrics.RecordLongRunning(req, ri, metrics.APIServerComponent, func() {
+				rt.sets.Load().s.Serve(w, req, ri.Name, connectSubpath(ri))
+			})
+		})
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		ri, ok := apirequest.RequestInfoFrom(req.Context())
+		if ok && rt.sets.Load() != nil && IsSetProxy(ri) {
+			sets(w, req)
+			return
+		}
 		to := rt.serving.Load()
 		if !ok || to == nil || !to.routed(req, ri) {
 			next.ServeHTTP(w, req)

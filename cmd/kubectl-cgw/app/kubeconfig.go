@@ -13,6 +13,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -27,12 +28,14 @@ type kubeconfigOptions struct {
 	all       bool
 	output    string
 	overwrite bool
+	selector  string // -l: one context for the set the selector matches
+	set       bool   // --set: one context for the named clusters as a set
 }
 
 func newKubeconfigCommand(h *hub) *cobra.Command {
 	o := &kubeconfigOptions{}
 	cmd := &cobra.Command{
-		Use:   "kubeconfig (NAME... | --all) [-o FILE]",
+		Use:   "kubeconfig (NAME... | --all | -l SELECTOR | --set NAME...) [-o FILE]",
 		Short: "Write a kubeconfig that reaches clusters through the hub",
 		Long: `Write a kubeconfig with one context per cluster, named after the cluster, whose server is
 the hub's proxy URL for it:
@@ -46,6 +49,15 @@ cluster-gateway:proxy, or cluster-gateway:proxy-reader for GET requests only).
 kubectl, helm, k9s and client-go programs use it as any kubeconfig.
 The first cluster's context is the current context.
 
+With -l SELECTOR (a label selector on ClusterGateways) or --set NAME..., it writes one context
+for the set of clusters instead, whose server reads them all as one (list and watch, read-only):
+
+  <hub server>/apis/gateway.clustergateway.io/v1alpha1/clustersets/SET/proxy
+
+where SET is labels:SELECTOR or names:NAME,... (docs/api.md). kubectl get shows a CLUSTER
+column, -o json/yaml marks each item with the annotation gateway.clustergateway.io/cluster,
+and a cluster that fails is a warning. The set holds only the clusters the hub lets you use.
+
 It is printed on stdout, or written to FILE (mode 0600) with -o; an existing FILE is only
 replaced with --overwrite. To merge it into another kubeconfig:
   KUBECONFIG=~/.kube/config:FILE kubectl config view --flatten > merged`,
@@ -56,7 +68,11 @@ replaced with --overwrite. To merge it into another kubeconfig:
   # Every cluster on the hub, one context each
   kubectl cgw kubeconfig --all -o clusters.kubeconfig
   kubectl --kubeconfig clusters.kubeconfig --context prod-us get pods -A
-  helm --kubeconfig clusters.kubeconfig --kube-context prod-us list -A`,
+  helm --kubeconfig clusters.kubeconfig --kube-context prod-us list -A
+
+  # Every prod cluster, read as one
+  kubectl cgw kubeconfig -l env=prod -o prod.kubeconfig
+  kubectl --kubeconfig prod.kubeconfig get pods -A`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.names = args
 			return o.run(cmd.Context(), h)
@@ -65,11 +81,24 @@ replaced with --overwrite. To merge it into another kubeconfig:
 	cmd.Flags().BoolVar(&o.all, "all", false, "Every ClusterGateway on the hub.")
 	cmd.Flags().StringVarP(&o.output, "output-file", "o", "", "Write the kubeconfig to this file instead of stdout.")
 	cmd.Flags().BoolVar(&o.overwrite, "overwrite", false, "Replace --output-file if it exists.")
+	cmd.Flags().StringVarP(&o.selector, "selector", "l", "", "One context for the set of ClusterGateways this label selector matches, read as one (list and watch).")
+	cmd.Flags().BoolVar(&o.set, "set", false, "One context for the named clusters as a set, read as one (list and watch).")
 	return cmd
 }
 
 func (o *kubeconfigOptions) run(ctx context.Context, h *hub) error {
 	switch {
+	case o.selector != "" && (o.all || o.set || len(o.names) > 0):
+		return errors.New("give -l SELECTOR alone: it chooses the set's clusters")
+	case o.set && o.all:
+		return errors.New("give --set with cluster names, or -l SELECTOR for a set by labels")
+	case o.set && len(o.names) == 0:
+		return errors.New("--set needs the names of its clusters (kubectl cgw list shows them)")
+	case o.selector != "":
+		if _, err := labels.Parse(o.selector); err != nil {
+			return fmt.Errorf("-l %q is not a label selector: %w", o.selector, err)
+		}
+		return o.runSet(ctx, h, multicluster.LabelsSet(o.selector))
 	case o.all && len(o.names) > 0:
 		return errors.New("give cluster names or --all, not both")
 	case !o.all && len(o.names) == 0:
@@ -109,6 +138,9 @@ func (o *kubeconfigOptions) run(ctx context.Context, h *hub) error {
 			}
 		}
 	}
+	if o.set {
+		return o.runSet(ctx, h, multicluster.NamesSet(names))
+	}
 	userName, err := h.userName()
 	if err != nil {
 		return err
@@ -119,6 +151,32 @@ func (o *kubeconfigOptions) run(ctx context.Context, h *hub) error {
 	}
 	o.warnWithoutProxyAccess(ctx, h, cfg, names)
 	return nil
+}
+
+// runSet writes one context, named after the set, whose server reads it.
+func (o *kubeconfigOptions) runSet(ctx context.Context, h *hub, set string) error {
+	if o.output != "" && !o.overwrite {
+		if _, err := os.Lstat(o.output); err == nil {
+			return fmt.Errorf("%s exists: pass --overwrite to replace it", o.output)
+		}
+	}
+	_, cfg, err := h.client()
+	if err != nil {
+		return err
+	}
+	userName, err := h.userName()
+	if err != nil {
+		return err
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.AuthInfos[userName] = authInfoFrom(cfg)
+	c := clusterFrom(cfg)
+	c.Server = multicluster.SetConfigFor(cfg, set).Host
+	c.ProxyURL = h.proxyURL()
+	kc.Clusters[set] = c
+	kc.Contexts[set] = &clientcmdapi.Context{Cluster: set, AuthInfo: userName}
+	kc.CurrentContext = set
+	return o.write(h, kc)
 }
 
 func (o *kubeconfigOptions) write(h *hub, kc *clientcmdapi.Config) error {

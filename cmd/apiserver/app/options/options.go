@@ -30,6 +30,7 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/credentials"
 	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
 	"github.com/clustergateway/cluster-gateway/pkg/fairness"
+	"github.com/clustergateway/cluster-gateway/pkg/fanout"
 	"github.com/clustergateway/cluster-gateway/pkg/health"
 	"github.com/clustergateway/cluster-gateway/pkg/inventory"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
@@ -68,6 +69,7 @@ type Options struct {
 	// ClusterMetrics are the opt-in per-cluster series (clustermetrics.go).
 	ClusterMetrics clustermetrics.Config
 	Publish        *publish.Options
+	Fanout         fanout.Config
 }
 
 // NewOptions returns the defaults.
@@ -97,6 +99,7 @@ func NewOptions() *Options {
 		Fairness:                          fairness.NewOptions(),
 		Inventory:                         inventory.NewOptions(),
 		Publish:                           publish.NewOptions(),
+		Fanout:                            fanout.NewConfig(),
 	}
 }
 
@@ -130,6 +133,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	addInventoryFlags(o.Inventory, fss.FlagSet("inventory sync"))
 	o.addClusterMetricsFlags(fss.FlagSet("metrics"))
 	addPublishFlags(o.Publish, fss.FlagSet("clusterprofile publisher"))
+	addFanoutFlags(&o.Fanout, fss.FlagSet("sets of clusters"))
 	return fss
 }
 
@@ -219,6 +223,7 @@ func (o *Options) Validate() error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, o.Publish.Validate()...)
+	errs = append(errs, o.Fanout.Validate()...)
 	if o.Publish.Enabled && !o.Inventory.Enabled() { // the publisher holds the sync's Lease
 		errs = append(errs, o.Inventory.ValidateLease()...)
 	}
@@ -272,6 +277,7 @@ func (o *Options) ServerConfig() (*apiserver.Config, error) {
 		Inventory:             *o.Inventory,
 		ClusterMetrics:        o.ClusterMetrics,
 		Publish:               *o.Publish,
+		Fanout:                o.Fanout,
 		ShutdownStreamDrain:   o.ShutdownStreamDrain,
 		Tracing:               o.Recommended.Traces != nil && o.Recommended.Traces.ConfigFile != "",
 		StockHandlerChain:     o.StockHandlerChain,

@@ -1,0 +1,14 @@
+package options
+
+import (
+	"github.com/spf13/pflag"
+
+	"github.com/clustergateway/cluster-gateway/pkg/fanout"
+)
+
+// addFanoutFlags adds the flags of reads across a set of clusters
+// (clustersets/<set>/proxy, pkg/fanout).
+func addFanoutFlags(c *fanout.Config, fs *pflag.FlagSet) {
+	fs.IntVar(&c.MaxClusters, "fanout-max-clusters", c.MaxClusters, "Most clusters one list through a set of clusters (clustersets/<set>/proxy) reads at once; the others wait for one of them to finish a page (0: every cluster of the set at once). A watch holds every cluster's stream.")
+	fs.DurationVar(&c.ClusterTimeout, "fanout-cluster-timeout", c.ClusterTimeout, "Longest one cluster may take to answer one page of a list through a set, or to begin its watch; a cluster that takes longer becomes a warning and the other clusters' answer still arrives (0: only the request's own timeout).")
+}

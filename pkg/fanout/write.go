@@ -1,0 +1,201 @@
+package fanout
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+func schemaGR(group, resource string) schema.GroupResource {
+	return schema.GroupResource{Group: group, Resource: resource}
+}
+
+// clusterColumn is the column a set's Table starts with.
+var clusterColumn = metav1.TableColumnDefinition{Name: "Cluster", Type: "string",
+	Description: "The ClusterGateway the row was read through (annotation " + ClusterAnnotation + ")."}
+
+// listWriter writes one List or Table as its pages come: the items first,
+// the column definitions and metadata (the set's resourceVersion) last,
+// which JSON allows and which lets rows go out before every cluster is read.
+type listWriter struct {
+	w     http.ResponseWriter
+	table bool
+	kind  string
+	apiV  string
+	rvs   map[string]string
+	n     int // items written
+	cols  []metav1.TableColumnDefinition
+	err   error
+}
+
+// kindFrom takes the list's kind from the first list page.
+func (l *listWriter) kindFrom(p *page) {
+	if l.kind != "" || l.table || !p.isList() {
+		return
+	}
+	l.kind, l.apiV = p.Kind, p.APIVersion
+}
+
+func (l *listWriter) write(b []byte) {
+	if l.err == nil {
+		_, l.err = l.w.Write(b)
+	}
+}
+
+func (l *listWriter) begin() {
+	l.w.Header().Set("Content-Type", "application/json")
+	l.w.WriteHeader(http.StatusOK)
+	if l.table {
+		l.write([]byte(`{"kind":"Table","apiVersion":"meta.k8s.io/v1","rows":[`))
+		return
+	}
+	if l.kind == "" {
+		l.kind, l.apiV = "List", "v1"
+	}
+	head, _ := json.Marshal(struct {
+		Kind       string `json:"kind"`
+		APIVersion string `json:"apiVersion"`
+	}{l.kind, l.apiV})
+	l.write(head[:len(head)-1])
+	l.write([]byte(`,"items":[`))
+}
+
+func (l *listWriter) item(b []byte) {
+	if l.n > 0 {
+		l.write([]byte{','})
+	}
+	l.n++
+	l.write(b)
+}
+
+func (l *listWriter) page(cluster string, p *page) {
+	if l.table {
+		l.rows(cluster, p)
+		return
+	}
+	if p.whole != nil {
+		if b, err := annotate(p.whole, cluster); err == nil {
+			l.item(b)
+		}
+		return
+	}
+	for _, it := range p.Items {
+		if b, err := annotate(it, cluster); err == nil {
+			l.item(b)
+		}
+	}
+}
+
+// rows writes a Table page's rows with the cluster first. The first page
+// written defines the columns; a cluster whose columns differ (another
+// version) has its cells placed by column name.
+func (l *listWriter) rows(cluster string, p *page) {
+	if l.cols == nil {
+		l.cols = append([]metav1.TableColumnDefinition{clusterColumn}, p.ColumnDefinitions...)
+	}
+	place := columnPlaces(l.cols[1:], p.ColumnDefinitions)
+	name, _ := json.Marshal(cluster)
+	for _, r := range p.Rows {
+		cells := make([]json.RawMessage, len(l.cols))
+		cells[0] = name
+		for i := range cells[1:] {
+			cells[i+1] = json.RawMessage(`""`)
+		}
+		for i, c := range r.Cells {
+			if i < len(place) && place[i] >= 0 {
+				cells[place[i]+1] = c
+			}
+		}
+		r.Cells = cells
+		if len(r.Object) > 0 && string(r.Object) != "null" {
+			if b, err := annotate(r.Object, cluster); err == nil {
+				r.Object = b
+			}
+		}
+		b, err := json.Marshal(r)
+		if err == nil {
+			l.item(b)
+		}
+	}
+}
+
+// columnPlaces maps each of a page's columns to its place among cols (-1:
+// none).
+func columnPlaces(cols, page []metav1.TableColumnDefinition) []int {
+	out := make([]int, len(page))
+	for i, c := range page {
+		out[i] = slices.IndexFunc(cols, func(d metav1.TableColumnDefinition) bool { return d.Name == c.Name })
+	}
+	return out
+}
+
+func (l *listWriter) flush() {
+	if l.err == nil {
+		_ = http.NewResponseController(l.w).Flush()
+	}
+}
+
+func (l *listWriter) end() {
+	l.write([]byte{']'})
+	if l.table {
+		cols := l.cols
+		if cols == nil {
+			cols = []metav1.TableColumnDefinition{clusterColumn}
+		}
+		b, _ := json.Marshal(cols)
+		l.write([]byte(`,"columnDefinitions":`))
+		l.write(b)
+	}
+	meta, _ := json.Marshal(metav1.ListMeta{ResourceVersion: encodeRV(l.rvs)})
+	l.write([]byte(`,"metadata":`))
+	l.write(meta)
+	l.write([]byte("}\n"))
+}
+
+// annotate returns obj with the cluster annotation set.
+func annotate(obj json.RawMessage, cluster string) ([]byte, error) {
+	return editMeta(obj, func(meta map[string]json.RawMessage) error {
+		var ann map[string]string
+		if a, ok := meta["annotations"]; ok {
+			if err := json.Unmarshal(a, &ann); err != nil {
+				return err
+			}
+		}
+		if ann == nil {
+			ann = map[string]string{}
+		}
+		ann[ClusterAnnotation] = cluster
+		b, err := json.Marshal(ann)
+		meta["annotations"] = b
+		return err
+	})
+}
+
+// editMeta changes obj's metadata with edit.
+func editMeta(obj json.RawMessage, edit func(map[string]json.RawMessage) error) ([]byte, error) {
+	var o map[string]json.RawMessage
+	if err := json.Unmarshal(obj, &o); err != nil {
+		return nil, err
+	}
+	var meta map[string]json.RawMessage
+	if m, ok := o["metadata"]; ok {
+		if err := json.Unmarshal(m, &meta); err != nil {
+			return nil, err
+		}
+	}
+	if meta == nil {
+		meta = map[string]json.RawMessage{}
+	}
+	if err := edit(meta); err != nil {
+		return nil, err
+	}
+	m, err := json.Marshal(meta)
+	if err != nil {
+		return nil, err
+	}
+	o["metadata"] = m
+	return json.Marshal(o)
+}
