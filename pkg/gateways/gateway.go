@@ -34,8 +34,9 @@ type Gateway struct {
 	AdditionalAddresses []*url.URL
 	ProxyURL            *url.URL
 	// Conn is the endpoint and credential as the gateway sends them: the
-	// spec's, completed from the credential's source.
-	Conn Conn
+	// spec's, completed from the credential's source. It points into res,
+	// which keeps them once (a second copy was 192 bytes per gateway).
+	Conn *Conn
 
 	stored
 	res resolution
@@ -101,7 +102,8 @@ type Conn struct {
 func withStatus(st stored, obj *v1alpha1.ClusterGateway, res resolution, now time.Time) *Gateway {
 	var v validity
 	obj.Status, v = computeStatus(obj, st.problems, st.written, res, now)
-	g := &Gateway{Object: obj, Conn: res.conn, stored: st, res: res, validity: v, phase: v.phase(now)}
+	g := &Gateway{Object: obj, stored: st, res: res, validity: v, phase: v.phase(now)}
+	g.Conn = &g.res.conn
 	for _, cond := range obj.Status.Conditions {
 		if cond.Type == v1alpha1.ConditionReady {
 			g.Ready = cond.Status == metav1.ConditionTrue
