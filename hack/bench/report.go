@@ -22,6 +22,7 @@ type report struct {
 	Scan       *scanResult
 	Streams    *streamsResult
 	Watches    *watchesResult
+	Fanout     *fanoutResult
 	EnvStartup time.Duration
 	Capacity   int
 	Total      time.Duration
@@ -46,14 +47,17 @@ var reportTemplate = template.Must(template.New("performance.md").Funcs(template
 		}
 		return a / b
 	},
-	"round":         func(d time.Duration, unit string) time.Duration { u, _ := time.ParseDuration(unit); return d.Round(u) },
-	"args":          func() string { return strings.Join(os.Args[1:], " ") },
-	"cpu":           cpuStr,
-	"allocPath":     allocPath,
-	"requestPath":   func() string { return requestPath },
-	"benchUser":     func() string { return benchUser },
-	"settleSamples": func() int { return settleSamples },
-	"sub":           func(a, b float64) float64 { return a - b },
+	"round":             func(d time.Duration, unit string) time.Duration { u, _ := time.ParseDuration(unit); return d.Round(u) },
+	"args":              func() string { return strings.Join(os.Args[1:], " ") },
+	"cpu":               cpuStr,
+	"allocPath":         allocPath,
+	"requestPath":       func() string { return requestPath },
+	"benchUser":         func() string { return benchUser },
+	"settleSamples":     func() int { return settleSamples },
+	"sub":               func(a, b float64) float64 { return a - b },
+	"fanoutClients":     func() int { return fanoutClients },
+	"fanoutSmallPage":   func() int { return fanoutSmallPage },
+	"fanoutSampleEvery": func() time.Duration { return fanoutSampleEvery },
 }).Parse(reportText))
 
 // markdown is the report as docs/performance.md.
