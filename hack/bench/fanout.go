@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -22,18 +24,31 @@ import (
 // (clustersets/<set>/proxy, pkg/fanout), against the same lists one
 // cluster at a time through the gateway.
 const (
-	fanoutClusters      = 100
-	fanoutObjects       = 2000 // ConfigMaps per cluster
-	fanoutObjectBytes   = 1024 // each ConfigMap's data
-	fanoutNamespace     = "bench-fanout"
-	fanoutLabel         = "cluster-gateway-bench-fanout"
-	fanoutPage          = 500 // pkg/fanout's DefaultPageSize: the list without a limit
-	fanoutSmallPage     = 100 // a second list with limit=100: does the peak follow the page?
-	fanoutClients       = 16
-	fanoutSampleEvery   = 100 * time.Millisecond
-	fanoutCompleteGoal  = 1.2 // complete list ≤ 1.2× the slowest single cluster's
-	fanoutFirstRowGoal  = 1.1 // first row ≤ 1.1× the fastest single cluster's list
-	fanoutHeapPageBound = 2.0 // peak heap growth ≤ 2× clusters × page bytes (GOGC=100 lets the heap reach twice the live heap)
+	fanoutClusters    = 100
+	fanoutObjects     = 2000 // ConfigMaps per cluster
+	fanoutObjectBytes = 1024 // each ConfigMap's data
+	fanoutNamespace   = "bench-fanout"
+	fanoutLabel       = "cluster-gateway-bench-fanout"
+	fanoutPage        = 500 // pkg/fanout's DefaultPageSize: the list without a limit
+	// fanoutOtherPage is a second list's limit: does the peak follow the
+	// page? (Larger, not smaller: with limit=100 the list outlasted the
+	// one-minute request timeout on 2 shared CPUs.)
+	fanoutOtherPage = 1000
+	// fanoutProfile is the gateway's CPU profile during the first list
+	// through the set, for its first fanoutProfileFor.
+	fanoutProfile    = "gateway-cpu-fanout.pprof"
+	fanoutProfileFor = 20 * time.Second
+	fanoutClients    = 16
+	// fanoutApiservers are the Direct managed kube-apiservers benchSecret
+	// spreads gateways over (managed-1 and managed-2).
+	fanoutApiservers = 2
+	// pkg/fanout's default --fanout-max-clusters (fanout.NewConfig; hack
+	// does not import pkg/fanout, whose dependencies it would pull in).
+	fanoutDefaultMaxClusters = 16
+	fanoutSampleEvery        = 100 * time.Millisecond
+	fanoutCompleteGoal       = 1.2 // complete list ≤ 1.2× the slowest single cluster's
+	fanoutFirstRowGoal       = 1.1 // first row ≤ 1.1× the fastest single cluster's list
+	fanoutHeapPageBound      = 2.0 // peak heap growth ≤ 2× clusters × page bytes (GOGC=100 lets the heap reach twice the live heap)
 	// fanoutAnnotation is the cluster annotation on every item of a set's
 	// answer (docs/api.md): its first occurrence is the first row.
 	fanoutAnnotation = "gateway.clustergateway.io/cluster"
@@ -65,7 +80,8 @@ type fanoutResult struct {
 	Singles     []time.Duration
 	SingleBytes float64 // the answer of one single list (they are all alike)
 	Loop16      time.Duration
-	Lists       []fanoutList // the default page first, then the small one
+	Lists       []fanoutList // the default page first, then fanoutOtherPage
+	Profile     *pathProfile // the gateway's CPU during the first list
 	SetupTime   time.Duration
 }
 
@@ -74,12 +90,12 @@ type fanoutResult struct {
 // fanoutObjectBytes once in one namespace on each kube-apiserver (every
 // gateway of a kube-apiserver lists the same objects), lists each cluster
 // alone through the gateway, then the whole set at once, twice: with the
-// default page and with limit=fanoutSmallPage.
+// default page and with limit=fanoutOtherPage.
 func runFanout(ctx context.Context, s *session) (err error) {
 	env := s.env
-	res := &fanoutResult{Clusters: fanoutClusters, Objects: fanoutObjects, ObjectBytes: fanoutObjectBytes, Apiservers: len(env.Managed), MaxClusters: 16}
+	res := &fanoutResult{Clusters: fanoutClusters, Objects: fanoutObjects, ObjectBytes: fanoutObjectBytes, Apiservers: fanoutApiservers, MaxClusters: fanoutDefaultMaxClusters}
 	s.rep.Fanout = res
-	logf("fanout: %d ClusterGateways over %d kube-apiservers, %d ConfigMaps of %d bytes each", fanoutClusters, len(env.Managed), fanoutObjects, fanoutObjectBytes)
+	logf("fanout: %d ClusterGateways over %d kube-apiservers, %d ConfigMaps of %d bytes each", fanoutClusters, fanoutApiservers, fanoutObjects, fanoutObjectBytes)
 	start := time.Now()
 	secrets, err := hubSecrets(env)
 	if err != nil {
@@ -91,7 +107,7 @@ func runFanout(ctx context.Context, s *session) (err error) {
 		if err := secrets.DeleteCollection(dctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: fanoutLabel + "=true"}); err != nil {
 			logf("fanout: deleting the bench gateways: %v", err)
 		}
-		for _, c := range env.Managed {
+		for _, c := range env.Managed[:fanoutApiservers] {
 			if cs, err := kubernetes.NewForConfig(c.RESTConfig()); err == nil {
 				_ = cs.CoreV1().Namespaces().Delete(dctx, fanoutNamespace, metav1.DeleteOptions{})
 			}
@@ -111,6 +127,8 @@ func runFanout(ctx context.Context, s *session) (err error) {
 		return err
 	}
 	defer hub.CloseIdleConnections()
+	// The servers' request timeouts (a minute) end a list, not the client.
+	hub.Timeout = 3 * time.Minute
 	if err := waitFanoutListed(ctx, hub, env); err != nil {
 		return err
 	}
@@ -139,12 +157,25 @@ func runFanout(ctx context.Context, s *session) (err error) {
 	res.Loop16 = time.Since(loop)
 
 	set := env.Hub.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustersets/labels:" + fanoutLabel + "=true/proxy/api/v1/namespaces/" + fanoutNamespace + "/configmaps"
-	for _, page := range []int{fanoutPage, fanoutSmallPage} {
+	profile := filepath.Join(s.o.StateDir, fanoutProfile)
+	for _, page := range []int{fanoutPage, fanoutOtherPage} {
 		url := set
 		if page != fanoutPage {
 			url += fmt.Sprintf("?limit=%d", page)
 		}
+		var prof chan error
+		if page == fanoutPage {
+			prof = make(chan error, 1)
+			go func() { prof <- s.gw.cpuProfile(ctx, fanoutProfileFor, profile) }()
+		}
 		l, err := measureFanoutList(ctx, s.gw, hub, url)
+		if prof != nil {
+			if perr := <-prof; perr != nil {
+				logf("fanout: CPU profile: %v", perr)
+			} else if top, perr := pprofTop(ctx, s.o.Go, "-nodecount="+strconv.Itoa(topFuncs), profile); perr == nil {
+				res.Profile = &pathProfile{Path: profile, Top: top}
+			}
+		}
 		if err != nil {
 			return err
 		}
@@ -165,7 +196,7 @@ func runFanout(ctx context.Context, s *session) (err error) {
 // kube-apiserver.
 func fanoutObjectsOn(ctx context.Context, env *localenv.Env) error {
 	data := map[string]string{"data": strings.Repeat("x", fanoutObjectBytes)}
-	for _, c := range env.Managed {
+	for _, c := range env.Managed[:fanoutApiservers] {
 		cfg := c.RESTConfig()
 		cfg.QPS, cfg.Burst = 1000, 1000
 		cs, err := kubernetes.NewForConfig(cfg)

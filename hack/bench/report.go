@@ -56,7 +56,8 @@ var reportTemplate = template.Must(template.New("performance.md").Funcs(template
 	"settleSamples":     func() int { return settleSamples },
 	"sub":               func(a, b float64) float64 { return a - b },
 	"fanoutClients":     func() int { return fanoutClients },
-	"fanoutSmallPage":   func() int { return fanoutSmallPage },
+	"fanoutOtherPage":   func() int { return fanoutOtherPage },
+	"fanoutProfileFor":  func() time.Duration { return fanoutProfileFor },
 	"fanoutSampleEvery": func() time.Duration { return fanoutSampleEvery },
 }).Parse(reportText))
 
