@@ -76,7 +76,8 @@ func (r *report) Goals() goalList {
 	out = append(out, r.authzGoal())
 	out = append(out, r.scanGoals()...)
 	out = append(out, r.streamGoals()...)
-	return append(out, r.watchGoals()...)
+	out = append(out, r.watchGoals()...)
+	return append(out, r.fanoutGoals()...)
 }
 
 // loadGoals are the goals of section 2: the gateway port against the bare

@@ -72,7 +72,7 @@ func main() {
 	flag.BoolVar(&o.SkipGoBench, "skip-go-bench", false, "skip the in-process Go benchmarks")
 	flag.BoolVar(&o.SkipEnv, "skip-env", false, "skip the local environment (loads and memory)")
 	flag.StringVar(&o.GatewayProfile, "gateway-profile", "gateway-cpu.pprof", "CPU profile of the gateway during the first gateway-port round, in the state dir; the hub and Konnectivity rounds' go to <name>-hub.pprof and <name>-konn.pprof (empty: none)")
-	flag.StringVar(&o.Only, "only", "", `run one section alone ("loads", "ab", "isolation", "streams", "watches" or "scan"); its report goes into the state dir, not -out`)
+	flag.StringVar(&o.Only, "only", "", `run one section alone ("loads", "ab", "isolation", "streams", "watches", "fanout" or "scan"); its report goes into the state dir, not -out`)
 	flag.StringVar(&o.GatewayBin, "gateway-bin", "", "the gateway binary (default: cluster-gateway in -bin), e.g. one built from this checkout")
 	flag.IntVar(&o.ScanGateways, "scan-gateways", 10000, "scan: ClusterGateways with the default pool (0 skips the scan)")
 	flag.DurationVar(&o.Isolation.Delay, "isolation-delay", time.Second, "isolation: delay the slow cluster's forward proxy adds to everything the cluster sends")
@@ -160,10 +160,10 @@ type session struct {
 // sections run in this order; the scan is last, as it restarts the gateway
 // with the default pool.
 var (
-	sectionOrder = []string{"loads", "ab", "isolation", "streams", "watches", "scan"}
+	sectionOrder = []string{"loads", "ab", "isolation", "streams", "watches", "fanout", "scan"}
 	sections     = map[string]section{
 		"loads": runLoadsAndPooled, "ab": runAB, "isolation": runIsolation,
-		"streams": runStreams, "watches": runWatches, "scan": runScan,
+		"streams": runStreams, "watches": runWatches, "fanout": runFanout, "scan": runScan,
 	}
 )
 

@@ -22,6 +22,7 @@ type report struct {
 	Scan       *scanResult
 	Streams    *streamsResult
 	Watches    *watchesResult
+	Fanout     *fanoutResult
 	EnvStartup time.Duration
 	Capacity   int
 	Total      time.Duration
@@ -58,6 +59,10 @@ var reportTemplate = template.Must(template.New("performance.md").Funcs(template
 	"table":         newTable,
 	"list":          func(v ...any) []any { return v },
 	"numList":       numList, "durList": durList, "cpuShare": cpuShare,
+	"fanoutClients":     func() int { return fanoutClients },
+	"fanoutOtherPage":   func() int { return fanoutOtherPage },
+	"fanoutProfileFor":  func() time.Duration { return fanoutProfileFor },
+	"fanoutSampleEvery": func() time.Duration { return fanoutSampleEvery },
 }).Parse(reportText))
 
 // markdown is the report as docs/performance.md.

@@ -1,0 +1,491 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/clustergateway/cluster-gateway/hack/localenv"
+	"github.com/clustergateway/cluster-gateway/pkg/gateways"
+)
+
+// The fan-out: one list through a set of clusters
+// (clustersets/<set>/proxy, pkg/fanout), against the same lists one
+// cluster at a time through the gateway.
+const (
+	fanoutClusters    = 100
+	fanoutObjects     = 2000 // ConfigMaps per cluster
+	fanoutObjectBytes = 1024 // each ConfigMap's data
+	fanoutNamespace   = "bench-fanout"
+	fanoutLabel       = "cluster-gateway-bench-fanout"
+	fanoutPage        = 500 // pkg/fanout's DefaultPageSize: the list without a limit
+	// fanoutOtherPage is a second list's limit: does the peak follow the
+	// page? (Larger, not smaller: with limit=100 the list outlasted the
+	// one-minute request timeout on 2 shared CPUs.)
+	fanoutOtherPage = 1000
+	// fanoutProfile is the gateway's CPU profile during the first list
+	// through the set, for its first fanoutProfileFor.
+	fanoutProfile    = "gateway-cpu-fanout.pprof"
+	fanoutProfileFor = 20 * time.Second
+	fanoutClients    = 16
+	// fanoutApiservers are the Direct managed kube-apiservers benchSecret
+	// spreads gateways over (managed-1 and managed-2).
+	fanoutApiservers = 2
+	// pkg/fanout's default --fanout-max-clusters (fanout.NewConfig; hack
+	// does not import pkg/fanout, whose dependencies it would pull in).
+	fanoutDefaultMaxClusters = 16
+	fanoutSampleEvery        = 100 * time.Millisecond
+	fanoutCompleteGoal       = 1.2 // complete list ≤ 1.2× the slowest single cluster's
+	fanoutFirstRowGoal       = 1.1 // first row ≤ 1.1× the fastest single cluster's list
+	fanoutHeapPageBound      = 2.0 // peak heap growth ≤ 2× clusters × page bytes (GOGC=100 lets the heap reach twice the live heap)
+	// fanoutAnnotation is the cluster annotation on every item of a set's
+	// answer (docs/api.md): its first occurrence is the first row.
+	fanoutAnnotation = "gateway.clustergateway.io/cluster"
+)
+
+// fanoutList is one list through the set.
+type fanoutList struct {
+	Page      int           // the page size the gateway read each cluster in
+	FirstRow  time.Duration // from the request until the first item's bytes arrived
+	Complete  time.Duration // until the answer's last byte
+	Bytes     float64       // the answer's size
+	Items     int           // items in the answer (cluster annotations counted)
+	Base      float64       // heap in use before (forced GC)
+	PeakHeap  float64       // highest heap in use sampled every fanoutSampleEvery
+	Samples   int
+	Warnings  int // Warning headers: clusters that failed
+	FirstErr  string
+	PageBytes float64 // one page of one cluster, at the singles' bytes per object
+}
+
+// Growth is the peak heap in use above the base.
+func (l fanoutList) Growth() float64 { return max(0, l.PeakHeap-l.Base) }
+
+type fanoutResult struct {
+	Clusters, Objects, ObjectBytes, Apiservers int
+	MaxClusters                                int // --fanout-max-clusters (pkg/fanout's default unless the gateway's args say)
+	// Singles are the list of each cluster through the gateway, one at a
+	// time (one request each, no limit), in the order of the gateways.
+	Singles     []time.Duration
+	SingleBytes float64 // the answer of one single list (they are all alike)
+	Loop16      time.Duration
+	Lists       []fanoutList // the default page first, then fanoutOtherPage
+	Profile     *pathProfile // the gateway's CPU during the first list
+	SetupTime   time.Duration
+}
+
+// runFanout stores fanoutClusters ClusterGateways over the managed
+// kube-apiservers (alternately), creates fanoutObjects ConfigMaps of
+// fanoutObjectBytes once in one namespace on each kube-apiserver (every
+// gateway of a kube-apiserver lists the same objects), lists each cluster
+// alone through the gateway, then the whole set at once, twice: with the
+// default page and with limit=fanoutOtherPage.
+func runFanout(ctx context.Context, s *session) (err error) {
+	env := s.env
+	res := &fanoutResult{Clusters: fanoutClusters, Objects: fanoutObjects, ObjectBytes: fanoutObjectBytes, Apiservers: fanoutApiservers, MaxClusters: fanoutDefaultMaxClusters}
+	s.rep.Fanout = res
+	logf("fanout: %d ClusterGateways over %d kube-apiservers, %d ConfigMaps of %d bytes each", fanoutClusters, fanoutApiservers, fanoutObjects, fanoutObjectBytes)
+	start := time.Now()
+	secrets, err := hubSecrets(env)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := secrets.DeleteCollection(dctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: fanoutLabel + "=true"}); err != nil {
+			logf("fanout: deleting the bench gateways: %v", err)
+		}
+		for _, c := range env.Managed[:fanoutApiservers] {
+			if cs, err := kubernetes.NewForConfig(c.RESTConfig()); err == nil {
+				_ = cs.CoreV1().Namespaces().Delete(dctx, fanoutNamespace, metav1.DeleteOptions{})
+			}
+		}
+	}()
+	if err := fanoutObjectsOn(ctx, env); err != nil {
+		return err
+	}
+	if err := parallel(ctx, fanoutClusters, fanoutClients, func(i int) error {
+		_, err := secrets.Create(ctx, fanoutSecret(env, i), metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return fmt.Errorf("create gateways: %w", err)
+	}
+	hub, err := mtlsClient(env.Hub.CA.CertPEM, env.Hub.Admin)
+	if err != nil {
+		return err
+	}
+	defer hub.CloseIdleConnections()
+	// The servers' request timeouts (a minute) end a list, not the client.
+	hub.Timeout = 3 * time.Minute
+	if err := waitFanoutListed(ctx, hub, env); err != nil {
+		return err
+	}
+	res.SetupTime = time.Since(start)
+
+	single := func(i int) string {
+		return env.Hub.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/" + fanoutName(i) + "/proxy/api/v1/namespaces/" + fanoutNamespace + "/configmaps"
+	}
+	// A warm-up round, so that every cluster's pool entry exists and no
+	// list below pays a handshake the others do not.
+	if err := parallel(ctx, fanoutClusters, fanoutClients, func(i int) error { _, _, err := timedList(ctx, hub, single(i)); return err }); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+	logf("fanout: %d single-cluster lists, one at a time", fanoutClusters)
+	for i := range fanoutClusters {
+		d, n, err := timedList(ctx, hub, single(i))
+		if err != nil {
+			return fmt.Errorf("list of %s: %w", fanoutName(i), err)
+		}
+		res.Singles, res.SingleBytes = append(res.Singles, d), float64(n)
+	}
+	loop := time.Now()
+	if err := parallel(ctx, fanoutClusters, fanoutClients, func(i int) error { _, _, err := timedList(ctx, hub, single(i)); return err }); err != nil {
+		return err
+	}
+	res.Loop16 = time.Since(loop)
+
+	set := env.Hub.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustersets/labels:" + fanoutLabel + "=true/proxy/api/v1/namespaces/" + fanoutNamespace + "/configmaps"
+	profile := filepath.Join(s.o.StateDir, fanoutProfile)
+	for _, page := range []int{fanoutPage, fanoutOtherPage} {
+		url := set
+		if page != fanoutPage {
+			url += fmt.Sprintf("?limit=%d", page)
+		}
+		var prof chan error
+		if page == fanoutPage {
+			prof = make(chan error, 1)
+			go func() { prof <- s.gw.cpuProfile(ctx, fanoutProfileFor, profile) }()
+		}
+		l, err := measureFanoutList(ctx, s.gw, hub, url)
+		if prof != nil {
+			if perr := <-prof; perr != nil {
+				logf("fanout: CPU profile: %v", perr)
+			} else if top, perr := pprofTop(ctx, s.o.Go, "-nodecount="+strconv.Itoa(topFuncs), profile); perr == nil {
+				res.Profile = &pathProfile{Path: profile, Top: top}
+			}
+		}
+		if err != nil {
+			return err
+		}
+		l.Page, l.PageBytes = page, res.SingleBytes/fanoutObjects*float64(page)
+		logf("fanout: page %d: first row %s, complete %s, %s, %d items, peak heap %s above %s, %d warnings",
+			page, fmtDur(l.FirstRow), fmtDur(l.Complete), mib(l.Bytes), l.Items, mib(l.Growth()), mib(l.Base), l.Warnings)
+		res.Lists = append(res.Lists, l)
+	}
+	for _, a := range env.Gateway.Args {
+		if v, ok := strings.CutPrefix(a, "--fanout-max-clusters="); ok {
+			fmt.Sscan(v, &res.MaxClusters)
+		}
+	}
+	return nil
+}
+
+// fanoutObjectsOn creates the namespace and its ConfigMaps on every managed
+// kube-apiserver.
+func fanoutObjectsOn(ctx context.Context, env *localenv.Env) error {
+	data := map[string]string{"data": strings.Repeat("x", fanoutObjectBytes)}
+	for _, c := range env.Managed[:fanoutApiservers] {
+		cfg := c.RESTConfig()
+		cfg.QPS, cfg.Burst = 1000, 1000
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return err
+		}
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fanoutNamespace}}, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("namespace %s on %s: %w", fanoutNamespace, c.Name, err)
+		}
+		if err := parallel(ctx, fanoutObjects, fanoutClients, func(i int) error {
+			_, err := cs.CoreV1().ConfigMaps(fanoutNamespace).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%04d", i)}, Data: data}, metav1.CreateOptions{})
+			return err
+		}); err != nil {
+			return fmt.Errorf("ConfigMaps on %s: %w", c.Name, err)
+		}
+	}
+	return nil
+}
+
+func fanoutName(i int) string { return fmt.Sprintf("fanout-%03d", i) }
+
+// fanoutSecret is gateway i, on managed cluster i mod 2, labelled for the set.
+func fanoutSecret(env *localenv.Env, i int) *corev1.Secret {
+	s := benchSecret(env, i)
+	s.Name = fanoutName(i)
+	s.Labels = map[string]string{gateways.LabelGateway: "true", fanoutLabel: "true"}
+	s.Data[gateways.KeyLabels] = []byte(`{"` + fanoutLabel + `":"true"}`)
+	return s
+}
+
+// waitFanoutListed waits until a list through the set reads every cluster
+// (no warning, as many items as all clusters hold): the gateway has them
+// all, and the hub authorizes each.
+func waitFanoutListed(ctx context.Context, hub *http.Client, env *localenv.Env) error {
+	url := env.Hub.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustergateways?labelSelector=" + fanoutLabel + "%3Dtrue"
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := hub.Do(req)
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if bytes.Count(b, []byte(`"name":"fanout-`)) >= fanoutClusters {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the gateway did not list %d fanout gateways in 2m (last error: %v)", fanoutClusters, err)
+		}
+		if err := sleep(ctx, 500*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// timedList GETs url and reads the answer to its end: its duration and size.
+func timedList(ctx context.Context, c *http.Client, url string) (time.Duration, int64, error) {
+	start := time.Now()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(io.Discard, resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return time.Since(start), n, err
+}
+
+// measureFanoutList forces a GC in the gateway, then lists url while
+// sampling the gateway's heap in use, timing the first item's arrival (the
+// first cluster annotation in the body) and the answer's end.
+func measureFanoutList(ctx context.Context, gw *gatewayAdmin, c *http.Client, url string) (fanoutList, error) {
+	var l fanoutList
+	base, err := afterGC(ctx, gw, "")
+	if err != nil {
+		return l, err
+	}
+	l.Base = base.Heap
+	stop := sampleHeapEvery(ctx, gw, fanoutSampleEvery, &l.PeakHeap, &l.Samples)
+	defer stop()
+	start := time.Now()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return l, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return l, err
+	}
+	defer resp.Body.Close()
+	l.Warnings = len(resp.Header.Values("Warning"))
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return l, fmt.Errorf("GET %s: %s: %s", url, resp.Status, b)
+	}
+	if l.Warnings > 0 {
+		l.FirstErr = resp.Header.Get("Warning")
+	}
+	cnt := &annotationCounter{key: []byte(fanoutAnnotation), first: func() { l.FirstRow = time.Since(start) }}
+	n, err := io.Copy(cnt, resp.Body)
+	l.Complete, l.Bytes, l.Items = time.Since(start), float64(n), cnt.n
+	stop()
+	return l, err
+}
+
+// annotationCounter counts occurrences of key in what is written to it,
+// across writes, and calls first at the first.
+type annotationCounter struct {
+	key   []byte
+	tail  []byte // the last len(key)-1 bytes, for a key split across writes
+	n     int
+	first func()
+}
+
+func (a *annotationCounter) Write(p []byte) (int, error) {
+	buf := append(a.tail, p...)
+	if c := bytes.Count(buf, a.key); c > 0 {
+		if a.n == 0 && a.first != nil {
+			a.first()
+		}
+		a.n += c
+	}
+	keep := min(len(buf), len(a.key)-1)
+	a.tail = append(a.tail[:0], buf[len(buf)-keep:]...)
+	return len(p), nil
+}
+
+// sampleHeapEvery records the highest heap in use seen every interval, and
+// how many samples it took, until the returned func is called (idempotent).
+func sampleHeapEvery(ctx context.Context, gw *gatewayAdmin, every time.Duration, peak *float64, samples *int) func() {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(every):
+			}
+			if m, err := gw.metrics(ctx); err == nil {
+				*peak = max(*peak, m[mHeapInuse])
+				*samples++
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { cancel(); <-done }) }
+}
+
+// The table and figures of section 8 (report.md.tmpl).
+
+func (r *fanoutResult) Slowest() time.Duration {
+	var d time.Duration
+	for _, s := range r.Singles {
+		d = max(d, s)
+	}
+	return d
+}
+
+func (r *fanoutResult) Fastest() time.Duration {
+	var d time.Duration
+	for i, s := range r.Singles {
+		if i == 0 || s < d {
+			d = s
+		}
+	}
+	return d
+}
+
+// Sequential is a client's loop over the clusters, one after another.
+func (r *fanoutResult) Sequential() time.Duration {
+	var d time.Duration
+	for _, s := range r.Singles {
+		d += s
+	}
+	return d
+}
+
+// List is the list with the default page, or nil.
+func (r *fanoutResult) List() *fanoutList {
+	if len(r.Lists) == 0 {
+		return nil
+	}
+	return &r.Lists[0]
+}
+
+// PerCluster is l's peak heap growth per cluster of the set.
+func (r *fanoutResult) PerCluster(l fanoutList) float64 { return l.Growth() / float64(r.Clusters) }
+
+// PageBound is clusters × one page's bytes: what a list holding one page
+// per cluster holds.
+func (r *fanoutResult) PageBound(l fanoutList) float64 { return float64(r.Clusters) * l.PageBytes }
+
+// Follows compares the two lists through the set, which read the same
+// objects with different pages: the growth of the second over the first's
+// (got), and the bound it must reach to follow the page rather than the
+// objects (halfway from 1, what a heap bounded by the objects gives, to the
+// pages' ratio, what one bounded by clusters × page gives); ok is false
+// without two lists with a growth.
+func (r *fanoutResult) Follows() (got, bound float64, ok bool) {
+	if len(r.Lists) < 2 || r.Lists[0].Growth() <= 0 || r.Lists[0].Page == r.Lists[1].Page {
+		return 0, 0, false
+	}
+	a, b := r.Lists[0], r.Lists[1]
+	pages := float64(b.Page) / float64(a.Page)
+	return b.Growth() / a.Growth(), (1 + pages) / 2, true
+}
+
+// Bounded says whether the peak heap followed the page size, not the objects.
+func (r *fanoutResult) Bounded() bool {
+	got, bound, ok := r.Follows()
+	if !ok {
+		return false
+	}
+	if bound >= 1 {
+		return got >= bound
+	}
+	return got <= bound
+}
+
+func (r *fanoutResult) Table() *table {
+	t := newTable("lrrrrrrrrr", "list", "page", "first row", "complete", "answer", "items", "peak heap in use above the base (sampled)",
+		"per cluster", "÷ answer", "÷ (clusters × page)")
+	for _, l := range r.Lists {
+		name := fmt.Sprintf("the set (%d clusters)", r.Clusters)
+		if l.Warnings > 0 {
+			name += fmt.Sprintf(", %d warnings", l.Warnings)
+		}
+		t.add(name, fmt.Sprint(l.Page), fmtDur(l.FirstRow), fmtDur(l.Complete), mib(l.Bytes), fmt.Sprint(l.Items), mib(l.Growth()),
+			kib(r.PerCluster(l)), fmt.Sprintf("%.2f", div(l.Growth(), l.Bytes)), fmt.Sprintf("%.2f", div(l.Growth(), r.PageBound(l))))
+	}
+	if len(r.Singles) > 0 {
+		t.add("one cluster, the fastest", "none", "", fmtDur(r.Fastest()), mib(r.SingleBytes), fmt.Sprint(r.Objects))
+		t.add("one cluster, the slowest", "none", "", fmtDur(r.Slowest()), mib(r.SingleBytes), fmt.Sprint(r.Objects))
+		t.add(fmt.Sprintf("a client's loop, one cluster after another (%d)", len(r.Singles)), "none", "", fmtDur(r.Sequential()))
+	}
+	if r.Loop16 > 0 {
+		t.add(fmt.Sprintf("a client's loop, %d clusters at a time", fanoutClients), "none", "", fmtDur(r.Loop16))
+	}
+	return t
+}
+
+func div(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// fanoutGoals are section 8's goals; none when the section did not run (a
+// report without it lists no fan-out goal).
+func (r *report) fanoutGoals() []goal {
+	f := r.Fanout
+	if f == nil {
+		return nil
+	}
+	complete := goal{Goal: fmt.Sprintf("Fan-out list of %d clusters: time to the complete list ≤ %.1f× the slowest single cluster's list through the gateway", f.Clusters, fanoutCompleteGoal), Limit: fanoutCompleteGoal}.not("no list through the set")
+	first := goal{Goal: fmt.Sprintf("Fan-out list of %d clusters: time to the first row ≤ %.1f× the fastest single cluster's list through the gateway", f.Clusters, fanoutFirstRowGoal), Limit: fanoutFirstRowGoal}.not("no list through the set")
+	heap := goal{Goal: fmt.Sprintf("Fan-out list of %d clusters × %d objects: peak heap bounded by clusters × page size, not by the objects (the same list with two page sizes: the growth follows the page)", f.Clusters, f.Objects)}.not("not two lists through the set with different pages")
+	l := f.List()
+	switch {
+	case l == nil:
+	case len(f.Singles) == 0 || f.Fastest() <= 0:
+		complete, first = complete.not("no single-cluster list"), first.not("no single-cluster list")
+	default:
+		complete = complete.is(ratio(l.Complete, f.Slowest()), "%.2f× (%s vs %s, section 8)", ratio(l.Complete, f.Slowest()), fmtDur(l.Complete), fmtDur(f.Slowest()))
+		first = first.is(ratio(l.FirstRow, f.Fastest()), "%.2f× (%s vs %s, section 8)", ratio(l.FirstRow, f.Fastest()), fmtDur(l.FirstRow), fmtDur(f.Fastest()))
+	}
+	if got, bound, ok := f.Follows(); ok {
+		a, b := f.Lists[0], f.Lists[1]
+		// A larger second page must grow the heap, a smaller one shrink it.
+		heap.Limit, heap.AtLeast = bound, bound >= 1
+		cmpSign := "≤"
+		if heap.AtLeast {
+			cmpSign = "≥"
+		}
+		heap = heap.is(got, "%.2f× the growth with %.2g× the page (needs "+cmpSign+" %.2f×): %s with %d, %s with %d (%.2f× and %.2f× clusters × page; %.2f× and %.2f× the answer's %s), section 8",
+			got, float64(b.Page)/float64(a.Page), bound, mib(a.Growth()), a.Page, mib(b.Growth()), b.Page,
+			div(a.Growth(), f.PageBound(a)), div(b.Growth(), f.PageBound(b)), div(a.Growth(), a.Bytes), div(b.Growth(), b.Bytes), mib(a.Bytes))
+	}
+	return []goal{complete, first, heap}
+}
