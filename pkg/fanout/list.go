@@ -235,23 +235,36 @@ func (f *FanOut) readPage(ctx context.Context, req *http.Request, cluster, subpa
 		msg, _ := a.failure(f.opts.ClusterTimeout)
 		return result{cluster: cluster, err: msg, notFound: get && a.code == http.StatusNotFound}
 	}
-	b, err := io.ReadAll(io.LimitReader(a.body, maxPageBytes+1))
+	p, err := decodeBody(a.body, cluster, get)
 	switch {
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return result{cluster: cluster, err: timedOut(f.opts.ClusterTimeout)}
 	case err != nil:
-		return result{cluster: cluster, err: fmt.Sprintf("reading its answer: %v", err)}
+		return result{cluster: cluster, err: err.Error()}
+	}
+	return result{cluster: cluster, page: p}
+}
+
+var errPageTooLarge = fmt.Errorf("one page of its answer is over %d MiB: ask with a smaller limit", maxPageBytes>>20)
+
+// decodeBody reads one cluster's page; its error is a warning's text.
+func decodeBody(body io.Reader, cluster string, get bool) (*page, error) {
+	_, _ = cluster, get
+	b, err := io.ReadAll(io.LimitReader(body, maxPageBytes+1))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("reading its answer: %w", err)
 	case len(b) > maxPageBytes:
-		return result{cluster: cluster, err: fmt.Sprintf("one page of its answer is over %d MiB: ask with a smaller limit", maxPageBytes>>20)}
+		return nil, errPageTooLarge
 	}
 	p := new(page)
 	if err := json.Unmarshal(b, p); err != nil {
-		return result{cluster: cluster, err: fmt.Sprintf("its answer is not JSON: %v", err)}
+		return nil, fmt.Errorf("its answer is not JSON: %w", err)
 	}
 	if !p.isList() {
 		p.whole = b
 	}
-	return result{cluster: cluster, page: p}
+	return p, nil
 }
 
 func cloneValues(v url.Values) url.Values {
