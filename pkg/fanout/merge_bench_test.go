@@ -88,4 +88,3 @@ func BenchmarkMergePages(b *testing.B) {
 		})
 	}
 }
-
