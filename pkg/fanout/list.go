@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,7 +30,8 @@ func wantsTable(req *http.Request) bool {
 	return strings.Contains(req.Header.Get("Accept"), "as=Table")
 }
 
-// page is one page of one cluster's list (or its one object, for a get).
+// page is one page of one cluster's list (or its one object, for a get),
+// its items already marked with the cluster.
 type page struct {
 	Kind       string `json:"kind"`
 	APIVersion string `json:"apiVersion"`
@@ -37,11 +39,15 @@ type page struct {
 		ResourceVersion string `json:"resourceVersion"`
 		Continue        string `json:"continue"`
 	} `json:"metadata"`
-	Items             []json.RawMessage              `json:"items"`
 	ColumnDefinitions []metav1.TableColumnDefinition `json:"columnDefinitions"`
-	Rows              []row                          `json:"rows"`
 
-	whole json.RawMessage // a get's object
+	// items are the page's items (a Table's rows, with the cluster cell
+	// first and in the page's own column order), comma-separated JSON.
+	items []byte
+	n     int
+	// irregular: a row's cells do not match the page's columns; the rows
+	// are placed one by one when written.
+	irregular bool
 }
 
 type row struct {
@@ -153,6 +159,7 @@ func (f *FanOut) list(w http.ResponseWriter, req *http.Request, clusters []strin
 	for _, r := range firsts {
 		if r.page != nil {
 			out.page(r.cluster, r.page)
+			r.page.release()
 		}
 	}
 	out.flush()
@@ -170,6 +177,7 @@ func (f *FanOut) list(w http.ResponseWriter, req *http.Request, clusters []strin
 			panic(http.ErrAbortHandler)
 		}
 		out.page(r.cluster, r.page)
+		r.page.release()
 		out.flush()
 		if r.page.Metadata.Continue == "" {
 			more--
@@ -235,7 +243,7 @@ func (f *FanOut) readPage(ctx context.Context, req *http.Request, cluster, subpa
 		msg, _ := a.failure(f.opts.ClusterTimeout)
 		return result{cluster: cluster, err: msg, notFound: get && a.code == http.StatusNotFound}
 	}
-	p, err := decodeBody(a.body, cluster, get)
+	p, err := decodeBody(a.body, cluster, get && accept != acceptTable)
 	switch {
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return result{cluster: cluster, err: timedOut(f.opts.ClusterTimeout)}
@@ -247,24 +255,223 @@ func (f *FanOut) readPage(ctx context.Context, req *http.Request, cluster, subpa
 
 var errPageTooLarge = fmt.Errorf("one page of its answer is over %d MiB: ask with a smaller limit", maxPageBytes>>20)
 
-// decodeBody reads one cluster's page; its error is a warning's text.
-func decodeBody(body io.Reader, cluster string, get bool) (*page, error) {
-	_, _ = cluster, get
-	b, err := io.ReadAll(io.LimitReader(body, maxPageBytes+1))
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("reading its answer: %w", err)
-	case len(b) > maxPageBytes:
-		return nil, errPageTooLarge
+// pageLimit fails a read past maxPageBytes.
+type pageLimit struct {
+	r io.Reader
+	n int64
+}
+
+func (l *pageLimit) Read(b []byte) (int, error) {
+	if l.n <= 0 {
+		return 0, errPageTooLarge
 	}
-	p := new(page)
-	if err := json.Unmarshal(b, p); err != nil {
-		return nil, fmt.Errorf("its answer is not JSON: %w", err)
+	if int64(len(b)) > l.n {
+		b = b[:l.n]
+	}
+	k, err := l.r.Read(b)
+	l.n -= int64(k)
+	return k, err
+}
+
+// decodeBody reads one cluster's page, marking each item with cluster; its
+// error is a warning's text. A List or Table is read as a stream, one item
+// (or row) at a time, so that the gateway holds about the page itself;
+// whole (a get's object, not as a Table) is read at once.
+func decodeBody(body io.Reader, cluster string, whole bool) (*page, error) {
+	body = &pageLimit{r: body, n: maxPageBytes + 1}
+	m := newMark(cluster)
+	p := &page{items: takeBuffer()}
+	if whole {
+		b, err := io.ReadAll(body)
+		if err != nil {
+			return nil, readError(err)
+		}
+		if err := json.Unmarshal(b, p); err != nil {
+			return nil, readError(err)
+		}
+		if b, err := appendAnnotated(p.items, b, m); err == nil {
+			p.items, p.n = b, 1
+		}
+		return p, nil
+	}
+	if err := p.decode(json.NewDecoder(body), m); err != nil {
+		p.release()
+		return nil, readError(err)
 	}
 	if !p.isList() {
-		p.whole = b
+		p.release()
+		return nil, fmt.Errorf("its answer is a %q, not a list or Table", p.Kind)
 	}
 	return p, nil
+}
+
+// buffers hold pages' items: a list of many pages reuses a few.
+var buffers sync.Pool
+
+// maxPooled: a larger buffer (a cluster asked a large limit) is left to
+// the collector rather than kept.
+const maxPooled = 16 << 20
+
+func takeBuffer() []byte {
+	if b, ok := buffers.Get().(*[]byte); ok {
+		return (*b)[:0]
+	}
+	return nil
+}
+
+// release gives p's buffer back once p is written; its items are not read after.
+func (p *page) release() {
+	if b := p.items; cap(b) > 0 && cap(b) <= maxPooled {
+		buffers.Put(&b)
+	}
+	p.items = nil
+}
+
+func readError(err error) error {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.Is(err, errPageTooLarge):
+		return err
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return errors.New("its answer ended before its JSON did")
+	case errors.As(err, &syntax), errors.As(err, &typ), errors.Is(err, errNotList):
+		return fmt.Errorf("its answer is not JSON: %w", err)
+	}
+	return fmt.Errorf("reading its answer: %w", err)
+}
+
+var errNotList = errors.New("not a JSON object of a List or Table")
+
+// decode reads a List or Table from dec: its items and rows one at a time,
+// each into one reused buffer, then spliced onto p.items.
+func (p *page) decode(dec *json.Decoder, m mark) error {
+	if t, err := dec.Token(); err != nil {
+		return err
+	} else if t != json.Delim('{') {
+		return errNotList
+	}
+	var skip, raw json.RawMessage
+	var r row
+	cells := -1 // every row's cells (columns may come after the rows)
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		switch t {
+		case "kind":
+			err = dec.Decode(&p.Kind)
+		case "apiVersion":
+			err = dec.Decode(&p.APIVersion)
+		case "metadata":
+			err = dec.Decode(&p.Metadata)
+		case "columnDefinitions":
+			err = dec.Decode(&p.ColumnDefinitions)
+		case "items":
+			err = eachElement(dec, func() error {
+				if err := dec.Decode(&raw); err != nil {
+					return err
+				}
+				p.add(func(b []byte) ([]byte, error) { return appendAnnotated(b, raw, m) })
+				return nil
+			})
+		case "rows":
+			err = eachElement(dec, func() error {
+				r.Cells, r.Conditions, r.Object = r.Cells[:0], r.Conditions[:0], r.Object[:0]
+				if err := dec.Decode(&r); err != nil {
+					return err
+				}
+				if cells >= 0 && cells != len(r.Cells) {
+					p.irregular = true
+				}
+				cells = len(r.Cells)
+				p.add(func(b []byte) ([]byte, error) { return appendRow(b, m.value, r.Cells, r.Conditions, r.Object, &m), nil })
+				return nil
+			})
+		default:
+			err = dec.Decode(&skip)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	_, err := dec.Token() // '}'
+	if cells >= 0 && cells != len(p.ColumnDefinitions) {
+		p.irregular = true
+	}
+	return err
+}
+
+// add appends one item; an item that cannot be marked is left out, as the
+// fan-out always has (it is not an object).
+func (p *page) add(appendItem func([]byte) ([]byte, error)) {
+	mark := len(p.items)
+	if p.n > 0 {
+		p.items = append(p.items, ',')
+	}
+	if cap(p.items)-len(p.items) < 4<<10 {
+		// Doubled: append's growth of a large slice (1.25x) would
+		// allocate about five pages to hold one.
+		p.items = slices.Grow(p.items, max(len(p.items), 64<<10))
+	}
+	b, err := appendItem(p.items)
+	if err != nil {
+		p.items = p.items[:mark]
+		return
+	}
+	p.items = b
+	p.n++
+}
+
+// eachElement calls each for every element of the array dec is at (null:
+// none).
+func eachElement(dec *json.Decoder, each func() error) error {
+	t, err := dec.Token()
+	switch {
+	case err != nil:
+		return err
+	case t == nil:
+		return nil
+	case t != json.Delim('['):
+		return errNotList
+	}
+	for dec.More() {
+		if err := each(); err != nil {
+			return err
+		}
+	}
+	_, err = dec.Token() // ']'
+	return err
+}
+
+// appendRow appends a Table row with the cell first (the cluster's) first,
+// and its object marked with m (nil: as it is).
+func appendRow(dst, first []byte, cells []json.RawMessage, conditions, object []byte, m *mark) []byte {
+	dst = append(dst, `{"cells":[`...)
+	dst = append(dst, first...)
+	for _, c := range cells {
+		dst = append(dst, ',')
+		dst = append(dst, c...)
+	}
+	dst = append(dst, ']')
+	if len(conditions) > 0 {
+		dst = append(dst, `,"conditions":`...)
+		dst = append(dst, conditions...)
+	}
+	if len(object) > 0 {
+		dst = append(dst, `,"object":`...)
+		if m == nil || string(object) == "null" {
+			dst = append(dst, object...)
+		} else {
+			if b, err := appendAnnotated(dst, object, *m); err == nil {
+				dst = b
+			} else {
+				dst = append(dst, object...) // as it came, as the fan-out always has
+			}
+		}
+	}
+	return append(dst, '}')
 }
 
 func cloneValues(v url.Values) url.Values {

@@ -58,6 +58,7 @@ func mergePages(w http.ResponseWriter, pages [][]byte, table bool) error {
 		}
 		out.rvs[c] = p.Metadata.ResourceVersion
 		out.page(c, p)
+		p.release()
 	}
 	out.end()
 	return out.err

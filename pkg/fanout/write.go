@@ -63,11 +63,15 @@ func (l *listWriter) begin() {
 	l.write([]byte(`,"items":[`))
 }
 
-func (l *listWriter) item(b []byte) {
+// block writes n items, comma-separated.
+func (l *listWriter) block(b []byte, n int) {
+	if n == 0 {
+		return
+	}
 	if l.n > 0 {
 		l.write([]byte{','})
 	}
-	l.n++
+	l.n += n
 	l.write(b)
 }
 
@@ -76,17 +80,7 @@ func (l *listWriter) page(cluster string, p *page) {
 		l.rows(cluster, p)
 		return
 	}
-	if p.whole != nil {
-		if b, err := annotate(p.whole, cluster); err == nil {
-			l.item(b)
-		}
-		return
-	}
-	for _, it := range p.Items {
-		if b, err := annotate(it, cluster); err == nil {
-			l.item(b)
-		}
-	}
+	l.block(p.items, p.n)
 }
 
 // rows writes a Table page's rows with the cluster first. The first page
@@ -97,28 +91,29 @@ func (l *listWriter) rows(cluster string, p *page) {
 		l.cols = append([]metav1.TableColumnDefinition{clusterColumn}, p.ColumnDefinitions...)
 	}
 	place := columnPlaces(l.cols[1:], p.ColumnDefinitions)
+	if !p.irregular && len(place) == len(l.cols)-1 && inOrder(place) {
+		l.block(p.items, p.n) // the same columns: the rows as they were stored
+		return
+	}
+	var rows []row
+	if err := json.Unmarshal(append(append([]byte{'['}, p.items...), ']'), &rows); err != nil {
+		return
+	}
 	name, _ := json.Marshal(cluster)
-	for _, r := range p.Rows {
-		cells := make([]json.RawMessage, len(l.cols))
-		cells[0] = name
-		for i := range cells[1:] {
-			cells[i+1] = json.RawMessage(`""`)
+	var b []byte
+	for _, r := range rows {
+		cells := make([]json.RawMessage, len(l.cols)-1)
+		for i := range cells {
+			cells[i] = json.RawMessage(`""`)
 		}
-		for i, c := range r.Cells {
+		for i, c := range r.Cells[min(1, len(r.Cells)):] { // [0] is the cluster's
 			if i < len(place) && place[i] >= 0 {
-				cells[place[i]+1] = c
+				cells[place[i]] = c
 			}
 		}
-		r.Cells = cells
-		if len(r.Object) > 0 && string(r.Object) != "null" {
-			if b, err := annotate(r.Object, cluster); err == nil {
-				r.Object = b
-			}
-		}
-		b, err := json.Marshal(r)
-		if err == nil {
-			l.item(b)
-		}
+		// The object was marked as the page was read.
+		b = appendRow(b[:0], name, cells, r.Conditions, r.Object, nil)
+		l.block(b, 1)
 	}
 }
 
@@ -130,6 +125,16 @@ func columnPlaces(cols, page []metav1.TableColumnDefinition) []int {
 		out[i] = slices.IndexFunc(cols, func(d metav1.TableColumnDefinition) bool { return d.Name == c.Name })
 	}
 	return out
+}
+
+// inOrder tells whether each column is in its own place.
+func inOrder(place []int) bool {
+	for i, p := range place {
+		if p != i {
+			return false
+		}
+	}
+	return true
 }
 
 func (l *listWriter) flush() {
@@ -155,30 +160,14 @@ func (l *listWriter) end() {
 	l.write([]byte("}\n"))
 }
 
-// annotate returns obj with the cluster annotation set.
-func annotate(obj json.RawMessage, cluster string) ([]byte, error) {
-	return editMeta(obj, func(meta map[string]json.RawMessage) error {
-		var ann map[string]string
-		if a, ok := meta["annotations"]; ok {
-			if err := json.Unmarshal(a, &ann); err != nil {
-				return err
-			}
-		}
-		if ann == nil {
-			ann = map[string]string{}
-		}
-		ann[ClusterAnnotation] = cluster
-		b, err := json.Marshal(ann)
-		meta["annotations"] = b
-		return err
-	})
-}
-
 // editMeta changes obj's metadata with edit.
 func editMeta(obj json.RawMessage, edit func(map[string]json.RawMessage) error) ([]byte, error) {
 	var o map[string]json.RawMessage
 	if err := json.Unmarshal(obj, &o); err != nil {
 		return nil, err
+	}
+	if o == nil {
+		return nil, errNotObject // null: a nil map, which would panic below
 	}
 	var meta map[string]json.RawMessage
 	if m, ok := o["metadata"]; ok {

@@ -1,0 +1,224 @@
+package fanout
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// annotateByMaps is how the fan-out marked an item before the splice:
+// decoded into maps and encoded again. The splice must mean the same.
+func annotateByMaps(obj json.RawMessage, cluster string) ([]byte, error) {
+	return editMeta(obj, func(meta map[string]json.RawMessage) error {
+		var ann map[string]string
+		if a, ok := meta["annotations"]; ok {
+			if err := json.Unmarshal(a, &ann); err != nil {
+				return err
+			}
+		}
+		if ann == nil {
+			ann = map[string]string{}
+		}
+		ann[ClusterAnnotation] = cluster
+		b, err := json.Marshal(ann)
+		meta["annotations"] = b
+		return err
+	})
+}
+
+// trickyItems are objects whose metadata and annotations are absent, null,
+// empty, present, repeated, escaped, or hidden in strings and nested objects.
+var trickyItems = []string{
+	`{}`,
+	`{"kind":"ConfigMap"}`,
+	`{"metadata":null}`,
+	`{"metadata":{}}`,
+	`{"metadata":{"name":"a"},"data":{"k":"v"}}`,
+	`{"metadata":{"name":"a","annotations":null}}`,
+	`{"metadata":{"name":"a","annotations":{}}}`,
+	`{"metadata":{"annotations":{"x":"y","z":""},"name":"a"}}`,
+	`{"metadata":{"annotations":{"gateway.clustergateway.io/cluster":"elsewhere"}}}`,
+	`{"metadata":{"annotations":{"gateway.clustergateway.io/cluster":"one","a":"b","gateway.clustergateway.io/cluster":"two"}}}`,
+	`{"metadata":{"annotations":{"gateway.clustergateway.io\/cluster":"escaped key","b":"c"}}}`,
+	`{"meta\u0064ata":{"annot\u0061tions":{"q":"r"}}}`,
+	`{"metadata":{"name":"a"},"metadata":{"name":"b","annotations":{"last":"wins"}}}`,
+	`{"metadata":{"annotations":{"first":"1"},"annotations":{"second":"2"}}}`,
+	`{"a":"}{\"metadata\":{\"annotations\":{}}","metadata":{"name":"q\"}{","annotations":{"k":"\\\"}"}}}`,
+	`{"spec":{"metadata":{"annotations":{"inner":"x"}}},"status":[{"metadata":null}]}`,
+	"{\n  \"metadata\" : {\n    \"annotations\" : {\n      \"a\" : \"b\"\n    }\n  } ,\n  \"n\" : [ 1 , 2.5e3 , true , false , null ]\n}",
+	"{ \"metadata\" : { } }",
+	"{ \"metadata\" : { \"annotations\" : { } } }",
+	`{"metadata":{"name":"\u00e9t\u00e9 ☃","labels":{"a":"b"},"annotations":{"html":"<&>","uni":"☃\ud83d\ude00"}},"data":{"x":"` + strings.Repeat("y", 2000) + `"}}`,
+	`{"Metadata":{"annotations":{"case":"matters"}}}`,
+	`{"metadata":{"Annotations":{"case":"matters"}}}`,
+}
+
+// badItems are refused by both (the item is left out of a list).
+var badItems = []string{
+	`null`, `[]`, `"s"`, `1`, `{"metadata":1}`, `{"metadata":"x"}`, `{"metadata":{"annotations":"x"}}`,
+	`{"metadata":{"annotations":[]}}`, `{"metadata":`, `{"metadata":{}`, `{"a":1}x`, ``, `{`, `{"a"}`, `{"a":}`,
+	`{"a":1,}`, `{"a" 1}`, `{"a":"\`,
+}
+
+func decodeAny(t *testing.T, b []byte) any {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	return v
+}
+
+func TestSpliceMeansWhatMapsMeant(t *testing.T) {
+	for _, cluster := range []string{"prod-eu-1", `a"b\c<&>`} {
+		for _, item := range trickyItems {
+			want, err := annotateByMaps(json.RawMessage(item), cluster)
+			if err != nil {
+				t.Fatalf("by maps, %s: %v", item, err)
+			}
+			got, err := annotate([]byte(item), cluster)
+			if err != nil {
+				t.Errorf("spliced, %s: %v", item, err)
+				continue
+			}
+			if !json.Valid(got) {
+				t.Errorf("spliced %s into invalid JSON %s", item, got)
+				continue
+			}
+			if g, w := decodeAny(t, got), decodeAny(t, want); !reflect.DeepEqual(g, w) {
+				t.Errorf("%s:\nspliced %s\nmeans   %v\nmaps    %s\nmean    %v", item, got, g, want, w)
+			}
+		}
+	}
+	for _, item := range badItems {
+		if _, err := annotateByMaps(json.RawMessage(item), "c"); err == nil {
+			t.Errorf("by maps took %q", item)
+		}
+		if got, err := annotate([]byte(item), "c"); err == nil {
+			t.Errorf("spliced %q into %s, want an error", item, got)
+		}
+	}
+}
+
+// The splice trusts that a page's items are valid JSON (the decoder checked
+// them): on anything else it must fail or give valid JSON, never panic.
+func FuzzAnnotate(f *testing.F) {
+	for _, s := range append(append([]string{}, trickyItems...), badItems...) {
+		f.Add([]byte(s))
+	}
+	m := newMark("c")
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err := appendAnnotated(nil, b, m)
+		if err == nil && json.Valid(b) && !json.Valid(got) {
+			t.Fatalf("spliced %q into invalid %q", b, got)
+		}
+		want, werr := annotateByMaps(b, "c")
+		if werr == nil {
+			got, err := annotate(b, "c")
+			if err != nil {
+				t.Fatalf("maps took %q, the splice did not: %v", b, err)
+			}
+			var g, w any
+			_ = json.Unmarshal(got, &g)
+			_ = json.Unmarshal(want, &w)
+			if !reflect.DeepEqual(g, w) {
+				t.Fatalf("%q: spliced %s, maps %s", b, got, want)
+			}
+		}
+	})
+}
+
+// listBody is a List page of items, as a kube-apiserver writes it.
+func listBody(items []string) string {
+	return `{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"42","continue":"tok"},"items":[` +
+		strings.Join(items, ",") + `]}`
+}
+
+func TestStreamedPageMeansWhatMapsMeant(t *testing.T) {
+	items := append(append([]string{}, trickyItems...), `null`, `[1]`) // the last two: left out by both
+	p, err := decodeBody(strings.NewReader(listBody(items)), "c1", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Kind != "ConfigMapList" || p.APIVersion != "v1" || p.Metadata.ResourceVersion != "42" || p.Metadata.Continue != "tok" {
+		t.Errorf("page head: %+v", p)
+	}
+	var got []json.RawMessage
+	if err := json.Unmarshal([]byte("["+string(p.items)+"]"), &got); err != nil {
+		t.Fatalf("the page's items are not JSON: %v\n%s", err, p.items)
+	}
+	if len(got) != p.n || p.n != len(trickyItems) {
+		t.Fatalf("%d items decoded, n %d, want %d", len(got), p.n, len(trickyItems))
+	}
+	for i, item := range trickyItems {
+		want, _ := annotateByMaps(json.RawMessage(item), "c1")
+		if g, w := decodeAny(t, got[i]), decodeAny(t, want); !reflect.DeepEqual(g, w) {
+			t.Errorf("item %d: streamed %s, maps %s", i, got[i], want)
+		}
+	}
+}
+
+func TestStreamedTableRows(t *testing.T) {
+	body := `{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"9"},` +
+		`"columnDefinitions":[{"name":"Name","type":"string"},{"name":"Age","type":"string"}],"rows":[` +
+		`{"cells":["a","1m"],"object":{"metadata":{"name":"a","annotations":{"x":"y"}}}},` +
+		`{"cells":["b","2m"],"conditions":[{"type":"Completed","status":"True"}],"object":null},` +
+		`{"cells":["c","3m"]}]}`
+	p, err := decodeBody(strings.NewReader(body), "c1", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"cells":["c1","a","1m"],"object":{"metadata":{"name":"a","annotations":{"x":"y","gateway.clustergateway.io/cluster":"c1"}}}},` +
+		`{"cells":["c1","b","2m"],"conditions":[{"type":"Completed","status":"True"}],"object":null},` +
+		`{"cells":["c1","c","3m"]}`
+	if string(p.items) != want || p.n != 3 || p.irregular || len(p.ColumnDefinitions) != 2 {
+		t.Errorf("rows:\n%s\nwant\n%s\n(n %d, irregular %v)", p.items, want, p.n, p.irregular)
+	}
+	// A row short of a cell: its cells are placed one by one when written.
+	p, err = decodeBody(strings.NewReader(strings.Replace(body, `["c","3m"]`, `["c"]`, 1)), "c1", false)
+	if err != nil || !p.irregular {
+		t.Errorf("a short row: irregular %v, err %v", p != nil && p.irregular, err)
+	}
+}
+
+func TestStreamedPageFailures(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"kind":"Pod","metadata":{}}`:       `its answer is a "Pod", not a list or Table`,
+		`{"kind":"PodList","items":[{"a":1}`: "its answer ended before its JSON did",
+		``:                                   "its answer ended before its JSON did",
+		`{"kind":"PodList","items":{}}`:      "its answer is not JSON",
+		`[]`:                                 "its answer is not JSON",
+		`<html>`:                             "its answer is not JSON",
+	} {
+		if _, err := decodeBody(strings.NewReader(body), "c", false); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", body, err, want)
+		}
+	}
+	r := &pageLimit{r: strings.NewReader("0123456789"), n: 5}
+	if b, err := readAllSmall(r); err != errPageTooLarge || string(b) != "01234" {
+		t.Errorf("past the limit: %q, %v", b, err)
+	}
+	r = &pageLimit{r: strings.NewReader("0123"), n: 5}
+	if b, err := readAllSmall(r); err != nil || string(b) != "0123" {
+		t.Errorf("within the limit: %q, %v", b, err)
+	}
+}
+
+func readAllSmall(r *pageLimit) ([]byte, error) {
+	var out bytes.Buffer
+	buf := make([]byte, 3)
+	for {
+		n, err := r.Read(buf)
+		out.Write(buf[:n])
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return out.Bytes(), nil
+			}
+			return out.Bytes(), err
+		}
+	}
+}
