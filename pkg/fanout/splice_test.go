@@ -222,3 +222,22 @@ func readAllSmall(r *pageLimit) ([]byte, error) {
 		}
 	}
 }
+
+// A get's object (not as a Table) is read whole and marked as one item.
+func TestWholeObjectIsOneMarkedItem(t *testing.T) {
+	obj := `{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","resourceVersion":"77"},"spec":{"containers":[]}}`
+	p, err := decodeBody(strings.NewReader(obj), "c2", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := annotateByMaps(json.RawMessage(obj), "c2")
+	if p.n != 1 || p.Kind != "Pod" || p.isList() || p.Metadata.ResourceVersion != "77" {
+		t.Fatalf("page %+v", p)
+	}
+	if g, w := decodeAny(t, p.items), decodeAny(t, want); !reflect.DeepEqual(g, w) {
+		t.Errorf("whole: %s, maps %s", p.items, want)
+	}
+	if _, err := decodeBody(strings.NewReader(`{"kind":`), "c2", true); err == nil || !strings.Contains(err.Error(), "its answer") {
+		t.Errorf("a cut object: %v", err)
+	}
+}
