@@ -32,14 +32,28 @@ type awaitedDial struct {
 
 func (c *coldStart) RoundTrip(req *http.Request) (*http.Response, error) {
 	for c.a.ready.Load() == 0 {
+		if testHookNoReadyConn != nil {
+			testHookNoReadyConn(req)
+		}
 		c.mu.Lock()
 		d := c.dial
+		if d == nil && c.a.ready.Load() != 0 {
+			// A connection became ready after the check above, and the
+			// dial that made it has ended: a dial now would find it and be
+			// closed, and the requests waiting for it would wait for this
+			// request to end.
+			c.mu.Unlock()
+			break
+		}
 		if d == nil {
 			// This request dials; the others wait for it.
 			d = &awaitedDial{done: make(chan struct{})}
 			c.dial = d
 			c.mu.Unlock()
-			resp, err := c.a.firstRoundTrip(req)
+			// They wait for the dial, not for this request: a dial that
+			// finds a usable connection, closes its own and sends this
+			// request on that one hands no new connection out (connUsable).
+			resp, err := c.a.firstRoundTrip(req, func() { c.end(d, nil) })
 			c.end(d, nil)
 			return resp, err
 		}
@@ -57,6 +71,11 @@ func (c *coldStart) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	return c.a.e.rt.RoundTrip(req)
 }
+
+// testHookNoReadyConn, set by tests only, runs when a request found no ready
+// connection, before it takes the cold start's lock: the window in which a
+// descheduled request sees a connection become ready.
+var testHookNoReadyConn func(*http.Request)
 
 // connUsable ends the awaited dial: a new HTTP/2 connection serves requests.
 func (c *coldStart) connUsable() { c.dialEnded(nil) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
+	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 )
 
 // concurrently sends n GETs of path over one lease each, released together,
@@ -187,7 +189,7 @@ func TestFirstConnectionHTTP1(t *testing.T) {
 	// A later cold start goes to net/http at once, which reuses its idle
 	// connection: no dial at all.
 	req, _ := http.NewRequest(http.MethodGet, base.String()+"/", nil)
-	resp, err := l.e.addrs[0].firstRoundTrip(req)
+	resp, err := l.e.addrs[0].firstRoundTrip(req, func() {})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,4 +214,86 @@ func http1Cluster(t *testing.T, delay time.Duration) (*url.URL, *Target) {
 	base, _ := url.Parse(srv.URL)
 	client := clientCA.MustIssue(t, testpki.Spec{CommonName: "c", Client: true})
 	return base, &Target{Cluster: "h1", Address: base, CAData: serverCA.CertPEM, CertData: client.CertPEM, KeyData: client.KeyPEM}
+}
+
+// lateKey names a request that testHookNoReadyConn holds.
+type lateKey struct{}
+
+// A request that found no ready connection, and took the cold start's lock
+// only after another request's dial had made one and ended (descheduled in
+// between: the machine was loaded), dialed again. Its connection was closed
+// (the open one had room) and its request went on the open one, so no new
+// connection was handed out, and the requests that came in the same window
+// waited for its dial until its own request ended: in
+// TestBurstBeyondTheStreamsIsNotRefused under CPU load 100 of 300 held
+// requests never reached the cluster. Now such a request finds the ready
+// connection, and dials nothing.
+func TestColdStartLateRequestsUseTheReadyConnection(t *testing.T) {
+	u, tg, blocked, release := streamLimitedCluster(t, 100)
+	p := newTestPool(t, Options{Capacity: 8})
+	l := acquire(t, p, tg)
+	defer l.Release()
+	arrived := make(chan struct{}, 2)
+	gates := map[string]chan struct{}{"late-1": make(chan struct{}), "late-2": make(chan struct{})}
+	testHookNoReadyConn = func(req *http.Request) {
+		if name, ok := req.Context().Value(lateKey{}).(string); ok {
+			arrived <- struct{}{}
+			<-gates[name]
+		}
+	}
+	t.Cleanup(func() { testHookNoReadyConn = nil })
+
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	send := func(i int, ctx context.Context) {
+		wg.Go(func() { _, _, errs[i] = get(ctx, l.Transport(), u, "/block") })
+	}
+	reached := func(n int64) {
+		t.Helper()
+		testpoll.Eventually(t, hostileRequestDeadline, fmt.Sprintf("%d requests reached the cluster", n), func() error {
+			if b := blocked.Load(); b < n {
+				return fmt.Errorf("%d (%+v)", b, p.Stats())
+			}
+			return nil
+		})
+	}
+	released := false
+	defer func() {
+		if !released { // a failed wait: let the held requests end
+			for _, g := range gates {
+				select {
+				case <-g:
+				default:
+					close(g)
+				}
+			}
+			close(release)
+			wg.Wait()
+		}
+	}()
+	// Two requests find no connection and stop before the lock.
+	send(1, context.WithValue(context.Background(), lateKey{}, "late-1"))
+	send(2, context.WithValue(context.Background(), lateKey{}, "late-2"))
+	<-arrived
+	<-arrived
+	// A third dials; its request reaches the cluster and is held there.
+	send(0, context.Background())
+	reached(1)
+	// The late ones take the lock in turn, the second once the first's
+	// request reached the cluster.
+	close(gates["late-1"])
+	reached(2)
+	close(gates["late-2"])
+	reached(3)
+	released = true
+	close(release)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+	if d := p.Stats().Dials; d != 1 {
+		t.Fatalf("3 requests over one connection's room made %d dials, want 1", d)
+	}
 }

@@ -135,7 +135,10 @@ func (e *entry) dialTLS(ctx context.Context, network, addr string) (net.Conn, er
 // connection): about 4.7 KiB per entry, a tenth of a pooled cluster's memory.
 // A cluster that answers HTTP/1.1 gets net/http's dial, now (this
 // connection is closed) and at its later cold starts.
-func (a *address) firstRoundTrip(req *http.Request) (*http.Response, error) {
+//
+// dialed is called once the dial is over, its HTTP/2 connection in rt's pool
+// (or closed), before req is sent on it.
+func (a *address) firstRoundTrip(req *http.Request, dialed func()) (*http.Response, error) {
 	e := a.e
 	upgrade, ok := e.rt.TLSNextProto["h2"]
 	if !ok || a.http1.Load() || req.URL == nil || req.URL.Scheme != "https" {
@@ -144,11 +147,11 @@ func (a *address) firstRoundTrip(req *http.Request) (*http.Response, error) {
 	// As with net/http's dial, a request that ends first fails with its own
 	// context's error, and the dial (bounded by --dial-timeout) goes on to
 	// serve the requests after it.
-	dialed := make(chan error, 1)
+	done := make(chan error, 1)
 	host, addr := req.URL.Host, canonicalAddr(req.URL, "443")
-	go func() { dialed <- a.firstConn(context.WithoutCancel(req.Context()), host, addr, upgrade) }()
+	go func() { done <- a.firstConn(context.WithoutCancel(req.Context()), host, addr, upgrade) }()
 	select {
-	case err := <-dialed:
+	case err := <-done:
 		if err != nil {
 			closeBody(req)
 			if req.Context().Err() != nil {
@@ -156,6 +159,7 @@ func (a *address) firstRoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			return nil, err
 		}
+		dialed()
 	case <-req.Context().Done():
 		closeBody(req)
 		return nil, context.Cause(req.Context())
