@@ -66,9 +66,15 @@ const refreshNum, refreshDen = 4, 5
 // race-built launcher alone sleeps 1 s at exit.
 const minLife = 5 * time.Second
 
+// init runs the launcher when the process was started as one, before any
+// main or TestMain: providers are started through os.Executable(), so a
+// binary (or a test binary) that forgot to ask would run itself again, and
+// its providers through itself, without end.
+func init() { RunLauncherIfAsked() }
+
 // RunLauncherIfAsked runs the launcher and exits when the process was
-// started as one; call it first in main (and in TestMain of tests that run
-// providers).
+// started as one. The package's init already calls it; calling it again
+// first in main says so where a reader looks.
 func RunLauncherIfAsked() {
 	if len(os.Args) > 1 && os.Args[1] == launcherArg {
 		os.Exit(runLauncher(os.Args[2:], os.Stdout))

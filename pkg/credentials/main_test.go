@@ -15,7 +15,10 @@ import (
 var providerBin string
 
 func TestMain(m *testing.M) {
-	RunLauncherIfAsked() // providers run through this binary, as through the gateway's
+	// Providers run through this binary, as through the gateway's; its
+	// launcher runs from the package's init, which these tests rely on (no
+	// RunLauncherIfAsked here: without the init, every provider test would
+	// start this binary's tests again).
 	dir, err := os.MkdirTemp("", "credentials-test-provider")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

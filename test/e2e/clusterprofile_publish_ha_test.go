@@ -185,16 +185,7 @@ func TestClusterProfilePublishTwoReplicas(t *testing.T) {
 	requireGateway(t)
 	ctx := context.Background()
 	admin := hubAdmin(t)
-	ns := uniqueName(t, "pubha")
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = admin.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
-	installInventoryRBAC(t, ns)
-	installPublishRBAC(t, ns)
-	crd := filepath.Join("testdata", "multicluster.x-k8s.io_clusterprofiles.yaml")
-	mustKubectl(t, env.Hub.Kubeconfig, "apply", "--server-side", "-f", crd)
-	mustKubectl(t, env.Hub.Kubeconfig, "wait", "--for=condition=Established", "--timeout=30s", "crd/clusterprofiles.multicluster.x-k8s.io")
+	ns := publishNamespace(t, "pubha")
 
 	// Replica b's own identity: a second ServiceAccount with the same bindings.
 	saB := uniqueName(t, "cluster-gateway-b")

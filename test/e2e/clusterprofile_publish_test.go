@@ -40,6 +40,32 @@ func installPublishRBAC(t *testing.T, ns string) {
 	t.Cleanup(func() { _, _ = env.Kubectl(env.Hub.Kubeconfig, "delete", "-f", rbacFile) })
 }
 
+// applyClusterProfileCRD applies the ClusterProfile CRD and waits until it
+// is Established.
+func applyClusterProfileCRD(t *testing.T) {
+	t.Helper()
+	crd := filepath.Join("testdata", "multicluster.x-k8s.io_clusterprofiles.yaml")
+	mustKubectl(t, env.Hub.Kubeconfig, "apply", "--server-side", "-f", crd)
+	mustKubectl(t, env.Hub.Kubeconfig, "wait", "--for=condition=Established", "--timeout=30s", "crd/clusterprofiles.multicluster.x-k8s.io")
+}
+
+// publishNamespace makes a namespace for a publish test (deleted when the
+// test ends) with the shipped inventory-sync and publisher RBAC for it, and
+// the ClusterProfile CRD established.
+func publishNamespace(t *testing.T, prefix string) string {
+	t.Helper()
+	admin := hubAdmin(t)
+	ns := uniqueName(t, prefix)
+	if _, err := admin.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	installInventoryRBAC(t, ns)
+	installPublishRBAC(t, ns)
+	applyClusterProfileCRD(t)
+	return ns
+}
+
 // hubCAFile is the hub's CA in a file, for --publish-hub-ca-file.
 func hubCAFile(t *testing.T) string {
 	t.Helper()
@@ -57,16 +83,7 @@ func TestClusterProfilePublish(t *testing.T) {
 	requireGateway(t)
 	ctx := context.Background()
 	admin := hubAdmin(t)
-	ns := uniqueName(t, "pub")
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = admin.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
-	installInventoryRBAC(t, ns)
-	installPublishRBAC(t, ns)
-	crd := filepath.Join("testdata", "multicluster.x-k8s.io_clusterprofiles.yaml")
-	mustKubectl(t, env.Hub.Kubeconfig, "apply", "--server-side", "-f", crd)
-	mustKubectl(t, env.Hub.Kubeconfig, "wait", "--for=condition=Established", "--timeout=30s", "crd/clusterprofiles.multicluster.x-k8s.io")
+	ns := publishNamespace(t, "pub")
 
 	// The attacker may edit ClusterProfiles (and their status) in ns, and nothing else.
 	attacker := "e2e-profile-editor-" + ns

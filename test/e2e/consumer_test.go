@@ -294,10 +294,10 @@ func TestConsumer(t *testing.T) {
 	// the gateway's name in c.ns with its entry (name cluster-gateway, the
 	// hub's proxy path, the hub's CA). Another provider's entry is then put
 	// first: the consumer must choose by name.
-	crdFile := filepath.Join("testdata", "multicluster.x-k8s.io_clusterprofiles.yaml")
-	mustKubectl(t, env.Hub.Kubeconfig, "apply", "--server-side", "-f", crdFile)
-	t.Cleanup(func() { _, _ = env.Kubectl(env.Hub.Kubeconfig, "delete", "-f", crdFile, "--wait=false") })
-	mustKubectl(t, env.Hub.Kubeconfig, "wait", "--for=condition=Established", "--timeout=30s", "crd/clusterprofiles.multicluster.x-k8s.io")
+	applyClusterProfileCRD(t)
+	t.Cleanup(func() {
+		_, _ = env.Kubectl(env.Hub.Kubeconfig, "delete", "-f", filepath.Join("testdata", "multicluster.x-k8s.io_clusterprofiles.yaml"), "--wait=false")
+	})
 	installPublishRBAC(t, c.ns)
 	restartGateway(t, append(slices.Clone(gatewayArgs), "--publish-clusterprofiles", "--publish-namespace="+c.ns,
 		"--publish-gateway-selector="+consumerPublishLabel+"="+c.ns, "--publish-hub-server="+env.Hub.URL, "--publish-hub-ca-file="+hubCAFile(t)))
