@@ -63,6 +63,11 @@ var reportTemplate = template.Must(template.New("performance.md").Funcs(template
 	"fanoutOtherPage":   func() int { return fanoutOtherPage },
 	"fanoutProfileFor":  func() time.Duration { return fanoutProfileFor },
 	"fanoutSampleEvery": func() time.Duration { return fanoutSampleEvery },
+	"fanoutWatches":     func() int { return fanoutWatches },
+	"fanoutWatchSet":    func() int { return fanoutWatchSet },
+	"watchUsers":        func() int { return *watchUsers },
+	"mul":               func(a, b int) int { return a * b },
+	"float":             func(d time.Duration) float64 { return float64(d) },
 }).Parse(reportText))
 
 // markdown is the report as docs/performance.md.
