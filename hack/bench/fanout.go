@@ -278,10 +278,10 @@ func fanoutWatch(ctx context.Context, s *session, hub *http.Client, res *fanoutR
 			}
 			return sample(ctx, "fanout-"+key+"-"+when)
 		}
-		h.Key, h.Name, h.bases = key, fmt.Sprintf("the set of %d clusters", fanoutWatchSet), []string{s.env.Gateway.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustersets/names:" + strings.Join(set, ",") + "/proxy"}
+		h.Key, h.Name, h.bases = key, fmt.Sprintf("gateway port, a set of %d clusters", fanoutWatchSet), []string{s.env.Gateway.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustersets/names:" + strings.Join(set, ",") + "/proxy"}
 		n := fanoutWatches
 		if key == "single" {
-			h.Name, h.bases, n = fmt.Sprintf("each of its clusters alone (%d each)", fanoutWatches), nil, fanoutWatches*fanoutWatchSet
+			h.Name, h.bases, n = fmt.Sprintf("gateway port, each of those clusters alone (%d each)", fanoutWatches), nil, fanoutWatches*fanoutWatchSet
 			for _, c := range set {
 				h.bases = append(h.bases, s.env.Gateway.URL+gatewaysPath+c+"/proxy")
 			}
@@ -335,27 +335,22 @@ func fanoutSecret(env *localenv.Env, i int) *corev1.Secret {
 // all, and the hub authorizes each.
 func waitFanoutListed(ctx context.Context, hub *http.Client, env *localenv.Env) error {
 	url := env.Hub.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustergateways?labelSelector=" + fanoutLabel + "%3Dtrue"
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	_, err := poll(ctx, 500*time.Millisecond, 2*time.Minute, fmt.Sprintf("the hub listing %d fanout gateways", fanoutClusters), func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return err
 		}
 		resp, err := hub.Do(req)
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if bytes.Count(b, []byte(`"name":"fanout-`)) >= fanoutClusters {
-				return nil
-			}
+		if err != nil {
+			return again(err)
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the gateway did not list %d fanout gateways in 2m (last error: %v)", fanoutClusters, err)
+		defer resp.Body.Close()
+		if b, _ := io.ReadAll(resp.Body); bytes.Count(b, []byte(`"name":"fanout-`)) < fanoutClusters {
+			return again(fmt.Errorf("%s: %d listed", resp.Status, bytes.Count(b, []byte(`"name":"fanout-`))))
 		}
-		if err := sleep(ctx, 500*time.Millisecond); err != nil {
-			return err
-		}
-	}
+		return nil
+	})
+	return err
 }
 
 // timedList GETs url and reads the answer to its end: its duration and size.
@@ -380,8 +375,7 @@ func timedList(ctx context.Context, c *http.Client, url string) (time.Duration, 
 // measureFanoutList forces GCs in the gateway, then lists url while
 // sampling the gateway's heap in use, timing the first item's arrival (the
 // first cluster annotation in the body) and the answer's end.
-func measureFanoutList(ctx context.Context, gw *gatewayAdmin, c *http.Client, url string) (fanoutList, error) {
-	var l fanoutList
+func measureFanoutList(ctx context.Context, gw *gatewayAdmin, c *http.Client, url string) (l fanoutList, err error) {
 	// Two GCs: pooled buffers (pkg/fanout's pages) outlive the first.
 	if err := gw.gc(ctx, ""); err != nil {
 		return l, err
@@ -391,8 +385,8 @@ func measureFanoutList(ctx context.Context, gw *gatewayAdmin, c *http.Client, ur
 		return l, err
 	}
 	l.Base = base.Heap
-	stop := sampleHeapEvery(ctx, gw, fanoutSampleEvery, &l.PeakHeap, &l.Samples)
-	defer stop()
+	stop := sampleMax(fanoutSampleEvery, func() (float64, error) { m, err := gw.metrics(ctx); return m[mHeapInuse], err })
+	defer func() { l.PeakHeap, l.Samples = stop() }()
 	start := time.Now()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -414,7 +408,6 @@ func measureFanoutList(ctx context.Context, gw *gatewayAdmin, c *http.Client, ur
 	cnt := &annotationCounter{key: []byte(fanoutAnnotation), first: func() { l.FirstRow = time.Since(start) }}
 	n, err := io.Copy(cnt, resp.Body)
 	l.Complete, l.Bytes, l.Items = time.Since(start), float64(n), cnt.n
-	stop()
 	return l, err
 }
 
@@ -440,47 +433,17 @@ func (a *annotationCounter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// sampleHeapEvery records the highest heap in use seen every interval, and
-// how many samples it took, until the returned func is called (idempotent).
-func sampleHeapEvery(ctx context.Context, gw *gatewayAdmin, every time.Duration, peak *float64, samples *int) func() {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(every):
-			}
-			if m, err := gw.metrics(ctx); err == nil {
-				*peak = max(*peak, m[mHeapInuse])
-				*samples++
-			}
-		}
-	}()
-	var once sync.Once
-	return func() { once.Do(func() { cancel(); <-done }) }
-}
-
 // The table and figures of section 8 (report.md.tmpl).
 
 func (r *fanoutResult) Slowest() time.Duration {
-	var d time.Duration
-	for _, s := range r.Singles {
-		d = max(d, s)
-	}
-	return d
+	return slices.Max(append([]time.Duration{0}, r.Singles...))
 }
 
 func (r *fanoutResult) Fastest() time.Duration {
-	var d time.Duration
-	for i, s := range r.Singles {
-		if i == 0 || s < d {
-			d = s
-		}
+	if len(r.Singles) == 0 {
+		return 0
 	}
-	return d
+	return slices.Min(r.Singles)
 }
 
 // Sequential is a client's loop over the clusters, one after another.

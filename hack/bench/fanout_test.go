@@ -29,8 +29,8 @@ func fixtureFanout(growth float64, complete, firstRow time.Duration) *fanoutResu
 // 10,000 single-cluster watches holding one each.
 func fixtureWatches(set, one float64) []*watchResult {
 	return []*watchResult{
-		{Key: "set", Name: "the set of 10 clusters", Watches: 1000, After: memSample{Heap: 1000 * set, RSS: 1000 * set, Goroutines: 1000 * 31}},
-		{Key: "single", Name: "each of its clusters alone (1000 each)", Watches: 10000, After: memSample{Heap: 10000 * one, RSS: 20000 * one, Goroutines: 10000 * 2}},
+		{Key: "set", Name: "gateway port, a set of 10 clusters", Watches: 1000, After: memSample{Heap: 1000 * set, RSS: 1000 * set, Goroutines: 1000 * 31}},
+		{Key: "single", Name: "gateway port, each of those clusters alone (1000 each)", Watches: 10000, After: memSample{Heap: 10000 * one, RSS: 20000 * one, Goroutines: 10000 * 2}},
 	}
 }
 
@@ -146,7 +146,7 @@ func TestFanoutSection(t *testing.T) {
 		"| a client's loop, one cluster after another (100) | none | 100.00 ms | 14.95 s | 2.00 s | 3.00 s |",
 		"| a client's loop, 16 clusters at a time | none | 100.00 ms | 9.00 s | 1.00 s | 4.00 s |",
 		"the gateway 6.00 s of CPU, 1.50× the 16-at-once loop's 4.00 s, and the client 1.50 s, 1.50× the loop's 1.00 s",
-		"| the set of 10 clusters | 1000 |",
+		"| gateway port, a set of 10 clusters | 1000 |",
 		"Per set watch the gateway held 400.0 KiB of Go heap + stacks, 1.33× the 300.0 KiB of 10 single-cluster watches, 0.67× their RSS, and 31.0 goroutines against their 20.0.",
 		"With all watches open the gateway had 300 open files (set) and 310 (single clusters), the bench 200 and 250;",
 		"`ulimit -n` 20000",
