@@ -346,8 +346,9 @@ func waitFanoutListed(ctx context.Context, hub *http.Client, env *localenv.Env) 
 			return again(err)
 		}
 		defer resp.Body.Close()
-		if b, _ := io.ReadAll(resp.Body); bytes.Count(b, []byte(`"name":"fanout-`)) < fanoutClusters {
-			return again(fmt.Errorf("%s: %d listed", resp.Status, bytes.Count(b, []byte(`"name":"fanout-`))))
+		b, _ := io.ReadAll(resp.Body)
+		if n := bytes.Count(b, []byte(`"name":"fanout-`)); n < fanoutClusters {
+			return again(fmt.Errorf("%s: %d listed", resp.Status, n))
 		}
 		return nil
 	})
@@ -437,7 +438,10 @@ func (a *annotationCounter) Write(p []byte) (int, error) {
 // The table and figures of section 8 (report.md.tmpl).
 
 func (r *fanoutResult) Slowest() time.Duration {
-	return slices.Max(append([]time.Duration{0}, r.Singles...))
+	if len(r.Singles) == 0 {
+		return 0
+	}
+	return slices.Max(r.Singles)
 }
 
 func (r *fanoutResult) Fastest() time.Duration {
