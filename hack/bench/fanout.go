@@ -3,13 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,9 +35,11 @@ const (
 	fanoutLabel       = "cluster-gateway-bench-fanout"
 	fanoutPage        = 500 // pkg/fanout's DefaultPageSize: the list without a limit
 	// fanoutOtherPage is a second list's limit: does the peak follow the
-	// page? (Larger, not smaller: with limit=100 the list outlasted the
-	// one-minute request timeout on 2 shared CPUs.)
-	fanoutOtherPage = 1000
+	// page? Not larger: the set can hold two pages per cluster at once (its
+	// first, and the next one read meanwhile), and two of 1,000 are a
+	// cluster's whole list. Not 100: that list outlasted the one-minute
+	// request timeout on 2 shared CPUs.
+	fanoutOtherPage = 250
 	// fanoutProfile is the gateway's CPU profile during the first list
 	// through the set, for its first fanoutProfileFor.
 	fanoutProfile    = "gateway-cpu-fanout.pprof"
@@ -48,11 +54,23 @@ const (
 	fanoutSampleEvery        = 100 * time.Millisecond
 	fanoutCompleteGoal       = 1.2 // complete list ≤ 1.2× the slowest single cluster's
 	fanoutFirstRowGoal       = 1.1 // first row ≤ 1.1× the fastest single cluster's list
-	fanoutHeapPageBound      = 2.0 // peak heap growth ≤ 2× clusters × page bytes (GOGC=100 lets the heap reach twice the live heap)
 	// fanoutAnnotation is the cluster annotation on every item of a set's
 	// answer (docs/api.md): its first occurrence is the first row.
 	fanoutAnnotation = "gateway.clustergateway.io/cluster"
+	// fanoutWatches watches of a set of the first fanoutWatchSet clusters are
+	// held at once, then as many single-cluster watches of each of them.
+	fanoutWatches, fanoutWatchSet = 1000, 10
 )
+
+// fanoutCPU is what the bench (the client) and the gateway used of the CPUs
+// while reading every cluster one way.
+type fanoutCPU struct{ Client, Gateway time.Duration }
+
+// fanoutCPU runs f and returns the bench's and the gateway's CPU meanwhile.
+func (s *session) fanoutCPU(f func() error) (fanoutCPU, error) {
+	c, err := cpuDuring(map[string]int{"gateway": s.env.Gateway.Process.Pid()}, f)
+	return fanoutCPU{c["bench"], c["gateway"]}, err
+}
 
 // fanoutList is one list through the set.
 type fanoutList struct {
@@ -67,6 +85,7 @@ type fanoutList struct {
 	Warnings  int // Warning headers: clusters that failed
 	FirstErr  string
 	PageBytes float64 // one page of one cluster, at the singles' bytes per object
+	CPU       fanoutCPU
 }
 
 // Growth is the peak heap in use above the base.
@@ -80,9 +99,18 @@ type fanoutResult struct {
 	Singles     []time.Duration
 	SingleBytes float64 // the answer of one single list (they are all alike)
 	Loop16      time.Duration
-	Lists       []fanoutList // the default page first, then fanoutOtherPage
-	Profile     *pathProfile // the gateway's CPU during the first list
-	SetupTime   time.Duration
+	Loop16First time.Duration // the first of the loop's lists to end
+	// SeqCPU is the CPU over the singles (a sequential loop), Loop16CPU
+	// over the loop of fanoutClients at a time.
+	SeqCPU, Loop16CPU fanoutCPU
+	// Watches are the set's watches, then the single-cluster ones; FDs the
+	// gateway's and the bench's open files with each, NoFile their limit.
+	Watches   []*watchResult
+	FDs       [][2]int
+	NoFile    uint64
+	Lists     []fanoutList // the default page first, then fanoutOtherPage
+	Profile   *pathProfile // the gateway's CPU during the first list
+	SetupTime time.Duration
 }
 
 // runFanout stores fanoutClusters ClusterGateways over the managed
@@ -143,15 +171,27 @@ func runFanout(ctx context.Context, s *session) (err error) {
 		return fmt.Errorf("warm-up: %w", err)
 	}
 	logf("fanout: %d single-cluster lists, one at a time", fanoutClusters)
-	for i := range fanoutClusters {
-		d, n, err := timedList(ctx, hub, single(i))
-		if err != nil {
-			return fmt.Errorf("list of %s: %w", fanoutName(i), err)
+	if res.SeqCPU, err = s.fanoutCPU(func() error {
+		for i := range fanoutClusters {
+			d, n, err := timedList(ctx, hub, single(i))
+			if err != nil {
+				return fmt.Errorf("list of %s: %w", fanoutName(i), err)
+			}
+			res.Singles, res.SingleBytes = append(res.Singles, d), float64(n)
 		}
-		res.Singles, res.SingleBytes = append(res.Singles, d), float64(n)
+		return nil
+	}); err != nil {
+		return err
 	}
+	var first sync.Once
 	loop := time.Now()
-	if err := parallel(ctx, fanoutClusters, fanoutClients, func(i int) error { _, _, err := timedList(ctx, hub, single(i)); return err }); err != nil {
+	if res.Loop16CPU, err = s.fanoutCPU(func() error {
+		return parallel(ctx, fanoutClusters, fanoutClients, func(i int) error {
+			_, _, err := timedList(ctx, hub, single(i))
+			first.Do(func() { res.Loop16First = time.Since(loop) })
+			return err
+		})
+	}); err != nil {
 		return err
 	}
 	res.Loop16 = time.Since(loop)
@@ -168,7 +208,9 @@ func runFanout(ctx context.Context, s *session) (err error) {
 			prof = make(chan error, 1)
 			go func() { prof <- s.gw.cpuProfile(ctx, fanoutProfileFor, profile) }()
 		}
-		l, err := measureFanoutList(ctx, s.gw, hub, url)
+		var l fanoutList
+		cpu, err := s.fanoutCPU(func() (err error) { l, err = measureFanoutList(ctx, s.gw, hub, url); return err })
+		l.CPU = cpu
 		if prof != nil {
 			if perr := <-prof; perr != nil {
 				logf("fanout: CPU profile: %v", perr)
@@ -188,6 +230,68 @@ func runFanout(ctx context.Context, s *session) (err error) {
 		if v, ok := strings.CutPrefix(a, "--fanout-max-clusters="); ok {
 			fmt.Sscan(v, &res.MaxClusters)
 		}
+	}
+	return fanoutWatch(ctx, s, hub, res)
+}
+
+// fanoutWatch holds fanoutWatches watches of the set of the first
+// fanoutWatchSet clusters through the gateway's port, then fanoutWatches
+// single-cluster watches of each of those clusters (the same upstream
+// watches), each on a fresh gateway whose limiter admits them all, as
+// section 7 holds its watches.
+func fanoutWatch(ctx context.Context, s *session, hub *http.Client, res *fanoutResult) (err error) {
+	args := append(slices.Clone(s.env.GatewayArgs), fmt.Sprintf("--max-streams-per-cluster=%d", fanoutWatches),
+		fmt.Sprintf("--max-streams-per-user-per-cluster=%d", fanoutWatches))
+	defer func() { err = errors.Join(err, s.restartGateway(ctx, nil)) }()
+	var names []string
+	for i := range *watchUsers {
+		names = append(names, fmt.Sprintf("%s-fanout-watch-%d", benchUser, i+1))
+	}
+	users, err := newUsers(s.env, benchUser+"-fanout-watch:proxy-reader", "cluster-gateway:proxy-reader", names...)
+	if err != nil {
+		return err
+	}
+	var rl syscall.Rlimit // the gateway inherits the bench's
+	_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl)
+	res.NoFile = rl.Cur
+	var set []string
+	for i := range fanoutWatchSet {
+		set = append(set, fanoutName(i))
+	}
+	for _, key := range []string{"set", "single"} {
+		if err := s.restartGateway(ctx, args); err != nil {
+			return err
+		}
+		if err := waitFanoutListed(ctx, hub, s.env); err != nil {
+			return err
+		}
+		h, err := gatewayHolder(s.o, s.env, s.gw, users)
+		if err != nil {
+			return err
+		}
+		// Its heap profiles apart from section 7's.
+		sample := h.sample
+		h.sample = func(ctx context.Context, when string) (memSample, error) {
+			if when == "after" {
+				gw, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", s.env.Gateway.Process.Pid()))
+				self, _ := os.ReadDir("/proc/self/fd")
+				res.FDs = append(res.FDs, [2]int{len(gw), len(self)})
+			}
+			return sample(ctx, "fanout-"+key+"-"+when)
+		}
+		h.Key, h.Name, h.bases = key, fmt.Sprintf("gateway port, a set of %d clusters", fanoutWatchSet), []string{s.env.Gateway.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustersets/names:" + strings.Join(set, ",") + "/proxy"}
+		n := fanoutWatches
+		if key == "single" {
+			h.Name, h.bases, n = fmt.Sprintf("gateway port, each of those clusters alone (%d each)", fanoutWatches), nil, fanoutWatches*fanoutWatchSet
+			for _, c := range set {
+				h.bases = append(h.bases, s.env.Gateway.URL+gatewaysPath+c+"/proxy")
+			}
+		}
+		w, err := holdWatches(ctx, s.env, h, n, len(users))
+		if err != nil {
+			return fmt.Errorf("watches of %s: %w", h.Name, err)
+		}
+		res.Watches = append(res.Watches, w)
 	}
 	return nil
 }
@@ -232,27 +336,23 @@ func fanoutSecret(env *localenv.Env, i int) *corev1.Secret {
 // all, and the hub authorizes each.
 func waitFanoutListed(ctx context.Context, hub *http.Client, env *localenv.Env) error {
 	url := env.Hub.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustergateways?labelSelector=" + fanoutLabel + "%3Dtrue"
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	_, err := poll(ctx, 500*time.Millisecond, 2*time.Minute, fmt.Sprintf("the hub listing %d fanout gateways", fanoutClusters), func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return err
 		}
 		resp, err := hub.Do(req)
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if bytes.Count(b, []byte(`"name":"fanout-`)) >= fanoutClusters {
-				return nil
-			}
+		if err != nil {
+			return again(err)
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the gateway did not list %d fanout gateways in 2m (last error: %v)", fanoutClusters, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if n := bytes.Count(b, []byte(`"name":"fanout-`)); n < fanoutClusters {
+			return again(fmt.Errorf("%s: %d listed", resp.Status, n))
 		}
-		if err := sleep(ctx, 500*time.Millisecond); err != nil {
-			return err
-		}
-	}
+		return nil
+	})
+	return err
 }
 
 // timedList GETs url and reads the answer to its end: its duration and size.
@@ -274,18 +374,21 @@ func timedList(ctx context.Context, c *http.Client, url string) (time.Duration, 
 	return time.Since(start), n, err
 }
 
-// measureFanoutList forces a GC in the gateway, then lists url while
+// measureFanoutList forces GCs in the gateway, then lists url while
 // sampling the gateway's heap in use, timing the first item's arrival (the
 // first cluster annotation in the body) and the answer's end.
-func measureFanoutList(ctx context.Context, gw *gatewayAdmin, c *http.Client, url string) (fanoutList, error) {
-	var l fanoutList
+func measureFanoutList(ctx context.Context, gw *gatewayAdmin, c *http.Client, url string) (l fanoutList, err error) {
+	// Two GCs: pooled buffers (pkg/fanout's pages) outlive the first.
+	if err := gw.gc(ctx, ""); err != nil {
+		return l, err
+	}
 	base, err := afterGC(ctx, gw, "")
 	if err != nil {
 		return l, err
 	}
 	l.Base = base.Heap
-	stop := sampleHeapEvery(ctx, gw, fanoutSampleEvery, &l.PeakHeap, &l.Samples)
-	defer stop()
+	stop := sampleMax(fanoutSampleEvery, func() (float64, error) { m, err := gw.metrics(ctx); return m[mHeapInuse], err })
+	defer func() { l.PeakHeap, l.Samples = stop() }()
 	start := time.Now()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -307,7 +410,6 @@ func measureFanoutList(ctx context.Context, gw *gatewayAdmin, c *http.Client, ur
 	cnt := &annotationCounter{key: []byte(fanoutAnnotation), first: func() { l.FirstRow = time.Since(start) }}
 	n, err := io.Copy(cnt, resp.Body)
 	l.Complete, l.Bytes, l.Items = time.Since(start), float64(n), cnt.n
-	stop()
 	return l, err
 }
 
@@ -333,47 +435,20 @@ func (a *annotationCounter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// sampleHeapEvery records the highest heap in use seen every interval, and
-// how many samples it took, until the returned func is called (idempotent).
-func sampleHeapEvery(ctx context.Context, gw *gatewayAdmin, every time.Duration, peak *float64, samples *int) func() {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(every):
-			}
-			if m, err := gw.metrics(ctx); err == nil {
-				*peak = max(*peak, m[mHeapInuse])
-				*samples++
-			}
-		}
-	}()
-	var once sync.Once
-	return func() { once.Do(func() { cancel(); <-done }) }
-}
-
 // The table and figures of section 8 (report.md.tmpl).
 
 func (r *fanoutResult) Slowest() time.Duration {
-	var d time.Duration
-	for _, s := range r.Singles {
-		d = max(d, s)
+	if len(r.Singles) == 0 {
+		return 0
 	}
-	return d
+	return slices.Max(r.Singles)
 }
 
 func (r *fanoutResult) Fastest() time.Duration {
-	var d time.Duration
-	for i, s := range r.Singles {
-		if i == 0 || s < d {
-			d = s
-		}
+	if len(r.Singles) == 0 {
+		return 0
 	}
-	return d
+	return slices.Min(r.Singles)
 }
 
 // Sequential is a client's loop over the clusters, one after another.
@@ -391,6 +466,11 @@ func (r *fanoutResult) List() *fanoutList {
 		return nil
 	}
 	return &r.Lists[0]
+}
+
+// Pages are the requests l made to the clusters: each cluster's list in l.Page pages.
+func (r *fanoutResult) Pages(l fanoutList) int {
+	return r.Clusters * ((r.Objects + l.Page - 1) / max(1, l.Page))
 }
 
 // PerCluster is l's peak heap growth per cluster of the set.
@@ -428,23 +508,23 @@ func (r *fanoutResult) Bounded() bool {
 }
 
 func (r *fanoutResult) Table() *table {
-	t := newTable("lrrrrrrrrr", "list", "page", "first row", "complete", "answer", "items", "peak heap in use above the base (sampled)",
-		"per cluster", "÷ answer", "÷ (clusters × page)")
+	t := newTable("lrrrrrrrrrrr", "list", "page", "first row", "complete", "client CPU", "gateway CPU", "answer", "items",
+		"peak heap in use above the base (sampled)", "per cluster", "÷ answer", "÷ (clusters × page)")
 	for _, l := range r.Lists {
 		name := fmt.Sprintf("the set (%d clusters)", r.Clusters)
 		if l.Warnings > 0 {
 			name += fmt.Sprintf(", %d warnings", l.Warnings)
 		}
-		t.add(name, fmt.Sprint(l.Page), fmtDur(l.FirstRow), fmtDur(l.Complete), mib(l.Bytes), fmt.Sprint(l.Items), mib(l.Growth()),
+		t.add(name, fmt.Sprint(l.Page), fmtDur(l.FirstRow), fmtDur(l.Complete), fmtDur(l.CPU.Client), fmtDur(l.CPU.Gateway), mib(l.Bytes), fmt.Sprint(l.Items), mib(l.Growth()),
 			kib(r.PerCluster(l)), fmt.Sprintf("%.2f", div(l.Growth(), l.Bytes)), fmt.Sprintf("%.2f", div(l.Growth(), r.PageBound(l))))
 	}
 	if len(r.Singles) > 0 {
-		t.add("one cluster, the fastest", "none", "", fmtDur(r.Fastest()), mib(r.SingleBytes), fmt.Sprint(r.Objects))
-		t.add("one cluster, the slowest", "none", "", fmtDur(r.Slowest()), mib(r.SingleBytes), fmt.Sprint(r.Objects))
-		t.add(fmt.Sprintf("a client's loop, one cluster after another (%d)", len(r.Singles)), "none", "", fmtDur(r.Sequential()))
+		t.add("one cluster, the fastest", "none", "", fmtDur(r.Fastest()), "", "", mib(r.SingleBytes), fmt.Sprint(r.Objects))
+		t.add("one cluster, the slowest", "none", "", fmtDur(r.Slowest()), "", "", mib(r.SingleBytes), fmt.Sprint(r.Objects))
+		t.add(fmt.Sprintf("a client's loop, one cluster after another (%d)", len(r.Singles)), "none", fmtDur(r.Singles[0]), fmtDur(r.Sequential()), fmtDur(r.SeqCPU.Client), fmtDur(r.SeqCPU.Gateway))
 	}
 	if r.Loop16 > 0 {
-		t.add(fmt.Sprintf("a client's loop, %d clusters at a time", fanoutClients), "none", "", fmtDur(r.Loop16))
+		t.add(fmt.Sprintf("a client's loop, %d clusters at a time", fanoutClients), "none", fmtDur(r.Loop16First), fmtDur(r.Loop16), fmtDur(r.Loop16CPU.Client), fmtDur(r.Loop16CPU.Gateway))
 	}
 	return t
 }
@@ -459,11 +539,21 @@ func div(a, b float64) float64 {
 // fanoutGoals are section 8's goals; none when the section did not run (a
 // report without it lists no fan-out goal).
 func (r *report) fanoutGoals() []goal {
-	f := r.Fanout
-	if f == nil {
+	if r.Fanout == nil {
 		return nil
 	}
+	return r.Fanout.Goals()
+}
+
+// Goals are the issue's goals, then the same bounds against the fair
+// references of this machine (bench checks): the 16-at-once client loop,
+// which lists the same clusters at the set's concurrency, and the
+// single-cluster watches a set watch replaces.
+func (f *fanoutResult) Goals() goalList {
 	complete := goal{Goal: fmt.Sprintf("Fan-out list of %d clusters: time to the complete list ≤ %.1f× the slowest single cluster's list through the gateway", f.Clusters, fanoutCompleteGoal), Limit: fanoutCompleteGoal}.not("no list through the set")
+	fairComplete := goal{Goal: fmt.Sprintf("Fan-out list: time to the complete list ≤ %.1f× the client's loop over the same clusters, %d at a time", fanoutCompleteGoal, fanoutClients), Limit: fanoutCompleteGoal, Evidence: true}.not("no list through the set and client loop")
+	fairFirst := goal{Goal: fmt.Sprintf("Fan-out list: time to the first row ≤ %.1f× the first list of that loop to end", fanoutFirstRowGoal), Limit: fanoutFirstRowGoal, Evidence: true}.not("no list through the set and client loop")
+	watch := goal{Goal: fmt.Sprintf("Fan-out watch: Go heap + stacks per watch of a %d-cluster set ≤ %d single-cluster watches'", fanoutWatchSet, fanoutWatchSet), Limit: 1, Evidence: true}.not("no watches")
 	first := goal{Goal: fmt.Sprintf("Fan-out list of %d clusters: time to the first row ≤ %.1f× the fastest single cluster's list through the gateway", f.Clusters, fanoutFirstRowGoal), Limit: fanoutFirstRowGoal}.not("no list through the set")
 	heap := goal{Goal: fmt.Sprintf("Fan-out list of %d clusters × %d objects: peak heap bounded by clusters × page size, not by the objects (the same list with two page sizes: the growth follows the page)", f.Clusters, f.Objects)}.not("not two lists through the set with different pages")
 	l := f.List()
@@ -474,6 +564,14 @@ func (r *report) fanoutGoals() []goal {
 	default:
 		complete = complete.is(ratio(l.Complete, f.Slowest()), "%.2f× (%s vs %s, section 8)", ratio(l.Complete, f.Slowest()), fmtDur(l.Complete), fmtDur(f.Slowest()))
 		first = first.is(ratio(l.FirstRow, f.Fastest()), "%.2f× (%s vs %s, section 8)", ratio(l.FirstRow, f.Fastest()), fmtDur(l.FirstRow), fmtDur(f.Fastest()))
+	}
+	if l != nil && f.Loop16First > 0 {
+		fairComplete = fairComplete.is(ratio(l.Complete, f.Loop16), "%.2f× (%s vs %s, section 8)", ratio(l.Complete, f.Loop16), fmtDur(l.Complete), fmtDur(f.Loop16))
+		fairFirst = fairFirst.is(ratio(l.FirstRow, f.Loop16First), "%.2f× (%s vs %s, section 8)", ratio(l.FirstRow, f.Loop16First), fmtDur(l.FirstRow), fmtDur(f.Loop16First))
+	}
+	if w := f.WatchPer(); w != nil {
+		set, ten := w[0], w[1]
+		watch = watch.is(div(set.Live(), ten.Live()), "%.2f× (%s vs %s; RSS %.2f×, goroutines %.1f vs %.1f), section 8", div(set.Live(), ten.Live()), kib(set.Live()), kib(ten.Live()), div(set.RSS, ten.RSS), set.Goroutines, ten.Goroutines)
 	}
 	if got, bound, ok := f.Follows(); ok {
 		a, b := f.Lists[0], f.Lists[1]
@@ -487,5 +585,18 @@ func (r *report) fanoutGoals() []goal {
 			got, float64(b.Page)/float64(a.Page), bound, mib(a.Growth()), a.Page, mib(b.Growth()), b.Page,
 			div(a.Growth(), f.PageBound(a)), div(b.Growth(), f.PageBound(b)), div(a.Growth(), a.Bytes), div(b.Growth(), b.Bytes), mib(a.Bytes))
 	}
-	return []goal{complete, first, heap}
+	return goalList{complete, first, heap, fairComplete, fairFirst, watch}
 }
+
+// WatchPer is what the gateway held per set watch, and per fanoutWatchSet
+// single-cluster watches (the ones a set watch replaces).
+func (f *fanoutResult) WatchPer() []memSample {
+	if len(f.Watches) < 2 {
+		return nil
+	}
+	one, k := f.Watches[1].PerWatch(), float64(fanoutWatchSet)
+	return []memSample{f.Watches[0].PerWatch(), {RSS: k * one.RSS, Heap: k * one.Heap, Stacks: k * one.Stacks, Goroutines: k * one.Goroutines}}
+}
+
+// WatchTable is the watches in section 7's table.
+func (f *fanoutResult) WatchTable() *watchesResult { return &watchesResult{Holders: f.Watches} }

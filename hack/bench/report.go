@@ -37,13 +37,7 @@ var reportText string
 
 var reportTemplate = template.Must(template.New("performance.md").Funcs(template.FuncMap{
 	"mib": mib, "kib": kib, "dur": fmtDur, "ns": fmtNs, "ratio": ratio, "join": strings.Join,
-	"f0": f0, "f1": f1, "f2": f2, "x": x,
-	"div": func(a, b float64) float64 {
-		if b == 0 {
-			return 0
-		}
-		return a / b
-	},
+	"f0": f0, "f1": f1, "f2": f2, "x": x, "div": div,
 	"round":         func(d time.Duration, unit string) time.Duration { u, _ := time.ParseDuration(unit); return d.Round(u) },
 	"args":          func() string { return strings.Join(os.Args[1:], " ") },
 	"cpu":           cpuStr,
@@ -63,6 +57,11 @@ var reportTemplate = template.Must(template.New("performance.md").Funcs(template
 	"fanoutOtherPage":   func() int { return fanoutOtherPage },
 	"fanoutProfileFor":  func() time.Duration { return fanoutProfileFor },
 	"fanoutSampleEvery": func() time.Duration { return fanoutSampleEvery },
+	"fanoutWatches":     func() int { return fanoutWatches },
+	"fanoutWatchSet":    func() int { return fanoutWatchSet },
+	"watchUsers":        func() int { return *watchUsers },
+	"mul":               func(a, b int) int { return a * b },
+	"float":             func(d time.Duration) float64 { return float64(d) },
 }).Parse(reportText))
 
 // markdown is the report as docs/performance.md.
