@@ -35,8 +35,9 @@ const initialEventsEnd = metav1.InitialEventsAnnotationKey
 // cluster becomes a Warning header and a 410 of any cluster is the set's
 // 410. Then events pass on as they come, each object marked with its
 // cluster; a bookmark carries the set's resourceVersion, which resumes every
-// cluster. When one cluster's stream ends, the set's watch ends, and the
-// client watches again from the last resourceVersion it has.
+// cluster. When one cluster's stream ends, the set's watch ends (with a
+// bookmark of every cluster's place, if the client allows bookmarks), and
+// the client watches again from the last resourceVersion it has.
 func (f *FanOut) watch(w http.ResponseWriter, req *http.Request, clusters []string, subpath string) {
 	q := req.URL.Query()
 	rvs, all, err := decodeRV(q.Get("resourceVersion"))
