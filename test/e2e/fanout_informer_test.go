@@ -8,7 +8,10 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -20,6 +23,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+
+	gatewayv1alpha1 "github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
 
 // fanoutInformerIP is where TestFanoutInformer runs a kube-apiserver of
@@ -281,4 +286,89 @@ func compactEtcd(t *testing.T) {
 	}
 	post("/v3/kv/compaction", map[string]any{"revision": r.Header.Revision, "physical": true})
 	t.Logf("etcd compacted at revision %s", r.Header.Revision)
+}
+
+// TestFanoutAudit restarts the gateway with an audit policy that records
+// clustersets/proxy at Metadata, lists through a set of two clusters (one
+// gateway with impersonation None, one in Caller mode) and checks the set's
+// event in the gateway's audit log: the clusters read, their count, and each
+// cluster's identity as the single-cluster path records it, and none of the
+// single-cluster proxy.* annotations (each cluster's read has an event of
+// its own, not written). It restarts the gateway, so it is not parallel.
+func TestFanoutAudit(t *testing.T) {
+	requireGateway(t)
+	policy := filepath.Join(t.TempDir(), "audit-policy.yaml")
+	if err := os.WriteFile(policy, []byte(`apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Metadata
+    resources:
+      - group: gateway.clustergateway.io
+        resources: ["clustersets/proxy"]
+  - level: None
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(env.StateDir, "logs", "audit-"+uniqueName(t, "fanout")+".log")
+	restartGateway(t, append(append([]string{}, env.GatewayArgs...), "--audit-policy-file="+policy, "--audit-log-path="+logPath))
+	t.Cleanup(func() { restartGateway(t, nil) })
+
+	label := uniqueName(t, "fo-audit")
+	a, b := directGateway(uniqueName(t, "fo-audit-a"), 0), directGateway(uniqueName(t, "fo-audit-b"), 1)
+	b.Spec.Impersonation.Mode = gatewayv1alpha1.ImpersonationCaller
+	for _, gw := range []*gatewayv1alpha1.ClusterGateway{a, b} {
+		gw.Labels = map[string]string{"fleet": label}
+		createGateway(t, gw)
+	}
+	kc := filepath.Join(t.TempDir(), "set.kubeconfig")
+	mustCgw(t, env.Hub.Kubeconfig, "kubeconfig", "-l", "fleet="+label, "-o", kc)
+	eventually(t, "a list through the set with both clusters", func() error {
+		out := kubectl(t, kc, nil, "", "get", "ns", "default", "-o", "name")
+		if out.Err != nil || strings.Count(out.Stdout, "namespace/default") != 2 {
+			return fmt.Errorf("%v\n%s\n%s", out.Err, out.Stdout, out.Stderr)
+		}
+		return nil
+	})
+
+	clusters := []string{a.Name, b.Name}
+	slices.Sort(clusters)
+	subjectA := "x509:" + certSubject(t, env.Managed[0].GatewayUser.CertPEM)
+	subjectB := "x509:" + certSubject(t, env.Managed[1].GatewayUser.CertPEM)
+	want := map[string]string{
+		"fanout.gateway.clustergateway.io/clusters":           strings.Join(clusters, ","),
+		"fanout.gateway.clustergateway.io/cluster-count":      "2",
+		"fanout.gateway.clustergateway.io/identity." + a.Name: fmt.Sprintf(`{"impersonation":"None","identity":%q,"authenticated-as":%q}`, subjectA, subjectA),
+		"fanout.gateway.clustergateway.io/identity." + b.Name: fmt.Sprintf(`{"impersonation":"Caller","identity":%q,"authenticated-as":%q}`, adminName(), subjectB),
+	}
+	var ev auditEvent
+	eventually(t, "the set's list in the audit log", func() error {
+		events, err := readAuditLog(logPath)
+		if err != nil {
+			return err
+		}
+		for _, e := range events {
+			if e.Stage == "ResponseComplete" && e.ObjectRef.Resource == "clustersets" && strings.Contains(e.RequestURI, "/api/v1/namespaces/default") &&
+				e.Annotations["fanout.gateway.clustergateway.io/clusters"] == want["fanout.gateway.clustergateway.io/clusters"] &&
+				len(e.Annotations) >= len(want) {
+				ev = e
+				return nil
+			}
+		}
+		return fmt.Errorf("no ResponseComplete event of a get of namespace default through the set (%d events)", len(events))
+	})
+	got := map[string]string{}
+	for k, v := range ev.Annotations {
+		if strings.HasPrefix(k, "fanout.") || strings.HasPrefix(k, auditPrefix) {
+			got[k] = v
+		}
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("the set's audit annotations\n got %v\nwant %v\n(event %s %s)", got, want, ev.Verb, ev.RequestURI)
+	}
+	raw, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireNoMaterial(t, "the audit log", string(raw), env.Managed[0].GatewayUser.KeyPEM, env.Managed[1].GatewayUser.KeyPEM)
 }
