@@ -27,9 +27,9 @@ import (
 	gatewayv1alpha1 "github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
 
-// fanoutInformerIP is where TestFanoutInformer runs a kube-apiserver of
-// managed cluster 0 without a watch cache.
-const fanoutInformerIP = "127.0.0.161"
+// fanoutInformerIPs are where TestFanoutInformer runs a kube-apiserver of
+// managed clusters 0 and 1 without a watch cache.
+var fanoutInformerIPs = [2]string{"127.0.0.161", "127.0.0.162"}
 
 const setClusterAnnotation = "gateway.clustergateway.io/cluster"
 
@@ -58,42 +58,202 @@ type setListWatch struct {
 
 func (setListWatch) IsWatchListSemanticsUnSupported() bool { return true }
 
-// TestFanoutInformer: a client-go reflector, built from the kubeconfig
-// `kubectl cgw kubeconfig -l` writes, with the store key docs/api.md gives,
-// mirrors ConfigMaps of two clusters (one of them a kube-apiserver of
-// managed cluster 0 without a watch cache, the other managed cluster 1),
-// including one name on both: adds, updates and deletes on each arrive,
-// and the store equals what the clusters hold. Its watches, cut every few
-// seconds, resume from the set's last bookmark without a relist. Then the
-// shared etcd is compacted past where the uncached cluster's watch would
-// resume: that resume is a real 410, the reflector lists again, and the
-// store still equals the truth, with changes made meanwhile.
+// TestFanoutInformer: client-go reflectors, each built from the kubeconfig
+// `kubectl cgw kubeconfig -l` writes for a set of two clusters, with the
+// store key docs/api.md gives, mirror ConfigMaps of managed clusters 0 and
+// 1, including one name on both: adds, updates and deletes on each arrive,
+// and each store equals what the clusters hold. Through a set of two
+// kube-apiservers without a watch cache (which send no bookmarks of their
+// own), watches cut every few seconds resume from the set's last bookmark
+// without a relist. Through a set of one such kube-apiserver and managed
+// cluster 1 itself, the shared etcd is compacted past where the uncached
+// cluster's watch would resume: that resume is a real 410, the reflector
+// lists again, and its store still equals the truth, with changes made
+// meanwhile.
 func TestFanoutInformer(t *testing.T) {
 	requireGateway(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// Without a watch cache a watch resumes from etcd, so compacting etcd
 	// makes an old resourceVersion too old at once (a watch cache would
-	// serve it from its own window).
-	replica, err := env.StartAPIServerReplica(ctx, env.Managed[0], fanoutInformerIP, "--watch-cache=false")
-	if err != nil {
-		t.Fatal(err)
+	// serve it from its own window); and it sends no bookmarks of its own
+	// (a watch cache sends one before a watch's timeout), so that only the
+	// set's last bookmark can spare the reflector a relist when a watch
+	// ends.
+	var uncached [2]string
+	for i, ip := range fanoutInformerIPs {
+		replica, err := env.StartAPIServerReplica(ctx, env.Managed[i], ip, "--watch-cache=false")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := env.StopCluster(replica); err != nil {
+				t.Errorf("stopping %s: %v", replica.Name, err)
+			}
+		})
+		uncached[i] = replica.URL
+	}
+	label := uniqueName(t, "fo-inf")
+	sel := "fo-informer=" + label
+	bookmarks := newSetMirror(ctx, t, sel, uncached[0], uncached[1])
+	compacted := newSetMirror(ctx, t, sel, uncached[0], env.Managed[1].URL)
+	mirrors := []*setMirror{bookmarks, compacted}
+
+	// The clusters, written directly.
+	clusters := [2]kubernetes.Interface{managedClient(t, 0), managedClient(t, 1)}
+	write := func(i int, name, v string) {
+		t.Helper()
+		c := clusters[i].CoreV1().ConfigMaps("default")
+		cm, err := c.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			_, err = c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"fo-informer": label}}, Data: map[string]string{"v": v}}, metav1.CreateOptions{})
+		} else {
+			cm.Data = map[string]string{"v": v}
+			_, err = c.Update(ctx, cm, metav1.UpdateOptions{})
+		}
+		if err != nil {
+			t.Fatalf("write %s on cluster %d: %v", name, i, err)
+		}
+	}
+	remove := func(i int, name string) {
+		t.Helper()
+		if err := clusters[i].CoreV1().ConfigMaps("default").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatalf("delete %s on cluster %d: %v", name, i, err)
+		}
 	}
 	t.Cleanup(func() {
-		if err := env.StopCluster(replica); err != nil {
-			t.Errorf("stopping %s: %v", replica.Name, err)
+		for _, c := range clusters {
+			_ = c.CoreV1().ConfigMaps("default").DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: sel})
 		}
 	})
+	// mirrored waits until each running mirror's store holds what the
+	// clusters hold: key (its gateways' names) -> data and resourceVersion.
+	mirrored := func(what string, ms ...*setMirror) {
+		t.Helper()
+		eventually(t, what, func() error {
+			var held [2][]corev1.ConfigMap
+			for i, c := range clusters {
+				l, err := c.CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{LabelSelector: sel})
+				if err != nil {
+					return err
+				}
+				held[i] = l.Items
+			}
+			for _, m := range ms {
+				want := map[string]string{}
+				for i := range held {
+					for _, cm := range held[i] {
+						want[m.gateways[i]+"/default/"+cm.Name] = cm.Data["v"] + "@" + cm.ResourceVersion
+					}
+				}
+				got := map[string]string{}
+				for _, o := range m.store.List() {
+					cm := o.(*corev1.ConfigMap)
+					k, _ := setKey(cm)
+					got[k] = cm.Data["v"] + "@" + cm.ResourceVersion
+				}
+				if !maps.Equal(got, want) {
+					return fmt.Errorf("store %v\nclusters %v", got, want)
+				}
+			}
+			return nil
+		})
+	}
 
-	label := uniqueName(t, "fo-inf")
-	a, b := uniqueName(t, "fo-inf-a"), uniqueName(t, "fo-inf-b")
-	gwA := directGateway(a, 0)
-	gwA.Spec.Endpoint.Address = replica.URL
-	gwB := directGateway(b, 1)
-	gwA.Labels = map[string]string{"fleet": label}
-	gwB.Labels = map[string]string{"fleet": label}
-	createGateway(t, gwA)
-	createGateway(t, gwB)
+	// One name on both clusters, and one of a's own.
+	write(0, "same", "a0")
+	write(1, "same", "b0")
+	write(0, "only-a", "a0")
+	mirrored("the initial list: one name on two clusters is two entries", mirrors...)
+	for _, m := range mirrors {
+		if n := len(m.store.ListKeys()); n != 3 {
+			t.Fatalf("store keys %v, want 3", m.store.ListKeys())
+		}
+	}
+
+	t.Run("adds, updates and deletes on each cluster arrive", func(t *testing.T) {
+		write(0, "added", "a1")
+		write(1, "added", "b1")
+		mirrored("adds", mirrors...)
+		write(0, "same", "a2")
+		write(1, "same", "b2")
+		mirrored("updates of one name on two clusters", mirrors...)
+		remove(0, "added")
+		mirrored("a delete on one cluster leaves the other's object of that name", mirrors...)
+		remove(1, "added")
+		write(1, "only-b", "b3")
+		mirrored("deletes", mirrors...)
+	})
+
+	t.Run("watches resume from the set's bookmark without a relist", func(t *testing.T) {
+		m := bookmarks
+		l0, w0 := m.lists.Load(), m.watches.Load()
+		// A change, so that the last event of the watch is an object of
+		// one cluster: the set's last bookmark, not that object's
+		// resourceVersion, must be where the reflector resumes.
+		write(1, "only-b", "b4")
+		mirrored("a change before the watch ends", m)
+		eventually(t, "three watches more", func() error {
+			if n := m.watches.Load(); n < w0+3 {
+				return fmt.Errorf("%d watches, want %d", n, w0+3)
+			}
+			return nil
+		})
+		if l := m.lists.Load(); l != l0 {
+			t.Errorf("%d lists during %d watches, want none: a watch that ends must resume from the set's last bookmark", l-l0, m.watches.Load()-w0)
+		}
+		mirrored("after the watches resumed", m)
+	})
+	// Compacting etcd would make both of its clusters' places too old.
+	bookmarks.stop()
+
+	t.Run("a real 410: the reflector lists again and converges", func(t *testing.T) {
+		m := compacted
+		l0 := m.lists.Load()
+		// Changes on cluster 0, then etcd compacted past them (two writes
+		// past the last, so that its uncached kube-apiserver's next watch
+		// starts below the compacted revision). Nothing is written on
+		// cluster 0 again until the relist, so no event can move its place
+		// past the compaction first.
+		write(0, "only-a", "a5")
+		write(0, "only-a", "a6")
+		write(1, "only-b", "b6")
+		write(1, "only-b", "b7")
+		compactEtcd(t)
+		write(1, "meanwhile", "b8")
+		eventually(t, "a relist", func() error {
+			if n := m.lists.Load(); n == l0 {
+				return fmt.Errorf("no list since the compaction (%d watches)", m.watches.Load())
+			}
+			return nil
+		})
+		write(0, "after-relist", "a9")
+		write(1, "only-b", "b9")
+		mirrored("after the relist", m)
+	})
+}
+
+// setMirror is a reflector through a set of two new ClusterGateways (the
+// addresses of managed clusters 0 and 1 given) into a store keyed by
+// cluster, with the ConfigMaps of default that sel selects.
+type setMirror struct {
+	gateways       [2]string
+	store          cache.Store
+	lists, watches atomic.Int32
+	stop           func()
+}
+
+func newSetMirror(ctx context.Context, t *testing.T, sel string, addresses ...string) *setMirror {
+	t.Helper()
+	m := &setMirror{store: cache.NewStore(setKey)}
+	label := uniqueName(t, "fo-set")
+	for i, addr := range addresses {
+		gw := directGateway(uniqueName(t, fmt.Sprintf("fo-inf-%d", i)), i)
+		gw.Spec.Endpoint.Address = addr
+		gw.Labels = map[string]string{"fleet": label}
+		createGateway(t, gw)
+		m.gateways[i] = gw.Name
+	}
 	kc := filepath.Join(t.TempDir(), "set.kubeconfig")
 	mustCgw(t, env.Hub.Kubeconfig, "kubeconfig", "-l", "fleet="+label, "-o", kc)
 	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
@@ -104,157 +264,27 @@ func TestFanoutInformer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-
-	// The clusters, each as its ClusterGateway names it, written directly.
-	clusters := map[string]kubernetes.Interface{a: managedClient(t, 0), b: managedClient(t, 1)}
-	sel := "fo-informer=" + label
-	write := func(cluster, name, v string) {
-		t.Helper()
-		c := clusters[cluster].CoreV1().ConfigMaps("default")
-		cm, err := c.Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			_, err = c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"fo-informer": label}}, Data: map[string]string{"v": v}}, metav1.CreateOptions{})
-		} else {
-			cm.Data = map[string]string{"v": v}
-			_, err = c.Update(ctx, cm, metav1.UpdateOptions{})
-		}
-		if err != nil {
-			t.Fatalf("write %s on %s: %v", name, cluster, err)
-		}
-	}
-	remove := func(cluster, name string) {
-		t.Helper()
-		if err := clusters[cluster].CoreV1().ConfigMaps("default").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-			t.Fatalf("delete %s on %s: %v", name, cluster, err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, c := range clusters {
-			_ = c.CoreV1().ConfigMaps("default").DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: sel})
-		}
-	})
-	// truth is what the clusters hold: key -> data and resourceVersion.
-	truth := func() (map[string]string, error) {
-		out := map[string]string{}
-		for name, c := range clusters {
-			l, err := c.CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{LabelSelector: sel})
-			if err != nil {
-				return nil, err
-			}
-			for _, cm := range l.Items {
-				out[name+"/default/"+cm.Name] = cm.Data["v"] + "@" + cm.ResourceVersion
-			}
-		}
-		return out, nil
-	}
-
-	var lists, watches atomic.Int32
 	lw := setListWatch{&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			lists.Add(1)
+			m.lists.Add(1)
 			o.LabelSelector = sel
 			return set.CoreV1().ConfigMaps("default").List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			watches.Add(1)
+			m.watches.Add(1)
 			o.LabelSelector = sel
 			short := int64(4)
 			o.TimeoutSeconds = &short
 			return set.CoreV1().ConfigMaps("default").Watch(ctx, o)
 		},
 	}}
-	store := cache.NewStore(setKey)
-	r := cache.NewReflectorWithOptions(lw, &corev1.ConfigMap{}, store, cache.ReflectorOptions{Name: "fanout-informer"})
+	r := cache.NewReflectorWithOptions(lw, &corev1.ConfigMap{}, m.store, cache.ReflectorOptions{Name: "fanout-informer-" + label})
+	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); r.RunWithContext(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-
-	// mirrored waits until the store holds what the clusters hold.
-	mirrored := func(what string) {
-		t.Helper()
-		eventually(t, what, func() error {
-			want, err := truth()
-			if err != nil {
-				return err
-			}
-			got := map[string]string{}
-			for _, o := range store.List() {
-				cm := o.(*corev1.ConfigMap)
-				k, _ := setKey(cm)
-				got[k] = cm.Data["v"] + "@" + cm.ResourceVersion
-			}
-			if !maps.Equal(got, want) {
-				return fmt.Errorf("store %v\nclusters %v", got, want)
-			}
-			return nil
-		})
-	}
-
-	// One name on both clusters, and one of each's own.
-	write(a, "same", "a0")
-	write(b, "same", "b0")
-	write(a, "only-a", "a0")
-	mirrored("the initial list: one name on two clusters is two entries")
-	if n := len(store.ListKeys()); n != 3 {
-		t.Fatalf("store keys %v, want 3", store.ListKeys())
-	}
-
-	t.Run("adds, updates and deletes on each cluster arrive", func(t *testing.T) {
-		write(a, "added", "a1")
-		write(b, "added", "b1")
-		mirrored("adds")
-		write(a, "same", "a2")
-		write(b, "same", "b2")
-		mirrored("updates of one name on two clusters")
-		remove(a, "added")
-		mirrored("a delete on one cluster leaves the other's object of that name")
-		remove(b, "added")
-		write(b, "only-b", "b3")
-		mirrored("deletes")
-	})
-
-	t.Run("watches resume from the set's bookmark without a relist", func(t *testing.T) {
-		l0, w0 := lists.Load(), watches.Load()
-		// A change, so that the last event of the watch is an object of
-		// one cluster: the watch's last bookmark, not that object's
-		// resourceVersion, must be where the reflector resumes.
-		write(b, "only-b", "b4")
-		mirrored("a change before the watch ends")
-		eventually(t, "three watches more", func() error {
-			if n := watches.Load(); n < w0+3 {
-				return fmt.Errorf("%d watches, want %d", n, w0+3)
-			}
-			return nil
-		})
-		if l := lists.Load(); l != l0 {
-			t.Errorf("%d lists during %d watches, want none: a watch that ends must resume from the set's last bookmark", l-l0, watches.Load()-w0)
-		}
-		mirrored("after the watches resumed")
-	})
-
-	t.Run("a real 410: the reflector lists again and converges", func(t *testing.T) {
-		l0 := lists.Load()
-		// Changes on a, then etcd compacted past them (two writes past
-		// the last, so that a's next resumed watch starts below the
-		// compacted revision): a's watch resumes from a6 at the latest.
-		// Nothing is written on a again until the relist, so no event can
-		// move a's place past the compaction first.
-		write(a, "only-a", "a5")
-		write(a, "only-a", "a6")
-		write(b, "only-b", "b6")
-		write(b, "only-b", "b7")
-		compactEtcd(t)
-		write(b, "meanwhile", "b8")
-		eventually(t, "a relist", func() error {
-			if n := lists.Load(); n == l0 {
-				return fmt.Errorf("no list since the compaction (%d watches)", watches.Load())
-			}
-			return nil
-		})
-		write(a, "after-relist", "a9")
-		write(b, "only-b", "b9")
-		mirrored("after the relist")
-	})
+	m.stop = func() { cancel(); <-done }
+	t.Cleanup(m.stop)
+	return m
 }
 
 // compactEtcd compacts the suite's etcd at its present revision, through
