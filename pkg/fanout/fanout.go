@@ -32,7 +32,7 @@ import (
 const ClusterAnnotation = v1alpha1.GroupName + "/cluster"
 
 // AuditClusters annotates the set request's audit event with the clusters
-// it read (comma-separated).
+// it read (comma-separated, at most MaxAuditClusters, then "+N more").
 const AuditClusters = "fanout." + v1alpha1.GroupName + "/clusters"
 
 // Resource is the hub resource whose proxy subresource a set is read through.
@@ -114,6 +114,7 @@ func New(opts Options) (*FanOut, error) {
 	if opts.Gateways == nil || opts.Authorizer == nil || opts.Serve == nil {
 		return nil, fmt.Errorf("fanout: Options.Gateways, Authorizer and Serve are required")
 	}
+	opts.Serve = auditedServe(opts.Serve)
 	return &FanOut{opts: opts}, nil
 }
 
@@ -183,7 +184,8 @@ func (f *FanOut) Serve(w http.ResponseWriter, req *http.Request, set, subpath st
 		writeStatus(w, req, err)
 		return
 	}
-	audit.AddAuditAnnotation(req.Context(), AuditClusters, strings.Join(clusters, ","))
+	auditClusters(req.Context(), clusters)
+	req = req.WithContext(withSetAudit(req.Context()))
 	switch {
 	case !in.IsResourceRequest:
 		// Discovery, /version, OpenAPI: what kubectl reads before it lists.

@@ -29,7 +29,9 @@ func decodeRV(rv string) (m map[string]string, all bool, err error) {
 	}
 	enc, ok := strings.CutPrefix(rv, rvPrefix)
 	if !ok {
-		return nil, false, fmt.Errorf("resourceVersion %q is not one a set of clusters gave", rv)
+		// An object's own resourceVersion is one cluster's, and says
+		// nothing of where the others are.
+		return nil, false, fmt.Errorf("resourceVersion %q is not one a set of clusters gave (an object's own resourceVersion is its cluster's alone, and cannot resume the set)", rv)
 	}
 	b, err := base64.RawURLEncoding.DecodeString(enc)
 	if err == nil {

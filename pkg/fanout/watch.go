@@ -1,8 +1,10 @@
 package fanout
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -21,6 +23,7 @@ type event struct {
 	// initialEnd is a bookmark that ends the cluster's initial events
 	// (sendInitialEvents, client-go's watch-list).
 	initialEnd bool
+	kind       typeMeta
 }
 
 // initialEventsEnd is the bookmark annotation that ends a watch's initial
@@ -32,15 +35,18 @@ const initialEventsEnd = metav1.InitialEventsAnnotationKey
 // cluster becomes a Warning header and a 410 of any cluster is the set's
 // 410. Then events pass on as they come, each object marked with its
 // cluster; a bookmark carries the set's resourceVersion, which resumes every
-// cluster. When one cluster's stream ends, the set's watch ends, and the
-// client watches again from the last resourceVersion it has.
+// cluster. When one cluster's stream ends, the set's watch ends (with a
+// bookmark of every cluster's place, if the client allows bookmarks), and
+// the client watches again from the last resourceVersion it has.
 func (f *FanOut) watch(w http.ResponseWriter, req *http.Request, clusters []string, subpath string) {
 	q := req.URL.Query()
 	rvs, all, err := decodeRV(q.Get("resourceVersion"))
 	if err != nil {
-		writeStatus(w, req, apierrors.NewResourceExpired(err.Error()+"; list again, and watch from the list's resourceVersion"))
+		writeStatus(w, req, apierrors.NewResourceExpired(err.Error()+"; list through the set again, and watch from the list's resourceVersion"))
 		return
 	}
+	bookmarks := q.Get("allowWatchBookmarks") == "true"
+	initial := q.Get("sendInitialEvents") == "true"
 	table := wantsTable(req)
 	accept := acceptJSON
 	if table {
@@ -69,13 +75,20 @@ func (f *FanOut) watch(w http.ResponseWriter, req *http.Request, clusters []stri
 			a.close()
 		}
 	}()
+	// state is where each cluster is: what the set's bookmarks carry. A
+	// cluster that fails to begin keeps the place it was asked from, so
+	// that a later watch resumes it there (or, if that is too old, answers
+	// 410 and the client lists again) instead of starting it afresh and
+	// losing its changes in between.
 	state := map[string]string{}
 	var open []int
 	failed := 0
 	for i, a := range answers {
+		if rv := rvs[clusters[i]]; rv != "" {
+			state[clusters[i]] = rv
+		}
 		if a.code == http.StatusOK {
 			open = append(open, i)
-			state[clusters[i]] = rvs[clusters[i]]
 			continue
 		}
 		msg, st := a.failure(f.opts.ClusterTimeout)
@@ -107,6 +120,7 @@ func (f *FanOut) watch(w http.ResponseWriter, req *http.Request, clusters []stri
 	defer cancel()  // before the wait: the readers end
 	headers := true // a Table watch's column definitions go once, in the first event
 	initialDone := map[string]bool{}
+	var kind typeMeta
 	for {
 		var ev event
 		select {
@@ -115,10 +129,23 @@ func (f *FanOut) watch(w http.ResponseWriter, req *http.Request, clusters []stri
 			return
 		}
 		if ev.end != "" {
+			// One cluster's stream ended (its timeout, a cut): so does the
+			// set's. A last bookmark says where every cluster is, so that
+			// the client resumes each there; without it a reflector would
+			// resume from the last object's resourceVersion, one cluster's,
+			// which the set answers with 410 and a relist. Not while the
+			// initial events are incomplete: they are not yet a state.
+			if bookmarks && (!initial || len(initialDone) == len(open)) && kind.Kind != "" && len(state) > 0 {
+				writeBookmark(w, kind, state)
+				_ = rc.Flush()
+			}
 			return
 		}
 		if ev.rv != "" {
 			state[ev.cluster] = ev.rv
+		}
+		if ev.kind.Kind != "" && ev.Type != "ERROR" {
+			kind = ev.kind // a bookmark of the set's own is of the kind the clusters send
 		}
 		obj := ev.Object
 		if ev.initialEnd {
@@ -160,6 +187,32 @@ func (f *FanOut) watch(w http.ResponseWriter, req *http.Request, clusters []stri
 	}
 }
 
+// writeBookmark writes a BOOKMARK event whose object is of kind (with
+// apiVersion: client-go decodes a bookmark's object into the watched type)
+// and has the set's state as its resourceVersion.
+func writeBookmark(w http.ResponseWriter, kind typeMeta, state map[string]string) {
+	type meta struct {
+		ResourceVersion string `json:"resourceVersion"`
+	}
+	b, _ := json.Marshal(struct {
+		Type   string `json:"type"`
+		Object struct {
+			typeMeta
+			Metadata meta `json:"metadata"`
+		} `json:"object"`
+	}{Type: "BOOKMARK", Object: struct {
+		typeMeta
+		Metadata meta `json:"metadata"`
+	}{kind, meta{encodeRV(state)}}})
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// typeMeta is an event object's kind.
+type typeMeta struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+}
+
 // readEvents decodes one cluster's watch stream into events.
 func readEvents(ctx context.Context, cluster string, a *answer, events chan<- event) {
 	dec := json.NewDecoder(a.body)
@@ -169,6 +222,7 @@ func readEvents(ctx context.Context, cluster string, a *answer, events chan<- ev
 			ev.end = fmt.Sprintf("cluster %q: %v", cluster, err)
 		} else {
 			var o struct {
+				typeMeta
 				Metadata struct {
 					ResourceVersion string            `json:"resourceVersion"`
 					Annotations     map[string]string `json:"annotations"`
@@ -176,6 +230,7 @@ func readEvents(ctx context.Context, cluster string, a *answer, events chan<- ev
 			}
 			if json.Unmarshal(ev.Object, &o) == nil {
 				ev.rv = o.Metadata.ResourceVersion
+				ev.kind = o.typeMeta
 				ev.initialEnd = ev.Type == "BOOKMARK" && o.Metadata.Annotations[initialEventsEnd] == "true"
 			}
 		}
@@ -190,42 +245,85 @@ func readEvents(ctx context.Context, cluster string, a *answer, events chan<- ev
 	}
 }
 
-// tableEvent is a Table watch event's object with the cluster column.
+// tableEvent is a Table watch event's object with the cluster column: the
+// list's splice (appendRow, appendAnnotated) applied to the event's rows,
+// every other member passed on as the cluster wrote it. The column
+// definitions go in the set's first event only (headers).
 func tableEvent(obj json.RawMessage, cluster string, headers bool) ([]byte, error) {
-	var t map[string]json.RawMessage
-	if err := json.Unmarshal(obj, &t); err != nil {
-		return nil, err
+	open := skipWS(obj, 0)
+	if !json.Valid(obj) || open >= len(obj) || obj[open] != '{' {
+		return nil, errNotObject
 	}
-	var cols []metav1.TableColumnDefinition
-	if c, ok := t["columnDefinitions"]; ok {
-		if err := json.Unmarshal(c, &cols); err != nil {
-			return nil, err
-		}
-	}
-	if headers {
-		t["columnDefinitions"], _ = json.Marshal(append([]metav1.TableColumnDefinition{clusterColumn}, cols...))
-	} else {
-		delete(t, "columnDefinitions")
-	}
-	var rows []row
-	if r, ok := t["rows"]; ok {
-		if err := json.Unmarshal(r, &rows); err != nil {
-			return nil, err
-		}
-	}
-	name, _ := json.Marshal(cluster)
-	for i := range rows {
-		rows[i].Cells = append([]json.RawMessage{name}, rows[i].Cells...)
-		if len(rows[i].Object) > 0 && string(rows[i].Object) != "null" {
-			if b, err := annotate(rows[i].Object, cluster); err == nil {
-				rows[i].Object = b
+	var cols, rows span
+	hasCols, hasRows := false, false
+	var members []span // key through value, of the members kept as they are
+	_, _, err := scanObject(obj, open, func(key []byte, v span) {
+		switch {
+		case keyIs(key, "columnDefinitions"):
+			cols, hasCols = v, true
+		case keyIs(key, "rows"):
+			rows, hasRows = v, true
+		default:
+			start := v.start - 1
+			for start > 0 && obj[start] != '"' { // back over ':' and blanks to the key's end
+				start--
 			}
+			members = append(members, span{start + 1 - len(key), v.end})
 		}
-	}
-	var err error
-	t["rows"], err = json.Marshal(rows)
+	})
 	if err != nil {
 		return nil, err
 	}
-	return json.Marshal(t)
+	m := newMark(cluster)
+	out := []byte{'{'}
+	sep := func() {
+		if len(out) > 1 {
+			out = append(out, ',')
+		}
+	}
+	for _, mb := range members {
+		sep()
+		out = append(out, obj[mb.start:mb.end]...)
+	}
+	if headers {
+		var defs []metav1.TableColumnDefinition
+		if hasCols && !isNull(obj, cols) {
+			if err := json.Unmarshal(obj[cols.start:cols.end], &defs); err != nil {
+				return nil, err
+			}
+		}
+		b, err := json.Marshal(append([]metav1.TableColumnDefinition{clusterColumn}, defs...))
+		if err != nil {
+			return nil, err
+		}
+		sep()
+		out = append(append(out, `"columnDefinitions":`...), b...)
+	}
+	sep()
+	if !hasRows || isNull(obj, rows) {
+		return append(out, `"rows":null}`...), nil
+	}
+	if obj[rows.start] != '[' {
+		return nil, errors.New("its rows are not a JSON array")
+	}
+	out = append(out, `"rows":[`...)
+	dec := json.NewDecoder(bytes.NewReader(obj[rows.start:rows.end]))
+	var r row
+	n := 0
+	err = eachElement(dec, func() error {
+		r.Cells, r.Conditions, r.Object = r.Cells[:0], r.Conditions[:0], r.Object[:0]
+		if err := dec.Decode(&r); err != nil {
+			return err
+		}
+		if n > 0 {
+			out = append(out, ',')
+		}
+		n++
+		out = appendRow(out, m.value, r.Cells, r.Conditions, r.Object, &m)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return append(out, "]}"...), nil
 }

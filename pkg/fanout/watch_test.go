@@ -2,13 +2,28 @@ package fanout
 
 import (
 	"bufio"
+	"context"
+	"encoding/base64"
 	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
+	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 )
 
 func TestWatchMergesClustersAndResumesEach(t *testing.T) {
@@ -129,4 +144,264 @@ func TestWatchEndsInitialEventsOnceEveryClusterHas(t *testing.T) {
 		}
 	}
 	t.Fatalf("stream ended: %v", sc.Err())
+}
+
+// watchSet serves a set of the named clusters, each answered by serve, as
+// the hub's handler chain would give the route a request.
+func watchSet(t *testing.T, serve ServeFunc, names ...string) *httptest.Server {
+	t.Helper()
+	gws := fakeGateways{}
+	for _, n := range names {
+		gws[n] = labels.Set{}
+	}
+	allow := authorizer.AuthorizerFunc(func(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
+		return authorizer.DecisionAllow, "", nil
+	})
+	f, err := New(Options{Gateways: gws, Authorizer: allow, Config: Config{ClusterTimeout: 5 * time.Second}, Serve: serve})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(genericapifilters.WithWarningRecorder(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		set, sub, _ := strings.Cut(strings.TrimPrefix(req.URL.Path, "/sets/"), "/proxy")
+		f.Serve(w, req.WithContext(apirequest.WithUser(req.Context(), &user.DefaultInfo{Name: "alice"})), set, sub)
+	})))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// streamEvents answers a watch with the given events (type, object), then
+// ends the stream if end, else holds it open until the request ends.
+func streamEvents(w http.ResponseWriter, req *http.Request, end bool, events ...[2]string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	for _, e := range events {
+		_, _ = fmt.Fprintf(w, "{\"type\":%q,\"object\":%s}\n", e[0], e[1])
+		http.NewResponseController(w).Flush()
+	}
+	if !end {
+		<-req.Context().Done()
+	}
+}
+
+type wireEvent struct {
+	Type   string          `json:"type"`
+	Object json.RawMessage `json:"object"`
+}
+
+// readAll reads a watch answer's events until the stream ends.
+func readAll(t *testing.T, resp *http.Response) []wireEvent {
+	t.Helper()
+	var out []wireEvent
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var e wireEvent
+		if err := dec.Decode(&e); err != nil {
+			return out
+		}
+		out = append(out, e)
+	}
+}
+
+// When one cluster's stream ends, the set's ends with a bookmark that
+// holds every cluster's place, so that a client resumes each where it was
+// (a reflector otherwise resumes from the last object's resourceVersion,
+// one cluster's, and lists again). A cluster that failed to begin keeps
+// the place it was asked from.
+func TestWatchEndsWithABookmarkOfEveryCluster(t *testing.T) {
+	srv := watchSet(t, func(w http.ResponseWriter, req *http.Request, cluster, _ string) {
+		switch cluster {
+		case "a":
+			streamEvents(w, req, true, [2]string{"ADDED", `{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","resourceVersion":"15"}}`})
+		case "b":
+			streamEvents(w, req, false)
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","code":503,"message":"down"}`)
+		}
+	}, "a", "b", "down")
+	from := encodeRV(map[string]string{"a": "5", "b": "6", "down": "9"})
+	for _, bookmarks := range []bool{true, false} {
+		resp, err := http.Get(srv.URL + "/sets/labels:/proxy/api/v1/pods?watch=true&allowWatchBookmarks=" + strconv.FormatBool(bookmarks) + "&resourceVersion=" + url.QueryEscape(from))
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs := readAll(t, resp)
+		resp.Body.Close()
+		if !bookmarks {
+			if len(evs) != 1 || evs[0].Type != "ADDED" {
+				t.Errorf("without allowWatchBookmarks: events %v, want the ADDED only", evs)
+			}
+			continue
+		}
+		if len(evs) != 2 || evs[0].Type != "ADDED" || evs[1].Type != "BOOKMARK" {
+			t.Fatalf("events %v, want ADDED then a BOOKMARK", evs)
+		}
+		var o struct {
+			Kind, APIVersion string
+			Metadata         metav1.ObjectMeta
+		}
+		if err := json.Unmarshal(evs[1].Object, &o); err != nil {
+			t.Fatal(err)
+		}
+		if o.Kind != "Pod" || o.APIVersion != "v1" {
+			t.Errorf("bookmark %s: want kind Pod, v1 (client-go decodes it as the watched type)", evs[1].Object)
+		}
+		rvs, _, err := decodeRV(o.Metadata.ResourceVersion)
+		if want := map[string]string{"a": "15", "b": "6", "down": "9"}; err != nil || !maps.Equal(rvs, want) {
+			t.Errorf("bookmark resourceVersion decodes to %v (%v), want %v", rvs, err, want)
+		}
+	}
+}
+
+// An object's own resourceVersion is one cluster's: a watch from it answers
+// 410 Expired, saying to list through the set, and reads no cluster.
+func TestWatchFromAnObjectsResourceVersionIsExpired(t *testing.T) {
+	var served atomic.Int32
+	srv := watchSet(t, func(w http.ResponseWriter, req *http.Request, _, _ string) {
+		served.Add(1)
+		streamEvents(w, req, true)
+	}, "a", "b")
+	for _, rv := range []string{"12345", "fo1.not-base64!", "fo1." + base64.RawURLEncoding.EncodeToString([]byte("[1]"))} {
+		resp, err := http.Get(srv.URL + "/sets/labels:/proxy/api/v1/pods?watch=true&resourceVersion=" + url.QueryEscape(rv))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st metav1.Status
+		_ = json.NewDecoder(resp.Body).Decode(&st)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusGone || st.Reason != metav1.StatusReasonExpired || !strings.Contains(st.Message, "list through the set") {
+			t.Errorf("watch from %q: %d %s %q, want 410 Expired saying to list through the set", rv, resp.StatusCode, st.Reason, st.Message)
+		}
+	}
+	if n := served.Load(); n != 0 {
+		t.Errorf("%d cluster requests, want none", n)
+	}
+}
+
+// A Table watch (kubectl get -w): every row gets the cluster's cell first
+// and its object marked, the column definitions come once, with Cluster
+// first, and the rest of each event is passed on.
+func TestWatchTable(t *testing.T) {
+	table := func(name, rv string) string {
+		return fmt.Sprintf(`{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":%q},`+
+			`"columnDefinitions":[{"name":"Name","type":"string","format":"name","description":"","priority":0}],`+
+			`"rows":[{"cells":[%q],"object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":%q,"resourceVersion":%q}}}]}`, rv, name, name, rv)
+	}
+	srv := watchSet(t, func(w http.ResponseWriter, req *http.Request, cluster, _ string) {
+		if !strings.Contains(req.Header.Get("Accept"), "as=Table") {
+			t.Errorf("cluster %s asked with Accept %q, want a Table", cluster, req.Header.Get("Accept"))
+		}
+		streamEvents(w, req, cluster == "b", [2]string{"ADDED", table("p-"+cluster, "3")}, [2]string{"MODIFIED", table("p-"+cluster, "4")})
+	}, "a", "b")
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/sets/labels:/proxy/api/v1/pods?watch=true", nil)
+	req.Header.Set("Accept", "application/json;as=Table;g=meta.k8s.io;v=v1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	evs := readAll(t, resp)
+	if len(evs) < 2 {
+		t.Fatalf("events %v", evs)
+	}
+	for i, e := range evs {
+		var tb metav1.Table
+		if err := json.Unmarshal(e.Object, &tb); err != nil {
+			t.Fatalf("event %d: %v\n%s", i, err, e.Object)
+		}
+		if tb.Kind != "Table" || tb.ResourceVersion == "" {
+			t.Errorf("event %d: kind %q resourceVersion %q, want the cluster's", i, tb.Kind, tb.ResourceVersion)
+		}
+		switch {
+		case i == 0 && (len(tb.ColumnDefinitions) != 2 || tb.ColumnDefinitions[0].Name != "Cluster" || tb.ColumnDefinitions[1].Name != "Name"):
+			t.Errorf("first event's columns %v, want Cluster, Name", tb.ColumnDefinitions)
+		case i > 0 && len(tb.ColumnDefinitions) != 0:
+			t.Errorf("event %d repeats the columns", i)
+		}
+		if len(tb.Rows) != 1 || len(tb.Rows[0].Cells) != 2 {
+			t.Fatalf("event %d rows %+v", i, tb.Rows)
+		}
+		c := tb.Rows[0].Cells[0].(string)
+		var o metav1.PartialObjectMetadata
+		if err := json.Unmarshal(tb.Rows[0].Object.Raw, &o); err != nil {
+			t.Fatal(err)
+		}
+		if tb.Rows[0].Cells[1] != "p-"+c || o.Name != "p-"+c || o.Annotations[ClusterAnnotation] != c {
+			t.Errorf("event %d row %v object %v, want the cluster's cell first and its object marked", i, tb.Rows[0].Cells, o.ObjectMeta)
+		}
+	}
+}
+
+// tableEventByMaps is how Table events were marked before the splice:
+// decoded into maps and encoded again. TestTableEventMeansWhatMapsMeant
+// holds the splice to it.
+func tableEventByMaps(obj json.RawMessage, cluster string, headers bool) ([]byte, error) {
+	var t map[string]json.RawMessage
+	if err := json.Unmarshal(obj, &t); err != nil {
+		return nil, err
+	}
+	var cols []metav1.TableColumnDefinition
+	if c, ok := t["columnDefinitions"]; ok {
+		if err := json.Unmarshal(c, &cols); err != nil {
+			return nil, err
+		}
+	}
+	if headers {
+		t["columnDefinitions"], _ = json.Marshal(append([]metav1.TableColumnDefinition{clusterColumn}, cols...))
+	} else {
+		delete(t, "columnDefinitions")
+	}
+	var rows []row
+	if r, ok := t["rows"]; ok {
+		if err := json.Unmarshal(r, &rows); err != nil {
+			return nil, err
+		}
+	}
+	name, _ := json.Marshal(cluster)
+	for i := range rows {
+		rows[i].Cells = append([]json.RawMessage{name}, rows[i].Cells...)
+		if len(rows[i].Object) > 0 && string(rows[i].Object) != "null" {
+			if b, err := annotate(rows[i].Object, cluster); err == nil {
+				rows[i].Object = b
+			}
+		}
+	}
+	var err error
+	t["rows"], err = json.Marshal(rows)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(t)
+}
+
+func TestTableEventMeansWhatMapsMeant(t *testing.T) {
+	for _, in := range []string{
+		`{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"3"},"columnDefinitions":[{"name":"Name","type":"string","format":"name","description":"d","priority":0}],"rows":[{"cells":["x",1,{"a":[1]}],"object":{"metadata":{"name":"x"}}}]}`,
+		`{"rows":[{"cells":["x"],"conditions":[{"type":"Completed","status":"True"}],"object":{"metadata":{"annotations":{"gateway.clustergateway.io/cluster":"forged"}}}},{"cells":[],"object":null}],"kind":"Table"}`,
+		` { "kind" : "Table" , "rows" : [ { "cells" : [ "a\"}" ] , "object" : { "metadata" : null } } ] , "columnDefinitions" : null } `,
+		`{"kind":"Table","rows":null}`,
+		`{"kind":"Table"}`,
+		`{"kind":"Table","rows":[{"cells":["x"],"object":{"kind":"Pod"}}],"rows\u0000":1}`,
+		`{"kind":"Table","rows":[{"cells":["x"],"object":[1]}]}`,
+	} {
+		for _, headers := range []bool{true, false} {
+			got, err := tableEvent(json.RawMessage(in), "c-1", headers)
+			want, werr := tableEventByMaps(json.RawMessage(in), "c-1", headers)
+			if (err != nil) != (werr != nil) {
+				t.Errorf("%s (headers %v): error %v, by maps %v", in, headers, err, werr)
+				continue
+			}
+			if err != nil {
+				continue
+			}
+			var g, w any
+			if json.Unmarshal(got, &g) != nil || json.Unmarshal(want, &w) != nil || !reflect.DeepEqual(g, w) {
+				t.Errorf("%s (headers %v):\n got %s\nwant %s", in, headers, got, want)
+			}
+		}
+	}
+	if _, err := tableEvent(json.RawMessage(`{"rows":[`), "c", true); err == nil {
+		t.Error("a cut Table was accepted")
+	}
 }
