@@ -87,10 +87,17 @@ type Config struct {
 	// watch waits for each cluster's answer to begin; a cluster that takes
 	// longer becomes a warning. 0: only the request's own deadline.
 	ClusterTimeout time.Duration
+	// FirstRowWait bounds how long a list's answer waits, once the first
+	// cluster's page has come, for the other clusters' first pages (it
+	// waits a tenth of the time that page took, at most this); 0: the
+	// answer begins with the first page.
+	FirstRowWait time.Duration
 }
 
 // NewConfig returns the defaults.
-func NewConfig() Config { return Config{MaxClusters: 16, ClusterTimeout: 20 * time.Second} }
+func NewConfig() Config {
+	return Config{MaxClusters: 16, ClusterTimeout: 20 * time.Second, FirstRowWait: time.Second}
+}
 
 // Validate checks c.
 func (c Config) Validate() []error {
@@ -101,12 +108,16 @@ func (c Config) Validate() []error {
 	if c.ClusterTimeout < 0 {
 		errs = append(errs, fmt.Errorf("--fanout-cluster-timeout must not be negative, not %v", c.ClusterTimeout))
 	}
+	if c.FirstRowWait < 0 {
+		errs = append(errs, fmt.Errorf("--fanout-first-row-wait must not be negative, not %v", c.FirstRowWait))
+	}
 	return errs
 }
 
 // FanOut serves the proxy subresource of clustersets.
 type FanOut struct {
-	opts Options
+	opts     Options
+	pageSize int // each cluster's page in a list without limit (DefaultPageSize; tests set less)
 }
 
 // New returns the fan-out; Gateways, Authorizer and Serve are required.
@@ -115,7 +126,7 @@ func New(opts Options) (*FanOut, error) {
 		return nil, fmt.Errorf("fanout: Options.Gateways, Authorizer and Serve are required")
 	}
 	opts.Serve = auditedServe(opts.Serve)
-	return &FanOut{opts: opts}, nil
+	return &FanOut{opts: opts, pageSize: DefaultPageSize}, nil
 }
 
 var codecs = func() serializer.CodecFactory {
@@ -202,7 +213,7 @@ func (f *FanOut) Serve(w http.ResponseWriter, req *http.Request, set, subpath st
 	case in.Verb == "watch":
 		f.watch(w, req, clusters, subpath)
 	case in.Verb == "list", in.Verb == "get":
-		f.list(w, req, clusters, subpath, in.Verb == "get")
+		f.list(w, req, set, clusters, subpath, in.Verb == "get")
 	default:
 		writeStatus(w, req, methodNotAllowed(in.Verb))
 	}

@@ -44,6 +44,21 @@ func (g fakeGateways) Names(sel labels.Selector) ([]string, error) {
 
 func (g fakeGateways) Exists(name string) bool { _, ok := g[name]; return ok }
 
+// lockedGateways lets a test change the fixture's gateways between pages.
+type lockedGateways struct{ fx *fixture }
+
+func (g lockedGateways) Names(sel labels.Selector) ([]string, error) {
+	g.fx.mu.Lock()
+	defer g.fx.mu.Unlock()
+	return g.fx.gws.Names(sel)
+}
+
+func (g lockedGateways) Exists(name string) bool {
+	g.fx.mu.Lock()
+	defer g.fx.mu.Unlock()
+	return g.fx.gws.Exists(name)
+}
+
 // cluster is one stand-in cluster: pods named <cluster>-<i>.
 type cluster struct {
 	pods     int
@@ -53,6 +68,8 @@ type cluster struct {
 	events   []string      // watch: event types to send, then keep the stream open
 	gone     bool          // watch: answer 410
 	delay    time.Duration // watch: before the events
+	failCont int           // a read with a continue token answers this HTTP code (a failure mid-list)
+	stall    chan struct{} // a list waits until it is closed (or the request ends)
 	inFlight *atomic.Int32 // shared: reads in flight
 	maxSeen  *atomic.Int32
 	lastRV   atomic.Value // the resourceVersion its last watch was asked from
@@ -75,6 +92,13 @@ func (c *cluster) serve(name string, w http.ResponseWriter, req *http.Request) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	if c.stall != nil && req.URL.Query().Get("watch") != "true" {
+		select {
+		case <-c.stall:
+		case <-req.Context().Done():
+			return
+		}
+	}
 	if c.silent {
 		<-req.Context().Done()
 		// As proxy.Serve does at an ordinary request's deadline.
@@ -93,6 +117,16 @@ func (c *cluster) serve(name string, w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	q := req.URL.Query()
+	if c.failCont != 0 && q.Get("continue") != "" {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(c.failCont)
+		reason := metav1.StatusReasonServiceUnavailable
+		if c.failCont == http.StatusGone {
+			reason = metav1.StatusReasonExpired
+		}
+		_ = json.NewEncoder(w).Encode(metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: "Failure", Code: int32(c.failCont), Reason: reason, Message: "cluster " + name + " cannot continue"})
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	if q.Get("watch") == "true" {
 		c.lastRV.Store(q.Get("resourceVersion"))
@@ -153,6 +187,9 @@ func (c *cluster) serve(name string, w http.ResponseWriter, req *http.Request) {
 type fixture struct {
 	clusters map[string]*cluster
 	srv      *httptest.Server
+	f        *FanOut
+	gws      fakeGateways
+	mu       sync.Mutex // guards forbid and gws once requests run
 	forbid   map[string]bool
 	served   sync.Map // cluster names Serve was called for
 }
@@ -164,19 +201,23 @@ func newFixture(t *testing.T, cfg Config, clusters map[string]*cluster) *fixture
 	for n := range clusters {
 		gws[n] = labels.Set{"env": "prod"}
 	}
+	fx.gws = gws
 	authz := authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+		fx.mu.Lock()
+		defer fx.mu.Unlock()
 		if a.GetResource() == "clustergateways" && a.GetSubresource() == "proxy" && a.GetVerb() == "get" && !fx.forbid[a.GetName()] {
 			return authorizer.DecisionAllow, "", nil
 		}
 		return authorizer.DecisionDeny, "", nil
 	})
-	f, err := New(Options{Gateways: gws, Authorizer: authz, Config: cfg, Serve: func(w http.ResponseWriter, req *http.Request, name, subpath string) {
+	f, err := New(Options{Gateways: lockedGateways{fx}, Authorizer: authz, Config: cfg, Serve: func(w http.ResponseWriter, req *http.Request, name, subpath string) {
 		fx.served.Store(name, true)
 		clusters[name].serve(name, w, req)
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	fx.f = f
 	// What the hub's handler chain gives the route: a user, the request
 	// info and a warning recorder.
 	h := genericapifilters.WithWarningRecorder(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -211,6 +252,7 @@ type listOut struct {
 	Kind     string `json:"kind"`
 	Metadata struct {
 		ResourceVersion string `json:"resourceVersion"`
+		Continue        string `json:"continue"`
 	} `json:"metadata"`
 	Items []struct {
 		Metadata metav1.ObjectMeta `json:"metadata"`
@@ -238,11 +280,12 @@ func TestListMergesEveryAllowedCluster(t *testing.T) {
 		"a": {pods: 3}, "b": {pods: 2}, "down": {fail: 503}, "secret": {pods: 1},
 	})
 	fx.forbid["secret"] = true
-	resp, b := fx.get(t, "/sets/labels:env=prod/proxy/api/v1/pods?limit=2", "")
-	if resp.StatusCode != 200 {
-		t.Fatalf("status %d: %s", resp.StatusCode, b)
-	}
-	l := decode(t, b)
+	fx.f.pageSize = 2 // the gateway's own pages of each cluster, as DefaultPageSize is for larger ones
+	// A cluster that fails after the answer began is in the answer's
+	// continue token, and its warning in the next page's: the client
+	// follows continue, as client-go's pager and kubectl do.
+	ls := fx.list(t, "/sets/labels:env=prod/proxy/api/v1/pods", "")
+	l, b := ls.all, ls.body
 	if l.Kind != "PodList" {
 		t.Errorf("kind %q, want the clusters' PodList", l.Kind)
 	}
@@ -258,7 +301,7 @@ func TestListMergesEveryAllowedCluster(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("items %v, want each of %v exactly once (pages of 2 followed by the gateway)", got, want)
 	}
-	warnings := strings.Join(resp.Header.Values("Warning"), "\n")
+	warnings := ls.warnings
 	if !strings.Contains(warnings, `cluster \"down\"`) || !strings.Contains(warnings, "cluster down is down") {
 		t.Errorf("warnings %q: want the failing cluster named with its Status message", warnings)
 	}
@@ -284,7 +327,8 @@ func TestListReadsAtMostMaxClustersAtOnce(t *testing.T) {
 		clusters[fmt.Sprintf("c%d", i)] = &cluster{pods: 3, inFlight: &inFlight, maxSeen: &maxSeen}
 	}
 	fx := newFixture(t, Config{MaxClusters: 2}, clusters)
-	resp, b := fx.get(t, "/sets/names:c0,c1,c2,c3,c4,c5/proxy/api/v1/pods?limit=1", "")
+	fx.f.pageSize = 1
+	resp, b := fx.get(t, "/sets/names:c0,c1,c2,c3,c4,c5/proxy/api/v1/pods", "")
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d: %s", resp.StatusCode, b)
 	}
@@ -342,11 +386,11 @@ func TestWritesAreRefused(t *testing.T) {
 
 func TestSilentClusterIsAWarning(t *testing.T) {
 	fx := newFixture(t, Config{ClusterTimeout: 200 * time.Millisecond}, map[string]*cluster{"a": {pods: 1}, "quiet": {silent: true}})
-	resp, b := fx.get(t, "/sets/labels:env=prod/proxy/api/v1/pods", "")
-	if resp.StatusCode != 200 || len(decode(t, b).Items) != 1 {
-		t.Fatalf("status %d: %s; want a's item", resp.StatusCode, b)
+	ls := fx.list(t, "/sets/labels:env=prod/proxy/api/v1/pods", "")
+	if len(ls.all.Items) != 1 {
+		t.Fatalf("%s; want a's item", ls.body)
 	}
-	if w := strings.Join(resp.Header.Values("Warning"), "\n"); !strings.Contains(w, "quiet") || !strings.Contains(w, "--fanout-cluster-timeout") {
+	if w := ls.warnings; !strings.Contains(w, "quiet") || !strings.Contains(w, "--fanout-cluster-timeout") {
 		t.Errorf("warnings %q: want the silent cluster's timeout", w)
 	}
 }
@@ -380,11 +424,11 @@ func TestSelections(t *testing.T) {
 // gateway (the test binary would crash).
 func TestAbortedClusterIsAWarning(t *testing.T) {
 	fx := newFixture(t, Config{}, map[string]*cluster{"a": {pods: 1}, "cut": {aborts: true}})
-	resp, b := fx.get(t, "/sets/labels:/proxy/api/v1/pods", "")
-	if resp.StatusCode != 200 || len(decode(t, b).Items) != 1 {
-		t.Fatalf("status %d: %s; want a's item", resp.StatusCode, b)
+	ls := fx.list(t, "/sets/labels:/proxy/api/v1/pods", "")
+	if len(ls.all.Items) != 1 {
+		t.Fatalf("%s; want a's item", ls.body)
 	}
-	if w := strings.Join(resp.Header.Values("Warning"), "\n"); !strings.Contains(w, `\"cut\"`) {
+	if w := ls.warnings; !strings.Contains(w, `\"cut\"`) {
 		t.Errorf("warnings %q: want the cut cluster", w)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -63,28 +64,73 @@ type result struct {
 	cluster  string
 	page     *page
 	err      string // a warning's text
+	code     int    // the failure's HTTP code (0: none came)
 	notFound bool   // a get the cluster answered 404
-	first    bool
+
+	c     *openCluster
+	quota int  // the limit it was read with (a paged list)
+	first bool // its first read of this request
 }
 
-// list lists across clusters: every cluster's first page is read (at most
-// MaxClusters at once) before the answer begins, so that each failing
-// cluster becomes a Warning header; then the pages stream in the order they
-// arrive, each cluster paged by the gateway (the client's limit, or
-// DefaultPageSize), so the gateway holds at most a page per cluster.
-func (f *FanOut) list(w http.ResponseWriter, req *http.Request, clusters []string, subpath string, get bool) {
+// list lists across clusters, in one answer or, with limit, in pages that
+// a continue token resumes (continue.go). Each cluster is read in pages
+// (at most MaxClusters at once), each page of it decoded as a stream.
+//
+// The answer begins when every cluster's first read has come (or failed),
+// or a tenth of the time the first page took after it came (at most
+// FirstRowWait): so a slow cluster delays only its own rows, and a cluster
+// that fails before then is a Warning header. One that fails after the
+// answer began cannot be a header; it stays open in the answer's continue
+// token, marked, and the next page reads it before its own answer begins.
+// A cluster's 410 (its continue token expired) is the set's 410 Expired.
+//
+// Without limit, every cluster is read to its end (each paged by the
+// gateway, DefaultPageSize). With limit L, one page reads each cluster
+// with a share of L (the shares never sum to more than L), and what a
+// cluster leaves unused goes to the others; the answer's continue token
+// resumes each cluster where its page ended.
+func (f *FanOut) list(w http.ResponseWriter, req *http.Request, set string, clusters []string, subpath string, get bool) {
 	q := req.URL.Query()
-	if q.Get("continue") != "" {
-		writeStatus(w, req, apierrors.NewBadRequest("continue is not served through a set of clusters yet: ask without it; the gateway reads each cluster in pages itself and answers with the whole list"))
-		return
+	limit := 0
+	if s := q.Get("limit"); s != "" && !get {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			writeStatus(w, req, apierrors.NewBadRequest(fmt.Sprintf("limit %q is not a number", s)))
+			return
+		}
+		limit = int(min(max(n, 0), 1<<30))
 	}
-	rvs, all, err := decodeRV(q.Get("resourceVersion"))
-	if err != nil {
-		writeStatus(w, req, apierrors.NewResourceExpired(err.Error()+"; list again without a resourceVersion"))
-		return
+	key := tokenKey(set, subpath)
+	var st *listToken
+	if c := q.Get("continue"); c != "" && !get {
+		if rv := q.Get("resourceVersion"); rv != "" && rv != "0" {
+			writeStatus(w, req, apierrors.NewBadRequest("specifying resource version is not allowed when using continue"))
+			return
+		}
+		var err error
+		if st, err = decodeContinue(c, key); err != nil {
+			writeStatus(w, req, apierrors.NewBadRequest(fmt.Sprintf(
+				"the continue token is not one this list through clustersets/%s gave: %v; list again without continue", set, err)))
+			return
+		}
+		st.keep(clusters)
+	} else {
+		rvs, all, err := decodeRV(q.Get("resourceVersion"))
+		if err != nil {
+			writeStatus(w, req, apierrors.NewResourceExpired(err.Error()+"; list again without a resourceVersion"))
+			return
+		}
+		st = &listToken{Key: key, Match: q.Get("resourceVersionMatch"), RVs: map[string]string{}}
+		for _, c := range clusters {
+			rv := q.Get("resourceVersion")
+			if !all {
+				rv = rvs[c] // "": a cluster new to the set, at its most recent
+			}
+			st.Open = append(st.Open, &openCluster{Name: c, RV: rv})
+		}
 	}
-	if !get && q.Get("limit") == "" {
-		q.Set("limit", strconv.Itoa(DefaultPageSize))
+	for _, k := range []string{"continue", "resourceVersion", "resourceVersionMatch", "limit"} {
+		q.Del(k)
 	}
 	table := wantsTable(req)
 	accept := acceptJSON
@@ -94,130 +140,204 @@ func (f *FanOut) list(w http.ResponseWriter, req *http.Request, clusters []strin
 
 	ctx, cancel := context.WithCancel(req.Context())
 	var wg sync.WaitGroup
-	defer func() { cancel(); wg.Wait() }()
 	results := make(chan result)
-	begun := make(chan struct{})
-	slots := make(chan struct{}, max(1, f.opts.MaxClusters))
-	if f.opts.MaxClusters <= 0 {
-		slots = make(chan struct{}, max(1, len(clusters)))
+	defer func() { cancel(); wg.Wait() }()
+
+	conc := f.opts.MaxClusters
+	if conc <= 0 || conc > len(st.Open) {
+		conc = max(1, len(st.Open))
 	}
-	for _, c := range clusters {
-		cq := cloneValues(q)
-		if !all {
-			cq.Set("resourceVersion", rvs[c]) // a cluster new to the set: its most recent
-			if rvs[c] == "" {
-				cq.Del("resourceVersion")
-				cq.Del("resourceVersionMatch")
+	budget := limit
+	// A paged list does not start a read for less than a quarter of a
+	// share: many tiny reads would cost more than another page.
+	minQuota := max(1, limit/(4*conc))
+	var queue []*openCluster
+	for _, wait := range []bool{true, false} { // the marked ones first
+		for _, c := range st.Open {
+			if c.Wait == wait {
+				queue = append(queue, c)
 			}
 		}
-		wg.Go(func() { f.readCluster(ctx, req, c, subpath, cq, accept, get, slots, results, begun) })
+	}
+	firstPending := len(st.Open) // clusters whose first read has not come
+	waitPending := 0             // marked clusters whose read has not come
+	for _, c := range st.Open {
+		if c.Wait {
+			waitPending++
+		}
+	}
+	var deferred []*openCluster // read again once the answer has begun
+	inflight := 0
+	start := func() {
+		for inflight < conc && len(queue) > 0 {
+			c := queue[0]
+			quota := f.pageSize
+			if limit > 0 {
+				if budget < minQuota {
+					return
+				}
+				quota = max(1, budget/min(len(queue), conc-inflight))
+				budget -= quota
+			}
+			queue = queue[1:]
+			inflight++
+			cq := cloneValues(q)
+			if !get {
+				cq.Set("limit", strconv.Itoa(quota))
+			}
+			switch {
+			case c.Continue != "":
+				cq.Set("continue", c.Continue)
+			case c.RV != "":
+				cq.Set("resourceVersion", c.RV)
+				if st.Match != "" {
+					cq.Set("resourceVersionMatch", st.Match)
+				}
+			}
+			first := !c.read
+			c.read = true
+			rawQuery := cq.Encode()
+			wg.Go(func() {
+				r := f.readPage(ctx, req, c.Name, subpath, rawQuery, accept, get)
+				r.c, r.quota, r.first = c, quota, first
+				select {
+				case results <- r:
+				case <-ctx.Done():
+					if r.page != nil {
+						r.page.release()
+					}
+				}
+			})
+		}
 	}
 
-	// Every cluster's first page, or its failure.
-	firsts := make([]result, 0, len(clusters))
-	for range clusters {
-		select {
-		case r := <-results:
-			firsts = append(firsts, r)
-		case <-ctx.Done():
-			return
-		}
-	}
-	out := &listWriter{w: w, table: table, rvs: map[string]string{}}
-	failed, more := 0, 0
+	out := &listWriter{w: w, table: table, rvs: st.RVs}
+	var buffered []*result
+	begun := false
+	failed, read := 0, 0
 	var notFound bool
-	for _, r := range firsts {
-		switch {
-		case r.notFound:
-			notFound = true
-		case r.err != "":
-			failed++
-			warn(req.Context(), r.cluster, r.err)
-		default:
-			out.rvs[r.cluster] = r.page.Metadata.ResourceVersion
-			if r.page.Metadata.Continue != "" {
-				more++
-			}
+	// begin starts the answer; false: it answered an error instead.
+	begin := func() bool {
+		begun = true
+		fresh := req.URL.Query().Get("continue") == ""
+		if read == 0 && failed > 0 && fresh {
+			writeStatus(w, req, apierrors.NewServiceUnavailable(fmt.Sprintf("no cluster of the set answered (%d failed; the warnings say why)", failed)))
+			return false
 		}
-	}
-	switch {
-	case len(out.rvs) == 0 && failed > 0:
-		writeStatus(w, req, apierrors.NewServiceUnavailable(fmt.Sprintf("no cluster of the set answered (%d failed; the warnings say why)", failed)))
-		return
-	case len(out.rvs) == 0 && get && notFound:
-		in, _ := innerInfo(req, subpath)
-		writeStatus(w, req, apierrors.NewNotFound(schemaGR(in.APIGroup, in.Resource), in.Name))
-		return
-	}
-	for _, r := range firsts {
-		if r.page != nil {
+		if read == 0 && get && notFound {
+			in, _ := innerInfo(req, subpath)
+			writeStatus(w, req, apierrors.NewNotFound(schemaGR(in.APIGroup, in.Resource), in.Name))
+			return false
+		}
+		for _, r := range buffered {
 			out.kindFrom(r.page)
 		}
-	}
-	out.begin()
-	close(begun)
-	for _, r := range firsts {
-		if r.page != nil {
+		out.begin()
+		for _, r := range buffered {
 			out.page(r.cluster, r.page)
 			r.page.release()
 		}
+		buffered = nil
+		out.flush()
+		queue = append(queue, deferred...)
+		deferred = nil
+		return true
 	}
-	out.flush()
-	for more > 0 {
+	defer func() {
+		for _, r := range buffered {
+			r.page.release()
+		}
+	}()
+
+	startedAt := time.Now()
+	var timer <-chan time.Time
+	waited := false
+	for {
+		start()
+		if !begun && (firstPending == 0 || waited && waitPending == 0 || inflight == 0) {
+			if !begin() {
+				return
+			}
+			start() // what waited for the answer to begin
+		}
+		if inflight == 0 {
+			break
+		}
 		var r result
 		select {
 		case r = <-results:
+		case <-timer:
+			timer, waited = nil, true
+			continue
 		case <-ctx.Done():
 			return
 		}
-		if r.err != "" {
-			// The answer has begun: a cluster that fails now cannot be a
-			// warning, and a list that misses its pages must not look
-			// complete. The client's read fails; it lists again.
-			panic(http.ErrAbortHandler)
-		}
-		out.page(r.cluster, r.page)
-		r.page.release()
-		out.flush()
-		if r.page.Metadata.Continue == "" {
-			more--
-		}
-	}
-	out.end()
-}
-
-// readCluster reads one cluster's pages into results; pages after the first
-// wait until the answer has begun.
-func (f *FanOut) readCluster(ctx context.Context, req *http.Request, cluster, subpath string, q url.Values, accept string, get bool,
-	slots chan struct{}, results chan<- result, begun <-chan struct{}) {
-	for first := true; ; first = false {
-		if !first {
-			select {
-			case <-begun:
-			case <-ctx.Done():
-				return
+		inflight--
+		c := r.c
+		if r.first {
+			firstPending--
+			if c.Wait {
+				waitPending--
 			}
 		}
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			return
+		if r.page == nil {
+			budget += r.quota
 		}
-		r := f.readPage(ctx, req, cluster, subpath, q.Encode(), accept, get)
-		<-slots
-		r.first = first
-		select {
-		case results <- r:
-		case <-ctx.Done():
-			return
+		switch {
+		case r.code == http.StatusGone && !get:
+			if !begun {
+				writeStatus(w, req, apierrors.NewResourceExpired(fmt.Sprintf(
+					"cluster %q: %s; list again without continue", r.cluster, r.err)))
+				return
+			}
+			c.Wait = true // the next page answers its 410
+		case r.notFound:
+			notFound, c.done = true, true
+		case r.err != "" && (!begun || get):
+			failed++
+			c.done = true
+			msg := r.err
+			if c.Continue != "" {
+				msg += " (this list misses its items after those already listed; list again to read them)"
+			}
+			warn(req.Context(), r.cluster, msg)
+		case r.err != "":
+			// Too late to be a header: the continue token keeps it.
+			c.Wait = true
+		default:
+			read++
+			p := r.page
+			if c.Continue == "" {
+				st.RVs[c.Name] = p.Metadata.ResourceVersion
+			}
+			c.Continue, c.RV, c.Wait = p.Metadata.Continue, "", false
+			c.done = c.Continue == ""
+			if limit > 0 {
+				budget += r.quota - p.n
+			}
+			if begun {
+				out.page(r.cluster, p)
+				p.release()
+				out.flush()
+			} else {
+				buffered = append(buffered, &r)
+				if timer == nil && !waited && !get {
+					timer = time.After(min(f.opts.FirstRowWait, time.Since(startedAt)/10))
+				}
+			}
+			switch {
+			case c.done:
+			case limit == 0 && !begun:
+				deferred = append(deferred, c)
+			case limit == 0, p.n > 0:
+				// A paged list reads it again only if its page had items
+				// and the budget allows: each read makes progress.
+				queue = append(queue, c)
+			}
 		}
-		if r.page == nil || r.page.Metadata.Continue == "" {
-			return
-		}
-		q.Set("continue", r.page.Metadata.Continue)
-		q.Del("resourceVersion") // the token holds it
-		q.Del("resourceVersionMatch")
 	}
+	out.cont = st.next()
+	out.end()
 }
 
 func (f *FanOut) readPage(ctx context.Context, req *http.Request, cluster, subpath, rawQuery, accept string, get bool) result {
@@ -241,7 +361,7 @@ func (f *FanOut) readPage(ctx context.Context, req *http.Request, cluster, subpa
 			return result{cluster: cluster, err: "its answer ended before it began"}
 		}
 		msg, _ := a.failure(f.opts.ClusterTimeout)
-		return result{cluster: cluster, err: msg, notFound: get && a.code == http.StatusNotFound}
+		return result{cluster: cluster, err: msg, code: a.code, notFound: get && a.code == http.StatusNotFound}
 	}
 	p, err := decodeBody(a.body, cluster, get && accept != acceptTable)
 	switch {

@@ -26,7 +26,8 @@ type listWriter struct {
 	kind  string
 	apiV  string
 	rvs   map[string]string
-	n     int // items written
+	cont  string // the set's continue token ("": the list is complete)
+	n     int    // items written
 	cols  []metav1.TableColumnDefinition
 	err   error
 }
@@ -154,7 +155,7 @@ func (l *listWriter) end() {
 		l.write([]byte(`,"columnDefinitions":`))
 		l.write(b)
 	}
-	meta, _ := json.Marshal(metav1.ListMeta{ResourceVersion: encodeRV(l.rvs)})
+	meta, _ := json.Marshal(metav1.ListMeta{ResourceVersion: encodeRV(l.rvs), Continue: l.cont})
 	l.write([]byte(`,"metadata":`))
 	l.write(meta)
 	l.write([]byte("}\n"))

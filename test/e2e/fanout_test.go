@@ -10,8 +10,15 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/pager"
+
+	"github.com/clustergateway/cluster-gateway/pkg/multicluster"
 )
 
 // TestFanout: a set of clusters through one kubeconfig (kubectl cgw
@@ -129,6 +136,164 @@ func TestFanout(t *testing.T) {
 		seen := map[string]bool{}
 		for len(seen) < 2 {
 			seen[w.waitLine(t, re)[1]] = true
+		}
+	})
+
+	t.Run("get pods -l, get deploy -o wide and api-resources", func(t *testing.T) {
+		// Objects on each cluster, made directly: no controller runs, and
+		// none is needed to list them.
+		app := uniqueName(t, "fo-app")
+		for i := range 2 {
+			c := managedClient(t, i)
+			for _, pod := range []*corev1.Pod{
+				{ObjectMeta: metav1.ObjectMeta{Name: app + "-x", Labels: map[string]string{"app": app}}},
+				{ObjectMeta: metav1.ObjectMeta{Name: app + "-y", Labels: map[string]string{"app": app + "-other"}}},
+			} {
+				pod.Spec.Containers = []corev1.Container{{Name: "main", Image: "fake"}}
+				if _, err := c.CoreV1().Pods("default").Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() {
+					_ = c.CoreV1().Pods("default").Delete(context.Background(), pod.Name, *metav1.NewDeleteOptions(0))
+				})
+			}
+			dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: app}, Spec: appsv1.DeploymentSpec{
+				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}},
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": app}},
+					Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "fake"}}},
+				},
+			}}
+			if _, err := c.AppsV1().Deployments("default").Create(context.Background(), dep, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				_ = c.AppsV1().Deployments("default").Delete(context.Background(), app, metav1.DeleteOptions{})
+			})
+		}
+		res := kubectl(t, kc, nil, "", "get", "pods", "-l", "app="+app, "-n", "default")
+		if h := strings.Fields(strings.SplitN(res.Stdout, "\n", 2)[0]); res.Err != nil || len(h) < 2 || h[0] != "CLUSTER" || h[1] != "NAME" ||
+			!regexp.MustCompile(`(?m)^`+a+`\s+`+app+`-x\s`).MatchString(res.Stdout) || !regexp.MustCompile(`(?m)^`+b+`\s+`+app+`-x\s`).MatchString(res.Stdout) ||
+			strings.Contains(res.Stdout, app+"-y") || strings.Count(res.Stdout, app+"-x") != 2 || strings.Contains(res.Stdout+res.Stderr, hidden) {
+			t.Errorf("get pods -l app=%s -n default: %v\n%s\n%s\nwant CLUSTER NAME ..., %s-x once on each of the two clusters, not %s-y", app, res.Err, res.Stdout, res.Stderr, app, app)
+		}
+		res = kubectl(t, kc, nil, "", "get", "deploy", "-n", "default", "-o", "wide")
+		h := strings.Fields(strings.SplitN(res.Stdout, "\n", 2)[0])
+		row := func(cluster string) *regexp.Regexp {
+			return regexp.MustCompile(`(?m)^` + cluster + `\s+` + app + `\s.*\smain\s+fake\s+app=` + app + `\s*$`)
+		}
+		if res.Err != nil || len(h) < 2 || h[0] != "CLUSTER" || h[1] != "NAME" || !slices.Contains(h, "CONTAINERS") || !slices.Contains(h, "SELECTOR") ||
+			!row(a).MatchString(res.Stdout) || !row(b).MatchString(res.Stdout) || strings.Contains(res.Stdout+res.Stderr, hidden) {
+			t.Errorf("get deploy -o wide: %v\n%s\n%s\nwant CLUSTER NAME ... CONTAINERS IMAGES SELECTOR and deployment %s on each of the two clusters", res.Err, res.Stdout, res.Stderr, app)
+		}
+		res = kubectl(t, kc, nil, "", "api-resources")
+		if res.Err != nil || !regexp.MustCompile(`(?m)^pods\s+po\s+v1\s+true\s+Pod\s*$`).MatchString(res.Stdout) ||
+			!regexp.MustCompile(`(?m)^deployments\s+deploy\s+apps/v1\s+true\s+Deployment\s*$`).MatchString(res.Stdout) {
+			t.Errorf("api-resources: %v\n%s\n%s\nwant the clusters' pods and deployments", res.Err, res.Stdout, res.Stderr)
+		}
+	})
+}
+
+// TestFanoutPaging: a list through a set of three clusters (two gateways
+// reading one managed cluster, one the other; one more that fails), in
+// pages of 2, by kubectl get --chunk-size=2 and by client-go's pager,
+// returns every object of every cluster exactly once, each page at most 2.
+func TestFanoutPaging(t *testing.T) {
+	requireGateway(t)
+	label := uniqueName(t, "fleet")
+	p1, p2, p3, down := uniqueName(t, "fp-a"), uniqueName(t, "fp-b"), uniqueName(t, "fp-c"), uniqueName(t, "fp-down")
+	for i, name := range []string{p1, p2, p3, down} {
+		gw := directGateway(name, i%2)
+		if name == down {
+			gw.Spec.Endpoint.Address = "https://127.0.0.200:1" // nothing listens
+		}
+		gw.Labels = map[string]string{"fleet": label}
+		createGateway(t, gw)
+	}
+	// Uneven: 5 on managed cluster 0 (read by p1 and p3), 3 on cluster 1 (p2).
+	mark := uniqueName(t, "fp")
+	var want []string
+	for i, n := range []int{5, 3} {
+		c := managedClient(t, i)
+		for j := range n {
+			name := fmt.Sprintf("%s-%d", mark, j)
+			if _, err := c.CoreV1().ConfigMaps("default").Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"fp": mark}}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				_ = c.CoreV1().ConfigMaps("default").Delete(context.Background(), name, metav1.DeleteOptions{})
+			})
+			for _, gw := range map[int][]string{0: {p1, p3}, 1: {p2}}[i] {
+				want = append(want, gw+"/"+name)
+			}
+		}
+	}
+	slices.Sort(want)
+	kc := filepath.Join(t.TempDir(), "set.kubeconfig")
+	mustCgw(t, env.Hub.Kubeconfig, "kubeconfig", "-l", "fleet="+label, "-o", kc)
+
+	t.Run("kubectl get --chunk-size=2", func(t *testing.T) {
+		var res kubectlResult
+		var got []string
+		eventually(t, "every configmap", func() error {
+			res = kubectl(t, kc, nil, "", "get", "configmaps", "-n", "default", "-l", "fp="+mark, "--chunk-size=2", "-v=6")
+			got = nil
+			for _, line := range strings.Split(strings.TrimSpace(res.Stdout), "\n")[1:] {
+				if f := strings.Fields(line); len(f) >= 2 {
+					got = append(got, f[0]+"/"+f[1])
+				}
+			}
+			slices.Sort(got)
+			if res.Err != nil || len(got) < len(want) {
+				return fmt.Errorf("%v: %d rows\n%s", res.Err, len(got), res.Stdout)
+			}
+			return nil
+		})
+		if !slices.Equal(got, want) {
+			t.Errorf("rows %v, want each of %v exactly once\n%s", got, want, res.Stdout)
+		}
+		if n := len(regexp.MustCompile(`verb="GET" url="\S+/clustersets/\S+/proxy/api/v1/namespaces/default/configmaps\?continue=fc1\.[^"]*limit=2[^"]*" status="200 OK"`).FindAllString(res.Stderr, -1)); n < len(want)/2 {
+			t.Errorf("%d pages followed a continue token, want at least %d (13 rows in pages of 2)\n%s", n, len(want)/2, res.Stderr)
+		}
+		if !strings.Contains(res.Stderr, "Warning") || !strings.Contains(res.Stderr, down) {
+			t.Errorf("stderr: want a warning naming %s\n%s", down, res.Stderr)
+		}
+	})
+
+	t.Run("client-go pager", func(t *testing.T) {
+		cs, err := kubernetes.NewForConfig(multicluster.SetConfigFor(env.Hub.RESTConfig(), multicluster.LabelsSet("fleet="+label)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages := 0
+		p := pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			l, err := cs.CoreV1().ConfigMaps("default").List(ctx, opts)
+			if err == nil {
+				pages++
+				if len(l.Items) > 2 {
+					t.Errorf("page %d has %d items, over the limit 2", pages, len(l.Items))
+				}
+			}
+			return l, err
+		})
+		p.PageSize = 2
+		obj, _, err := p.List(context.Background(), metav1.ListOptions{LabelSelector: "fp=" + mark})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		if err := apimeta.EachListItem(obj, func(o runtime.Object) error {
+			m, err := apimeta.Accessor(o)
+			if err == nil {
+				got = append(got, m.GetAnnotations()["gateway.clustergateway.io/cluster"]+"/"+m.GetName())
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) || pages < len(want)/2 {
+			t.Errorf("%d pages, items %v, want each of %v exactly once in pages of at most 2", pages, got, want)
 		}
 	})
 }
