@@ -34,7 +34,7 @@ const (
 	fanoutNamespace   = "bench-fanout"
 	fanoutLabel       = "cluster-gateway-bench-fanout"
 	fanoutPage        = 500 // pkg/fanout's DefaultPageSize: the list without a limit
-	// fanoutOtherPage is a second list's limit: does the peak follow the
+	// fanoutOtherPage is a second list's page (--fanout-page-size): does the peak follow the
 	// page? Not larger: the set can hold two pages per cluster at once (its
 	// first, and the next one read meanwhile), and two of 1,000 are a
 	// cluster's whole list. Not 100: that list outlasted the one-minute
@@ -201,7 +201,16 @@ func runFanout(ctx context.Context, s *session) (err error) {
 	for _, page := range []int{fanoutPage, fanoutOtherPage} {
 		url := set
 		if page != fanoutPage {
-			url += fmt.Sprintf("?limit=%d", page)
+			// The page is the gateway's (--fanout-page-size): a client's
+			// limit pages the answer itself. One unmeasured list warms the
+			// restarted gateway's connections first.
+			err := s.restartGateway(ctx, append(slices.Clone(s.env.GatewayArgs), fmt.Sprintf("--fanout-page-size=%d", page)))
+			if err == nil {
+				_, err = measureFanoutList(ctx, s.gw, hub, url)
+			}
+			if err != nil {
+				return errors.Join(err, s.restartGateway(ctx, nil))
+			}
 		}
 		var prof chan error
 		if page == fanoutPage {
@@ -225,6 +234,9 @@ func runFanout(ctx context.Context, s *session) (err error) {
 		logf("fanout: page %d: first row %s, complete %s, %s, %d items, peak heap %s above %s, %d warnings",
 			page, fmtDur(l.FirstRow), fmtDur(l.Complete), mib(l.Bytes), l.Items, mib(l.Growth()), mib(l.Base), l.Warnings)
 		res.Lists = append(res.Lists, l)
+	}
+	if err := s.restartGateway(ctx, nil); err != nil {
+		return err
 	}
 	for _, a := range env.Gateway.Args {
 		if v, ok := strings.CutPrefix(a, "--fanout-max-clusters="); ok {

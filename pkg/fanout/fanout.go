@@ -92,11 +92,14 @@ type Config struct {
 	// waits a tenth of the time that page took, at most this); 0: the
 	// answer begins with the first page.
 	FirstRowWait time.Duration
+	// PageSize is how many items a list without a limit reads of each
+	// cluster at a time: the gateway holds at most about a page per cluster.
+	PageSize int
 }
 
 // NewConfig returns the defaults.
 func NewConfig() Config {
-	return Config{MaxClusters: 16, ClusterTimeout: 20 * time.Second, FirstRowWait: time.Second}
+	return Config{MaxClusters: 16, ClusterTimeout: 20 * time.Second, FirstRowWait: time.Second, PageSize: DefaultPageSize}
 }
 
 // Validate checks c.
@@ -111,13 +114,16 @@ func (c Config) Validate() []error {
 	if c.FirstRowWait < 0 {
 		errs = append(errs, fmt.Errorf("--fanout-first-row-wait must not be negative, not %v", c.FirstRowWait))
 	}
+	if c.PageSize < 1 {
+		errs = append(errs, fmt.Errorf("--fanout-page-size must be at least 1, not %d", c.PageSize))
+	}
 	return errs
 }
 
 // FanOut serves the proxy subresource of clustersets.
 type FanOut struct {
 	opts     Options
-	pageSize int // each cluster's page in a list without limit (DefaultPageSize; tests set less)
+	pageSize int // each cluster's page in a list without limit (Config.PageSize; tests set less)
 }
 
 // New returns the fan-out; Gateways, Authorizer and Serve are required.
@@ -126,7 +132,11 @@ func New(opts Options) (*FanOut, error) {
 		return nil, fmt.Errorf("fanout: Options.Gateways, Authorizer and Serve are required")
 	}
 	opts.Serve = auditedServe(opts.Serve)
-	return &FanOut{opts: opts, pageSize: DefaultPageSize}, nil
+	pageSize := opts.Config.PageSize
+	if pageSize < 1 {
+		pageSize = DefaultPageSize
+	}
+	return &FanOut{opts: opts, pageSize: pageSize}, nil
 }
 
 var codecs = func() serializer.CodecFactory {

@@ -276,11 +276,10 @@ func decode(t *testing.T, b []byte) listOut {
 }
 
 func TestListMergesEveryAllowedCluster(t *testing.T) {
-	fx := newFixture(t, Config{MaxClusters: 2}, map[string]*cluster{
+	fx := newFixture(t, Config{MaxClusters: 2, PageSize: 2}, map[string]*cluster{ // the gateway's own pages of each cluster (--fanout-page-size)
 		"a": {pods: 3}, "b": {pods: 2}, "down": {fail: 503}, "secret": {pods: 1},
 	})
 	fx.forbid["secret"] = true
-	fx.f.pageSize = 2 // the gateway's own pages of each cluster, as DefaultPageSize is for larger ones
 	// A cluster that fails after the answer began is in the answer's
 	// continue token, and its warning in the next page's: the client
 	// follows continue, as client-go's pager and kubectl do.

@@ -52,8 +52,8 @@ func TestValidate(t *testing.T) {
 		{args: []string{"--per-cluster-metrics-max-clusters=-1"}, want: []string{"--per-cluster-metrics-max-clusters must not be negative"}},
 		{args: []string{"--ab-stock-handler-chain=true", "--ab-stock-proxy-path=true"}, want: []string{"set one at most"}},
 		{args: []string{"--fanout-max-clusters=0", "--fanout-cluster-timeout=0", "--fanout-first-row-wait=0"}}, // every cluster at once; the request's timeout only; the answer begins with the first page
-		{args: []string{"--fanout-max-clusters=-1", "--fanout-cluster-timeout=-1s", "--fanout-first-row-wait=-1s"},
-			want: []string{"--fanout-max-clusters must not be negative", "--fanout-cluster-timeout must not be negative", "--fanout-first-row-wait must not be negative"}},
+		{args: []string{"--fanout-max-clusters=-1", "--fanout-cluster-timeout=-1s", "--fanout-first-row-wait=-1s", "--fanout-page-size=0"},
+			want: []string{"--fanout-max-clusters must not be negative", "--fanout-cluster-timeout must not be negative", "--fanout-first-row-wait must not be negative", "--fanout-page-size must be at least 1"}},
 		{args: []string{"--max-requests-per-cluster=150", "--max-queued-per-cluster=50"},
 			want: []string{"--max-requests-per-cluster + --max-queued-per-cluster (200) must be less than --max-mutating-requests-inflight (200)"}},
 	} {
