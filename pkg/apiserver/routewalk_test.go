@@ -39,13 +39,13 @@ import (
 // Walking it, the test records the call stack (runtime.Callers) of the
 // serving goroutine at every point it can see from outside: every read of
 // the request's context that reaches the context the test gave it (each
-// filter's and the proxy's look-ups of what is not set, and the transport's
-// at the round trip), every call of the hub's authorizer (the generic
-// filter's and the proxy's own, for the inner request and as create for the
-// caller), of the audit policy (the audit filter), and of the hub caller's
-// user.Info (the proxy's fair-share slot and its impersonation headers,
-// written at the round trip). It then checks, over the project's frames
-// (github.com/clustergateway/cluster-gateway/..., test files left out):
+// filter's and the proxy's look-ups of what is not set, and the pooled
+// transport's at the round trip), every call of the hub's authorizer (the
+// generic filter's, and the proxy's of the inner request), of the audit
+// policy (the audit filter), and of the hub caller's user.Info (the
+// proxy's fair-share slot, its audit annotation and its impersonation
+// headers, written at the round trip). It then checks, over the project's
+// frames (code in this repository's files, test files left out):
 //   - in each stack, each package is one contiguous run: no package calls
 //     into another that calls back into it;
 //   - along the walk, once the route has left a package (no frame of it
@@ -135,7 +135,8 @@ func TestRouteEntersEachPackageOnce(t *testing.T) {
 	}
 
 	stacks := w.taken()
-	if os.Getenv("WALK_DEBUG") != "" {
+	if os.Getenv("WALK_DEBUG") != "" { // every stack taken, with its innermost frames
+
 		for i, st := range stacks {
 			var inner []string
 			for _, f := range st.frames[max(0, len(st.frames)-8):] {
