@@ -99,7 +99,7 @@ type ExtraConfig struct {
 	// StockProxyPath is the other A/B row of make bench (a hidden flag):
 	// the whole stock path, DefaultBuildHandlerChain with the proxy
 	// subresource served by go-restful's REST connect handler, without
-	// proxy.Route and proxy.WithInnerMemo.
+	// proxy.Route and the inner-request memo.
 	StockProxyPath bool
 	// Tracing is true when --tracing-config-file is set: only then does
 	// the handler chain trace requests.
@@ -185,7 +185,7 @@ func (c *Config) Complete() (CompletedConfig, error) {
 			return genericapiserver.DefaultBuildHandlerChain(h, gc)
 		}
 		if stock {
-			return proxy.WithInnerMemo(genericapiserver.DefaultBuildHandlerChain(route.Handler(h), gc))
+			return withInnerMemo(genericapiserver.DefaultBuildHandlerChain(route.Handler(h), gc))
 		}
 		return buildHandlerChain(h, gc, tracing, route)
 	}

@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"context"
 	"net/http"
 
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
@@ -40,7 +41,7 @@ import (
 //     apiserver_request_sli_duration_seconds, the same figure less that
 //     time, is not).
 //   - Outermost, each request gets the memo in which its inner request is
-//     parsed once (proxy.WithInnerMemo).
+//     parsed once (withInnerMemo).
 //   - Innermost, the proxy subresource is served by proxy.Route, not by the
 //     REST handler's routing and connect handler (same metrics, methods,
 //     name and subpath); everything else goes on to the REST handler.
@@ -94,7 +95,18 @@ func buildHandlerChain(apiHandler http.Handler, c *genericapiserver.Config, trac
 	handler = genericapifilters.WithRequestReceivedTimestamp(handler)
 	handler = genericfilters.WithPanicRecovery(handler, c.RequestInfoResolver)
 	handler = genericapifilters.WithAuditInit(handler)
-	return proxy.WithInnerMemo(handler)
+	return withInnerMemo(handler)
+}
+
+// withInnerMemo gives each request a proxy.InnerMemo, in which the inner
+// request of a proxied request is parsed once for the filters'
+// IsLongRunning and the proxy (pkg/proxy/memo.go says what it saves). It is
+// a plain context value, so that reading the context runs no code of the
+// proxy's.
+func withInnerMemo(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		next.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), proxy.InnerMemoKey, new(proxy.InnerMemo))))
+	})
 }
 
 // timeoutExempt is what the timeout filter leaves alone: the long-running

@@ -27,6 +27,13 @@ import (
 // nothing is run, the handler is only asked.
 func assembledServer(t *testing.T) *Server {
 	t.Helper()
+	return assembledServerWith(t, nil)
+}
+
+// assembledServerWith is assembledServer with tweak applied to the
+// configuration before it is completed (nil: none).
+func assembledServerWith(t *testing.T, tweak func(*Config)) *Server {
+	t.Helper()
 	cfg := NewConfig()
 	run := genericoptions.NewServerRunOptions()
 	if err := run.ComponentGlobalsRegistry.Set(); err != nil {
@@ -49,6 +56,9 @@ func assembledServer(t *testing.T) *Server {
 		Fairness:        *fairness.NewOptions(),
 		Health:          *health.NewOptions(),
 		Metrics:         metrics.NewKubeRegistry(),
+	}
+	if tweak != nil {
+		tweak(cfg)
 	}
 	completed, err := cfg.Complete()
 	if err != nil {

@@ -294,9 +294,21 @@ func BenchmarkServePieces(b *testing.B) {
 			b.Fatalf("scrubbed %v", h)
 		}
 	})
+	b.Run("inner-parse", func(b *testing.B) {
+		// What the handler chain's IsLongRunning and Serve each do per
+		// proxied request: the inner request parsed and its kind read.
+		req := httptest.NewRequest(http.MethodGet, "https://hub/x?limit=500", nil)
+		b.ReportAllocs()
+		for b.Loop() {
+			in, err := innerInfo(req, "/api/v1/namespaces/default/pods")
+			if err != nil || kindOf(req, in) != kindRequest {
+				b.Fatal(in, err)
+			}
+		}
+	})
 	b.Run("acquire-release", func(b *testing.B) {
 		b.ReportAllocs()
-		var l pool.Lease // in the request's exchange, as Serve keeps it
+		var l pool.Lease
 		for b.Loop() {
 			if err := pl.AcquireInto(&l, tg); err != nil {
 				b.Fatal(err)

@@ -16,11 +16,8 @@ import (
 const flushInterval = 0
 
 // forwarded is what an ordinary request carries through the reverse proxy
-// that every request shares.
-// It is the request's context too (the client's, with itself as the value
-// of forwardedKey): one allocation fewer than context.WithValue.
+// that every request shares, as the value of forwardedKey in its context.
 type forwarded struct {
-	context.Context
 	location  url.URL
 	up        upstreamTransport
 	watch     bool
@@ -30,14 +27,7 @@ type forwarded struct {
 
 type forwardedKey struct{}
 
-func (f *forwarded) Value(key any) any {
-	switch key {
-	case forwardedKey{}:
-		return f
-	}
-	return f.Context.Value(key)
-}
-
+// forwardedFrom returns the forwarded that toCluster put in ctx.
 func forwardedFrom(ctx context.Context) *forwarded {
 	f, _ := ctx.Value(forwardedKey{}).(*forwarded)
 	return f

@@ -26,7 +26,7 @@ var innerVerbs = sets.New("get", "list", "watch", "create", "update", "patch", "
 //   - nothing panics; kindOf is total (one of request, stream, upgrade, for
 //     a parsed inner request and for none), an upgrade is always "upgrade"
 //     and a watch never "request";
-//   - innerInfoAt keeps the path it was given, gives resource requests a known
+//   - innerInfo keeps the path it was given, gives resource requests a known
 //     verb (none for OPTIONS), and no namespace, name, resource or subresource with a "/";
 //   - checkSubpath accepts exactly the paths that path cleaning leaves alone
 //     (no empty, "." or ".." segment; one trailing slash allowed);
@@ -96,20 +96,19 @@ func FuzzInnerPath(f *testing.F) {
 		}
 		subpath := connectSubpath(ri)
 
-		parsed := parseInnerOnce(outer, nil, "/"+strings.TrimPrefix(subpath, "/"), nil)
-		in, inErr := parsed.in, parsed.err
+		in, inErr := innerInfo(outer, "/"+strings.TrimPrefix(subpath, "/"))
 		if inErr == nil {
 			if in.Path != "/"+strings.TrimPrefix(subpath, "/") {
-				t.Fatalf("innerInfoAt changed the path: %q, given %q", in.Path, subpath)
+				t.Fatalf("innerInfo changed the path: %q, given %q", in.Path, subpath)
 			}
 			if in.IsResourceRequest {
 				// OPTIONS has no verb, as on a kube-apiserver.
 				if !innerVerbs.Has(in.Verb) && (method != http.MethodOptions || in.Verb != "") {
-					t.Fatalf("innerInfoAt gave resource request %s %q the verb %q", method, subpath, in.Verb)
+					t.Fatalf("innerInfo gave resource request %s %q the verb %q", method, subpath, in.Verb)
 				}
 				for _, v := range []string{in.Namespace, in.Name, in.Resource, in.Subresource} {
 					if strings.Contains(v, "/") {
-						t.Fatalf("innerInfoAt of %q: a part with a slash: %+v", subpath, in)
+						t.Fatalf("innerInfo of %q: a part with a slash: %+v", subpath, in)
 					}
 				}
 			}

@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httputil"
@@ -18,17 +16,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/httpstream"
-	utilnet "k8s.io/apimachinery/pkg/util/net"
-	utilproxy "k8s.io/apimachinery/pkg/util/proxy"
-	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/clusters"
-	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
 	"github.com/clustergateway/cluster-gateway/pkg/fairness"
-	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/health"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 	"github.com/clustergateway/cluster-gateway/pkg/tracing"
@@ -130,30 +123,24 @@ func (p *Proxy) Handler(name, subpath string) http.Handler {
 	})
 }
 
-// exchange is what serving one request needs, in one allocation.
-type exchange struct {
-	rec   statusRecorder
-	inner innerParse // unless the handler chain's memo has it
-	lease pool.Lease
-	fwd   forwarded
-}
-
-// Serve serves one proxied request for the named gateway, as the route
-// does. subpath is the path on the managed cluster; the query is taken from
-// the request as sent.
+// Serve serves one proxied request for the named gateway. It is the hub
+// side: it parses the inner request, authorizes the caller, audits the
+// request and takes a slot of the cluster's fair share, then hands the
+// request to the cluster side (toCluster, cluster.go) in one call, which
+// answers it. subpath is the path on the managed cluster; the query is the
+// request's as sent. pkg/fanout calls it in process for each cluster of a set.
 func (p *Proxy) Serve(w http.ResponseWriter, req *http.Request, name, subpath string) {
-	x := new(exchange)
-	// The inner request is parsed once and serves the metrics label, the
-	// subpath authorization and the watch handling.
+	// The inner request, parsed once per request (memo.go), serves the
+	// metrics label, the subpath authorization and the watch handling.
 	inner := subpath
 	if !strings.HasPrefix(inner, "/") {
 		inner = "/" + inner
 	}
-	parsed := parseInnerOnce(req, nil, inner, &x.inner)
+	parsed := parseInner(req, nil, inner)
 	in, inErr, kind := parsed.in, parsed.err, parsed.kind
 	auditInner(req.Context(), name, subpath, in)
 	upgrade := httpstream.IsUpgradeRequest(req)
-	w, rec := p.metrics.instrumentInto(&x.rec, w, req, kind)
+	w, rec := p.metrics.instrumentInto(new(statusRecorder), w, req, kind)
 	defer rec.done()
 	if kind == kindRequest {
 		rec.bound.start(rec.ResponseWriter, req.Context())
@@ -192,8 +179,7 @@ func (p *Proxy) Serve(w http.ResponseWriter, req *http.Request, name, subpath st
 		writeStatus(w, req, err)
 		return
 	}
-	id, err := p.identityFor(gw, u)
-	if err != nil {
+	if err := callerProblem(gw, u); err != nil {
 		writeStatus(w, req, err)
 		return
 	}
@@ -222,114 +208,7 @@ func (p *Proxy) Serve(w http.ResponseWriter, req *http.Request, name, subpath st
 		return
 	}
 	defer release()
-	lease := &x.lease
-	_, span = p.opts.Tracer.Start(req.Context(), "cluster-gateway.pool.lease", trace.SpanKindInternal, attrs...)
-	// Through the cluster's record: a gateway deleted on the request's way
-	// is NotFound, and one changed on its way goes as it is now.
-	leased, err := p.opts.Clusters.Lease(lease, gw)
-	if err == nil && p.opts.Tracer != nil { // a variadic call on an interface allocates, even on a no-op span
-		span.SetAttributes(attribute.Bool("cluster_gateway.pool.created", lease.Created()))
-	}
-	tracing.End(span, err, "no transport")
-	var status apierrors.APIStatus
-	switch {
-	case errors.Is(err, endpointpolicy.ErrDenied):
-		writeStatus(w, req, endpointDenied(name, err))
-		return
-	case errors.As(err, &status):
-		writeStatus(w, req, err)
-		return
-	case err != nil:
-		writeStatus(w, req, statusError(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
-			fmt.Sprintf("ClusterGateway %q cannot be used: %v", name, err)))
-		return
-	}
-	defer lease.Release()
-	if leased != gw {
-		gw = leased
-		if id, err = p.identityFor(gw, u); err != nil {
-			writeStatus(w, req, err)
-			return
-		}
-	}
-
-	f := &x.fwd
-	*f = forwarded{Context: req.Context(), location: *gw.Address, watch: isWatch(in), streams: p.streams, responder: responder{cluster: name, health: p.health}}
-	location := &f.location
-	location.Path = joinPath(gw.Address.Path, subpath)
-	location.RawPath = ""
-	location.RawQuery = req.URL.RawQuery
-	auditIdentity(req.Context(), gw, u)
-	f.up = upstreamTransport{base: lease.Transport(), id: id, cluster: name}
-	if gw.Object.Spec.Credential.Type == v1alpha1.CredentialProvider {
-		f.up.provided, f.up.clusters = gw, p.opts.Clusters
-	}
-
-	if !upgrade {
-		rp := p.reverse
-		if f.watch {
-			rp = p.watches
-		}
-		rp.ServeHTTP(w, req.WithContext(f))
-		return
-	}
-
-	// Upgrades (exec, attach, port-forward) go through UpgradeAwareHandler,
-	// which logs the headers of the request it gets (from -v=6): the
-	// client's credentials and claimed identities go now, so that it never
-	// sees them. The upgrade round tripper (upstreamUpgrade) replaces them
-	// with the gateway's identity, as upstreamTransport does, on the request
-	// written to the cluster.
-	// An upgrade keeps the one connection it dials: its address is picked
-	// now, and its TLS is verified against that address's name.
-	lease.PickAddress(location)
-	out := req.WithContext(req.Context())
-	out.Header = utilnet.CloneHeader(req.Header)
-	out.URL = location
-	out.Host = location.Host
-	scrubClientHeaders(out.Header)
-	// The handler re-parses its location, and a query it cannot parse (one
-	// with a '#') would leave it nil: the query goes with the request
-	// (UseRequestLocation), not in the location.
-	base := *location
-	base.RawQuery = ""
-	h := utilproxy.NewUpgradeAwareHandler(&base, &f.up, false, false, f.responder)
-	h.UseRequestLocation = true
-	h.UseLocationHost = true
-	// Upgrades need HTTP/1.1.
-	up := &upstreamUpgrade{base: lease.UpgradeTransport(), id: id, tracer: p.opts.Tracer}
-	h.UpgradeTransport = up
-	var stop func()
-	w, out, up.setup, stop = upgradeWatchdog(w, out, p.upgradeSetupTimeout())
-	if tr := p.opts.Tracer; tr != nil {
-		// The client span of the upgrade's request, up to the upgrade
-		// (or its refusal): the stream after it is not traced.
-		var ctx context.Context
-		ctx, up.setup.span = tr.Start(out.Context(), "cluster-gateway.upgrade", trace.SpanKindClient, attrs...)
-		out = out.WithContext(ctx)
-	}
-	defer stop()
-	p.streams.upgradeStarted()
-	defer p.streams.upgradeEnded()
-	h.ServeHTTP(w, out)
-}
-
-// identityFor is who the managed cluster is told the request comes from:
-// the token, stored or from its source (X.509 credentials are in the pooled
-// TLS config), and in Caller mode the hub caller, unless headers cannot carry
-// the caller exactly.
-func (p *Proxy) identityFor(gw *gateways.Gateway, caller user.Info) (identity, error) {
-	spec := gw.Object.Spec
-	id := identity{token: gw.Conn.Token}
-	if spec.Impersonation.Mode == v1alpha1.ImpersonationCaller && caller != nil {
-		if what := impersonationProblem(caller); what != "" {
-			return identity{}, statusError(http.StatusForbidden, metav1.StatusReasonForbidden, fmt.Sprintf(
-				"ClusterGateway %q impersonates its caller (spec.impersonation.mode Caller), but the %s of hub user %q holds a control character or white space at either end, which HTTP headers cannot carry unchanged: use a ClusterGateway whose impersonation mode is None, or an identity without them",
-				gw.Name(), what, caller.GetName()))
-		}
-		id.caller = caller
-	}
-	return id, nil
+	p.toCluster(w, req, clusterCall{gw: gw, caller: u, subpath: subpath, watch: isWatch(in), upgrade: upgrade, attrs: attrs})
 }
 
 func joinPath(base, sub string) string {

@@ -27,9 +27,14 @@ func innerPath(ri *apirequest.RequestInfo) string {
 	return "/" + strings.Join(ri.Parts[3:], "/")
 }
 
-// innerInfoAt describes the request as the managed cluster will see it,
-// its inner URL written to u.
-func innerInfoAt(r *http.Request, path string, u *url.URL) (*apirequest.RequestInfo, error) {
-	*u = url.URL{Path: path, RawQuery: r.URL.RawQuery}
-	return innerRequestInfo.NewRequestInfo(&http.Request{Method: r.Method, URL: u, Header: r.Header})
+// innerInfo returns the request as the managed cluster will see it, at
+// path with r's method, query and headers; nil and the error when the path
+// does not parse.
+func innerInfo(r *http.Request, path string) (*apirequest.RequestInfo, error) {
+	u := &url.URL{Path: path, RawQuery: r.URL.RawQuery}
+	in, err := innerRequestInfo.NewRequestInfo(&http.Request{Method: r.Method, URL: u, Header: r.Header})
+	if err != nil {
+		return nil, err
+	}
+	return in, nil
 }

@@ -27,7 +27,7 @@ func IsLongRunning(r *http.Request, ri *apirequest.RequestInfo) bool {
 	if !isProxy(ri) {
 		return defaultLongRunning(r, ri)
 	}
-	return parseInnerOnce(r, ri, innerPath(ri), nil).kind != kindRequest
+	return parseInner(r, ri, innerPath(ri)).kind != kindRequest
 }
 
 // The kinds of proxied request, also the metrics' kind label.

@@ -86,5 +86,5 @@ func requestKind(req *http.Request) string {
 		}
 		return kindRequest
 	}
-	return parseInnerOnce(req, ri, innerPath(ri), nil).kind
+	return parseInner(req, ri, innerPath(ri)).kind
 }

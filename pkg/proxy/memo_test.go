@@ -7,13 +7,12 @@ import (
 	"testing"
 )
 
-// memoRequest is req as the outermost filter hands it on: with its memo.
+// memoRequest is req as the handler chain's outermost filter (pkg/apiserver)
+// hands it on: with its memo.
 func memoRequest(t *testing.T, method, target string) *http.Request {
 	t.Helper()
-	var out *http.Request
-	WithInnerMemo(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { out = r })).
-		ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(method, target, nil))
-	return out
+	r := httptest.NewRequest(method, target, nil)
+	return r.WithContext(context.WithValue(r.Context(), InnerMemoKey, new(InnerMemo)))
 }
 
 type otherKey struct{}
@@ -27,7 +26,7 @@ func TestInnerParsedOncePerRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := parseInnerOnce(req, ri, innerPath(ri), nil)
+	first := parseInner(req, ri, innerPath(ri))
 	if first.kind != kindStream || first.in == nil || first.in.Verb != "watch" {
 		t.Fatalf("the watch was parsed as kind %q, inner %+v", first.kind, first.in)
 	}
@@ -35,11 +34,10 @@ func TestInnerParsedOncePerRequest(t *testing.T) {
 	if !IsLongRunning(later, ri) {
 		t.Fatal("IsLongRunning of the memoized watch is false")
 	}
-	if again := parseInnerOnce(later, ri, innerPath(ri), nil); again != first {
+	if again := parseInner(later, ri, innerPath(ri)); again != first {
 		t.Fatal("a filter further in parsed the inner request again")
 	}
-	var own innerParse
-	if h := parseInnerOnce(later, nil, "/api/v1/namespaces/default/pods", &own); h != first {
+	if h := parseInner(later, nil, "/api/v1/namespaces/default/pods"); h != first {
 		t.Fatal("the proxy handler parsed the inner request again")
 	}
 }
@@ -54,28 +52,28 @@ func TestInnerMemoOnlyForTheSameRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := parseInnerOnce(req, ri, innerPath(ri), nil)
+	first := parseInner(req, ri, innerPath(ri))
 
 	other := req.Clone(req.Context())
 	other.URL.RawQuery = "watch=false"
-	if p := parseInnerOnce(other, ri, innerPath(ri), nil); p == first || p.kind != kindRequest {
+	if p := parseInner(other, ri, innerPath(ri)); p == first || p.kind != kindRequest {
 		t.Fatalf("another query reused the memo (same %v) or was parsed as kind %q", p == first, p.kind)
 	}
 	post := req.Clone(req.Context())
 	post.Method = "POST"
-	if p := parseInnerOnce(post, ri, innerPath(ri), nil); p == first || p.in.Verb != "create" {
+	if p := parseInner(post, ri, innerPath(ri)); p == first || p.in.Verb != "create" {
 		t.Fatalf("another method reused the memo (same %v) or was parsed as verb %q", p == first, p.in.Verb)
 	}
-	if p := parseInnerOnce(req, ri, "/api/v1/namespaces/default/pods/demo/log", nil); p == first || p.in.Subresource != "log" {
+	if p := parseInner(req, ri, "/api/v1/namespaces/default/pods/demo/log"); p == first || p.in.Subresource != "log" {
 		t.Fatalf("another path reused the memo (same %v) or was parsed as %+v", p == first, p.in)
 	}
 	ri2 := *ri
-	if p := parseInnerOnce(req, &ri2, innerPath(ri), nil); p == first {
+	if p := parseInner(req, &ri2, innerPath(ri)); p == first {
 		t.Fatal("another RequestInfo reused the memo")
 	}
 
 	bare := httptest.NewRequest("GET", proxyPrefix+"/api/v1/namespaces/default/pods?watch=true", nil)
-	a, b := parseInnerOnce(bare, ri, innerPath(ri), nil), parseInnerOnce(bare, ri, innerPath(ri), nil)
+	a, b := parseInner(bare, ri, innerPath(ri)), parseInner(bare, ri, innerPath(ri))
 	if a == b || a.kind != kindStream || b.kind != kindStream {
 		t.Fatalf("without a memo: shared %v, kinds %q and %q", a == b, a.kind, b.kind)
 	}

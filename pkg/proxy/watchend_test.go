@@ -57,7 +57,8 @@ func TestIsWatch(t *testing.T) {
 	} {
 		p, q, _ := strings.Cut(path, "?")
 		req, _ := http.NewRequest(http.MethodGet, "https://hub/whatever?"+q, nil)
-		if got := isWatch(parseInnerOnce(req, nil, p, nil).in); got != want {
+		in, _ := innerInfo(req, p)
+		if got := isWatch(in); got != want {
 			t.Errorf("isWatch(%s) = %v, want %v", path, got, want)
 		}
 	}
