@@ -71,7 +71,7 @@ type scanResult struct {
 	AfterGC                      memState // then, after a forced GC
 	Settled                      memState // RSS once it stopped falling (no forced GC)
 	SettledAt                    time.Duration
-	Stable                       bool    // Settled is stable RSS, not the end of scanSettleMax
+	Stable                       bool // Settled is stable RSS, not the end of scanSettleMax
 	// Each phase's own peak RSS (VmHWM, reset as the phase begins): from the
 	// gateway's start to the first create (the fresh row); from the end of
 	// creating through the stored row's forced GCs; filling the pool (its
