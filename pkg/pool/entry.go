@@ -222,12 +222,14 @@ func (e *entry) offerH2(upgrade func(string, *tls.Conn) http.RoundTripper, autho
 	}
 	roomy := e.h2.roomy()
 	rt := upgrade(authority, c)
+	d := tc.dials
+	tc.dials = nil // it holds the request's context (dialsContext): not for the connection's life
 	if seen := tc.offer.Swap(offerNone); seen != offerWritten {
 		if roomy == nil {
 			roomy = e.h2.roomy()
 		}
 		if roomy != nil {
-			tc.dials.giveBack(e.h2, roomy)
+			d.giveBack(e.h2, roomy)
 		}
 	}
 	return rt
@@ -264,6 +266,8 @@ func (e *entry) dialTLSConn(ctx context.Context, network string, a *address) (ne
 	var guard *dialGuard
 	if h2 {
 		guard = a.dials
+	} else {
+		c.(*trackedConn).dials = nil // never offered to x/net (offerH2)
 	}
 	a.succeeded()
 	e.markReady(c.(*trackedConn), guard)
