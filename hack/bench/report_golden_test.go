@@ -237,7 +237,7 @@ func fixtureScan(stable bool, errs int) *scanResult {
 		CreateTime: 30 * time.Second, ProbedWait: 11 * time.Second, PooledProbedWait: 20 * time.Second,
 		Base: fixtureMem(13, 7.7, 84, 132, 0), Stored: fixtureMem(77, 53.2, 186, 148, 0), Pooled: fixtureMem(137, 92.9, 266, 1149, 1000), PooledN: 1000,
 		Passes: passes, After: fixtureMem(188, 96.5, 284.8, 1143, 1000), AfterGC: fixtureMem(164, 97.7, 284.2, 1145, 1000),
-		Settled: fixtureMem(170, 94, 287, 1144, 1000), SettledAt: 107 * time.Second, Stable: stable, FillPeak: 275.2 * miB,
+		Settled: fixtureMem(170, 94, 287, 1144, 1000), SettledAt: 107 * time.Second, Stable: stable, StartPeak: 96.4 * miB, StoredPeak: 201.7 * miB, FillPeak: 275.2 * miB,
 		CreatePeak: 340 * miB, CreateSampled: 338.5 * miB, CreateSamples: 2050, CreateWindow: 41 * time.Second,
 		Idle:        idleCPU{Window: 40 * time.Second, Cores: 0.76, ProbesPerSec: 486},
 		IdleProfile: &pathProfile{Path: "_output/bench/gateway-cpu-idle.pprof", Top: top},

@@ -71,8 +71,12 @@ type scanResult struct {
 	AfterGC                      memState // then, after a forced GC
 	Settled                      memState // RSS once it stopped falling (no forced GC)
 	SettledAt                    time.Duration
-	Stable                       bool    // Settled is stable RSS, not the end of scanSettleMax
-	FillPeak                     float64 // VmHWM from the gateway's start to the first pass
+	Stable                       bool // Settled is stable RSS, not the end of scanSettleMax
+	// Each phase's own peak RSS (VmHWM, reset as the phase begins): from the
+	// gateway's start to the first create (the fresh row); from the end of
+	// creating through the stored row's forced GCs; filling the pool (its
+	// GETs, a round of probes, the pooled row's forced GCs).
+	StartPeak, StoredPeak, FillPeak float64
 	// VmHWM while the N gateways were created and probed (CreateWindow), and
 	// the most of CreateSamples reads of VmRSS meanwhile.
 	CreatePeak, CreateSampled float64
@@ -162,13 +166,11 @@ func (sc *scanner) restart(ctx context.Context) (err error) {
 
 // store creates the gateways, waits until the gateway lists them and has
 // probed each once, and reads it; meanwhile it reads the peak RSS (VmHWM,
-// reset first; FillPeak keeps what came before) and samples VmRSS.
+// reset first; StartPeak keeps what came before) and samples VmRSS. The
+// stored row's forced GCs have their own peak (StoredPeak).
 func (sc *scanner) store(ctx context.Context) (err error) {
 	res := sc.res
-	if res.FillPeak, err = procHWM(sc.pid); err != nil {
-		return err
-	}
-	if err := resetPeakRSS(sc.pid); err != nil {
+	if res.StartPeak, err = sc.peakSinceReset(); err != nil {
 		return err
 	}
 	stop := sampleMax(createSampleEvery, rssOf(sc.pid))
@@ -184,12 +186,25 @@ func (sc *scanner) store(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if res.CreatePeak, err = procHWM(sc.pid); err != nil {
+	if res.CreatePeak, err = sc.peakSinceReset(); err != nil {
 		return err
 	}
 	logf("scan: creating: peak RSS %s (VmHWM), %s sampled", mib(res.CreatePeak), mib(res.CreateSampled))
-	res.Stored, err = sc.settled(ctx, "stored")
+	if res.Stored, err = sc.settled(ctx, "stored"); err != nil {
+		return err
+	}
+	res.StoredPeak, err = sc.peakSinceReset()
 	return err
+}
+
+// peakSinceReset reads the gateway's VmHWM and resets it, so that the next
+// phase reads a peak of its own.
+func (sc *scanner) peakSinceReset() (float64, error) {
+	hwm, err := procHWM(sc.pid)
+	if err != nil {
+		return 0, err
+	}
+	return hwm, resetPeakRSS(sc.pid)
 }
 
 // url is the object every scan request GETs, of gateway i through the hub.
@@ -198,7 +213,8 @@ func (sc *scanner) url(i int) string {
 }
 
 // fillPool sends one GET to as many gateways as the pool holds (nothing
-// evicted yet), waits for one more round of probes, and reads the gateway.
+// evicted yet), waits for one more round of probes, and reads the gateway,
+// with the peak RSS of all that (VmHWM, reset after the stored row).
 func (sc *scanner) fillPool(ctx context.Context) (err error) {
 	res := sc.res
 	res.PooledN = min(res.N, res.Capacity-int(res.Stored.Entries))
@@ -211,8 +227,8 @@ func (sc *scanner) fillPool(ctx context.Context) (err error) {
 	if res.Pooled, err = sc.settled(ctx, "pooled"); err != nil {
 		return err
 	}
-	hwm, err := procHWM(sc.pid) // since the creating began
-	res.FillPeak = max(res.FillPeak, hwm)
+	res.FillPeak, err = procHWM(sc.pid) // the passes reset it
+	logf("scan: filling the pool: peak RSS %s (VmHWM)", mib(res.FillPeak))
 	return err
 }
 
@@ -472,9 +488,10 @@ func (s *scanResult) perEntry(v float64) float64 {
 // CreatingPeak is the most RSS seen while the gateways were created.
 func (s *scanResult) CreatingPeak() float64 { return max(s.CreatePeak, s.CreateSampled) }
 
-// PeakRSS is the highest VmHWM from the gateway's start to the last pass.
+// PeakRSS is the highest VmHWM from the gateway's start to the last pass:
+// the most of each phase's own.
 func (s *scanResult) PeakRSS() float64 {
-	peak := s.FillPeak
+	peak := max(s.StartPeak, s.CreatePeak, s.StoredPeak, s.FillPeak)
 	for _, p := range s.Passes {
 		peak = max(peak, p.PeakRSS)
 	}

@@ -48,3 +48,19 @@ func TestScanWaitsForTheProber(t *testing.T) {
 		t.Fatalf("waitAllProbed without %s: %v, want an error naming it", mClusters, err)
 	}
 }
+
+// Each phase reads its own peak RSS (VmHWM reset as it begins), and the
+// scan's peak is the most of them all: a phase before the passes whose
+// peak is the highest (here the stored row's forced GCs) decides it.
+func TestScanPeakIsTheMostOfEachPhase(t *testing.T) {
+	const mb = 1 << 20
+	s := &scanResult{StartPeak: 90 * mb, CreatePeak: 250 * mb, StoredPeak: 295 * mb, FillPeak: 280 * mb,
+		Passes: []scanPass{{PeakRSS: 285 * mb}, {PeakRSS: 290 * mb}}}
+	if p := s.PeakRSS(); p != 295*mb {
+		t.Fatalf("peak RSS %.1f MiB, want the stored row's 295 MiB", p/mb)
+	}
+	s.StoredPeak = 0
+	if p := s.PeakRSS(); p != 290*mb {
+		t.Fatalf("peak RSS %.1f MiB, want pass 2's 290 MiB", p/mb)
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+
+	"golang.org/x/net/http2"
 )
 
 // ErrConnectionsUnusable is wrapped by the errors of a dial the pool refuses
@@ -37,10 +39,58 @@ func (r *refusedDial) Unwrap() error { return ErrConnectionsUnusable }
 // connection it closes because an older one has room again).
 const maxDialsPerRequest = 4
 
+// maxSurplusPerRequest is how many of one request's dials may be given
+// back because x/net closed the connection unused (offerH2). A healthy
+// burst under CPU load made a request dial five; a cluster that has a
+// connection show room and then take it back (its stream limit toggled)
+// could have it happen without end, so it is bounded too, well above that.
+const maxSurplusPerRequest = 16
+
 // requestDials counts the dials one request causes. A lease's transport
 // gives each request it sends its own (countedDials); dials for a request
 // without one are not counted.
-type requestDials struct{ n atomic.Int32 }
+type requestDials struct {
+	n       atomic.Int32 // dials counted against maxDialsPerRequest
+	surplus atomic.Int32 // connections x/net closed unused (giveBack)
+
+	mu sync.Mutex
+	// roomy are the connections whose room had x/net close this request's
+	// new ones unused, one per dial given back.
+	roomy []roomyConn
+}
+
+type roomyConn struct {
+	h  *h2health
+	cc *http2.ClientConn
+}
+
+// giveBack uncounts a dial whose connection x/net closed unused because
+// cc, of h, had room: the cluster did nothing wrong, as long as cc lives.
+func (d *requestDials) giveBack(h *h2health, cc *http2.ClientConn) {
+	if d.surplus.Add(1) > maxSurplusPerRequest {
+		return
+	}
+	d.mu.Lock()
+	d.roomy = append(d.roomy, roomyConn{h, cc})
+	d.mu.Unlock()
+	d.n.Add(-1)
+}
+
+// count is the request's dials that count: those not given back, and those
+// given back for a connection the cluster ended since (a GOAWAY, a close):
+// a cluster that sends GOAWAY on every connection has each show room
+// until it does, and requests race to replace it.
+func (d *requestDials) count() int32 {
+	n := d.n.Load()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, r := range d.roomy {
+		if !r.h.alive(r.cc) {
+			n++
+		}
+	}
+	return n
+}
 
 type requestDialsKey struct{}
 
@@ -107,8 +157,10 @@ func newDialGuard(max int) *dialGuard { return &dialGuard{max: max} }
 // admit counts a dial against the request of ctx, and refuses it when that
 // request had too many, or when no new connection could be kept.
 func (g *dialGuard) admit(ctx context.Context) error {
-	if d, ok := ctx.Value(requestDialsKey{}).(*requestDials); ok && d.n.Add(1) > maxDialsPerRequest {
-		return &refusedDial{RefusedRedials, fmt.Sprintf("it ended or refused the last %d connections this request had the gateway open (GOAWAY, a close, or no streams allowed)", maxDialsPerRequest)}
+	if d, ok := ctx.Value(requestDialsKey{}).(*requestDials); ok {
+		if d.n.Add(1); d.count() > maxDialsPerRequest {
+			return &refusedDial{RefusedRedials, fmt.Sprintf("it ended or refused the last %d connections this request had the gateway open (GOAWAY, a close, or no streams allowed)", maxDialsPerRequest)}
+		}
 	}
 	return g.full() // dialing would only make a connection to close
 }

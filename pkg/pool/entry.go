@@ -99,6 +99,11 @@ func (p *Pool) newEntry(t *Target, fp string) (*entry, error) {
 	if tr := p.opts.Tracer; tr != nil {
 		e.traced = tr.WrapTransport(spread{e})
 	}
+	if upgrade := e.rt.TLSNextProto["h2"]; upgrade != nil {
+		e.rt.TLSNextProto["h2"] = func(authority string, c *tls.Conn) http.RoundTripper {
+			return e.offerH2(upgrade, authority, c)
+		}
+	}
 	e.h2.onNew = func(hostport string) {
 		if a := e.addressOf(hostport); a != nil {
 			a.cold.connUsable()
@@ -188,6 +193,53 @@ func (a *address) firstConn(ctx context.Context, host, addr string, upgrade func
 	return nil
 }
 
+// offerH2 hands a new HTTP/2 connection to x/net's pool through upgrade
+// (x/net's TLSNextProto, which both net/http's dials and firstConn call).
+// x/net keeps it unless another connection to its address can take a
+// request by then: then it closes this one unused (addConnIfNeeded), and
+// the request that had it dialed, finding that room gone when it asks for
+// a stream, has net/http dial again. Under CPU load that repeated until the
+// dial guard refused a healthy burst's request (1 run in 8 of
+// TestBurstBeyondTheStreamsIsNotRefused with 4 busy loops). So such a
+// connection's dial is given back to its request. One that x/net used
+// still counts, whatever the cluster does with it (GOAWAY, a close), and so
+// does one it closed unused because another was being added at the same
+// moment (no connection it handed out had room): a cluster that ends every
+// connection has requests race to replace the one it ended.
+//
+// x/net decides before upgrade returns: a connection it uses has had the
+// HTTP/2 preface written (NewClientConn, synchronously); one it does not
+// use is closed in a goroutine, which begins with crypto/tls's write
+// deadline for its close_notify, or has not begun yet.
+func (e *entry) offerH2(upgrade func(string, *tls.Conn) http.RoundTripper, authority string, c *tls.Conn) http.RoundTripper {
+	tc, ok := c.NetConn().(*trackedConn)
+	if !ok || tc.dials == nil {
+		return upgrade(authority, c)
+	}
+	tc.offer.Store(offerPending)
+	if testHookOffer != nil {
+		testHookOffer(tc)
+	}
+	roomy := e.h2.roomy()
+	rt := upgrade(authority, c)
+	d := tc.dials
+	tc.dials = nil // it holds the request's context (dialsContext): not for the connection's life
+	if seen := tc.offer.Swap(offerNone); seen != offerWritten {
+		if roomy == nil {
+			roomy = e.h2.roomy()
+		}
+		if roomy != nil {
+			d.giveBack(e.h2, roomy)
+		}
+	}
+	return rt
+}
+
+// testHookOffer, set by tests only, runs when a new HTTP/2 connection is
+// about to be handed to x/net's pool: the window in which another
+// connection can gain room.
+var testHookOffer func(*trackedConn)
+
 // dialTLSConn dials a and verifies it against the configured server name
 // or, without one, a's own host: never against another address's name.
 func (e *entry) dialTLSConn(ctx context.Context, network string, a *address) (net.Conn, error) {
@@ -198,6 +250,7 @@ func (e *entry) dialTLSConn(ctx context.Context, network string, a *address) (ne
 	if err != nil {
 		return nil, err
 	}
+	c.(*trackedConn).dials, _ = ctx.Value(requestDialsKey{}).(*requestDials)
 	tc, err := e.tls.handshake(ctx, c, a.hostport, e.pool.opts.DialTimeout, "h2", "http/1.1")
 	if err != nil {
 		if ctx.Err() == nil {
@@ -213,6 +266,8 @@ func (e *entry) dialTLSConn(ctx context.Context, network string, a *address) (ne
 	var guard *dialGuard
 	if h2 {
 		guard = a.dials
+	} else {
+		c.(*trackedConn).dials = nil // never offered to x/net (offerH2)
 	}
 	a.succeeded()
 	e.markReady(c.(*trackedConn), guard)

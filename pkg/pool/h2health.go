@@ -44,6 +44,9 @@ type h2health struct {
 	mu      sync.Mutex
 	checks  map[*http2.ClientConn]*time.Timer
 	stopped bool
+	// dead are the checked connections x/net marked dead (a GOAWAY, a
+	// close), until their check forgets them; nil while there are none.
+	dead map[*http2.ClientConn]struct{}
 
 	answered atomic.Int64 // pings answered in time, for tests
 
@@ -60,12 +63,19 @@ func newH2Health(inner http2.ClientConnPool, every, pingTimeout time.Duration) *
 // GetClientConn is x/net's; a connection handed out for the first time gets
 // its health check. Every connection that carries a request passes here.
 func (h *h2health) GetClientConn(req *http.Request, addr string) (*http2.ClientConn, error) {
+	if testHookGetClientConn != nil {
+		testHookGetClientConn(req)
+	}
 	cc, err := h.ClientConnPool.GetClientConn(req, addr)
 	if err == nil && h.last.Load() != cc && h.watch(cc) && h.onNew != nil {
 		h.onNew(addr)
 	}
 	return cc, err
 }
+
+// testHookGetClientConn, set by tests only, runs when a request asks the
+// pool for a connection, before x/net looks.
+var testHookGetClientConn func(*http.Request)
 
 // watch starts cc's health check, and says whether cc is new.
 func (h *h2health) watch(cc *http2.ClientConn) bool {
@@ -106,6 +116,10 @@ func (h *h2health) MarkDead(cc *http2.ClientConn) {
 	h.mu.Lock()
 	if t, ok := h.checks[cc]; ok {
 		t.Reset(0)
+		if h.dead == nil {
+			h.dead = make(map[*http2.ClientConn]struct{})
+		}
+		h.dead[cc] = struct{}{}
 	}
 	h.mu.Unlock()
 }
@@ -123,7 +137,7 @@ func (h *h2health) check(cc *http2.ClientConn) {
 	if ok && err == nil {
 		t.Reset(h.every)
 	} else if ok {
-		delete(h.checks, cc)
+		h.forgetLocked(cc)
 	}
 	h.mu.Unlock()
 	if err != nil {
@@ -168,9 +182,40 @@ func (h *h2health) stop() {
 	h.stopped = true
 	for cc, t := range h.checks {
 		t.Stop()
-		delete(h.checks, cc)
+		h.forgetLocked(cc)
 	}
 	h.last.Store(nil)
+}
+
+func (h *h2health) forgetLocked(cc *http2.ClientConn) {
+	delete(h.checks, cc)
+	if delete(h.dead, cc); len(h.dead) == 0 {
+		h.dead = nil
+	}
+}
+
+// roomy is a connection it handed out that can take another request now,
+// or nil: with one, x/net closes a new connection to the cluster unused
+// (offerH2). Those to the entry's other addresses count too: it is a
+// hint, and what it gives back is bounded (maxSurplusPerRequest).
+func (h *h2health) roomy() *http2.ClientConn {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for cc := range h.checks {
+		if cc.CanTakeNewRequest() {
+			return cc
+		}
+	}
+	return nil
+}
+
+// alive says whether cc is still checked and x/net has not marked it dead.
+func (h *h2health) alive(cc *http2.ClientConn) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, checked := h.checks[cc]
+	_, dead := h.dead[cc]
+	return checked && !dead
 }
 
 // watched is how many connections have a health check, for tests.
