@@ -7,10 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
+	"strings"
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // event is one watch event of one cluster, as the fan-out passes it on.
@@ -20,15 +24,27 @@ type event struct {
 	Object  json.RawMessage `json:"object"`
 	rv      string
 	end     string // the cluster's stream ended: why (nil event otherwise)
-	// initialEnd is a bookmark that ends the cluster's initial events
-	// (sendInitialEvents, client-go's watch-list).
-	initialEnd bool
-	kind       typeMeta
+	kind    typeMeta
 }
 
-// initialEventsEnd is the bookmark annotation that ends a watch's initial
-// events (metav1.InitialEventsAnnotationKey).
-const initialEventsEnd = metav1.InitialEventsAnnotationKey
+// sendsInitialEvents is whether q asks a watch-list (sendInitialEvents),
+// read as kube-apiserver reads a bool parameter: present and neither "0"
+// nor "false".
+func sendsInitialEvents(q url.Values) bool {
+	v, ok := q["sendInitialEvents"]
+	return ok && len(v) > 0 && v[0] != "0" && !strings.EqualFold(v[0], "false")
+}
+
+// errWatchList refuses a set's watch-list. Its initial events would hold
+// objects of the same namespace and name from several clusters, and
+// client-go's reflector gathers them in a store keyed by namespace/name
+// (whatever the informer's own key), so one cluster's object would hide
+// the others'. A 422 makes the reflector fall back to a list and a watch
+// from the list's resourceVersion, which keep each cluster's objects.
+var errWatchList = apierrors.NewInvalid(schema.GroupKind{Group: metav1.GroupName, Kind: "ListOptions"}, "", field.ErrorList{
+	field.Forbidden(field.NewPath("sendInitialEvents"), "a watch-list is not served through a set of clusters: objects of the same namespace and name on several clusters would be one in client-go's watch-list store; "+
+		"list through the set, then watch from the list's resourceVersion (client-go's reflector does this by itself after this error)"),
+})
 
 // watch merges every cluster's watch. Each cluster's watch must begin
 // (within ClusterTimeout) before the answer does, so that each failing
@@ -40,13 +56,16 @@ const initialEventsEnd = metav1.InitialEventsAnnotationKey
 // the client watches again from the last resourceVersion it has.
 func (f *FanOut) watch(w http.ResponseWriter, req *http.Request, clusters []string, subpath string) {
 	q := req.URL.Query()
+	if sendsInitialEvents(q) {
+		writeStatus(w, req, errWatchList)
+		return
+	}
 	rvs, all, err := decodeRV(q.Get("resourceVersion"))
 	if err != nil {
 		writeStatus(w, req, apierrors.NewResourceExpired(err.Error()+"; list through the set again, and watch from the list's resourceVersion"))
 		return
 	}
 	bookmarks := q.Get("allowWatchBookmarks") == "true"
-	initial := q.Get("sendInitialEvents") == "true"
 	table := wantsTable(req)
 	accept := acceptJSON
 	if table {
@@ -119,7 +138,6 @@ func (f *FanOut) watch(w http.ResponseWriter, req *http.Request, clusters []stri
 	defer wg.Wait()
 	defer cancel()  // before the wait: the readers end
 	headers := true // a Table watch's column definitions go once, in the first event
-	initialDone := map[string]bool{}
 	var kind typeMeta
 	for {
 		var ev event
@@ -133,9 +151,8 @@ func (f *FanOut) watch(w http.ResponseWriter, req *http.Request, clusters []stri
 			// set's. A last bookmark says where every cluster is, so that
 			// the client resumes each there; without it a reflector would
 			// resume from the last object's resourceVersion, one cluster's,
-			// which the set answers with 410 and a relist. Not while the
-			// initial events are incomplete: they are not yet a state.
-			if bookmarks && (!initial || len(initialDone) == len(open)) && kind.Kind != "" && len(state) > 0 {
+			// which the set answers with 410 and a relist.
+			if bookmarks && kind.Kind != "" && len(state) > 0 {
 				writeBookmark(w, kind, state)
 				_ = rc.Flush()
 			}
@@ -148,15 +165,6 @@ func (f *FanOut) watch(w http.ResponseWriter, req *http.Request, clusters []stri
 			kind = ev.kind // a bookmark of the set's own is of the kind the clusters send
 		}
 		obj := ev.Object
-		if ev.initialEnd {
-			// The set's initial events end when every cluster's have: one
-			// bookmark then, not one per cluster (a reflector would take
-			// the first as the end of all).
-			initialDone[ev.cluster] = true
-			if len(initialDone) < len(open) {
-				continue
-			}
-		}
 		switch {
 		case ev.Type == "BOOKMARK":
 			obj, err = editMeta(obj, func(meta map[string]json.RawMessage) error {
@@ -224,14 +232,12 @@ func readEvents(ctx context.Context, cluster string, a *answer, events chan<- ev
 			var o struct {
 				typeMeta
 				Metadata struct {
-					ResourceVersion string            `json:"resourceVersion"`
-					Annotations     map[string]string `json:"annotations"`
+					ResourceVersion string `json:"resourceVersion"`
 				} `json:"metadata"`
 			}
 			if json.Unmarshal(ev.Object, &o) == nil {
 				ev.rv = o.Metadata.ResourceVersion
 				ev.kind = o.typeMeta
-				ev.initialEnd = ev.Type == "BOOKMARK" && o.Metadata.Annotations[initialEventsEnd] == "true"
 			}
 		}
 		select {

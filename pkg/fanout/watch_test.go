@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -97,53 +98,56 @@ func TestWatchEndsWith410WhenOneClusterIsGone(t *testing.T) {
 	}
 }
 
-// With sendInitialEvents (client-go's watch-list), each cluster ends its
-// initial events with a bookmark; the set sends one, once every cluster has,
-// so that a reflector does not take the first cluster's as the end of all.
-func TestWatchEndsInitialEventsOnceEveryClusterHas(t *testing.T) {
-	fx := newFixture(t, Config{ClusterTimeout: 5 * time.Second}, map[string]*cluster{
-		// b's events come well after a's end: a set that passed a's on
-		// would end the initial events after one ADDED.
-		"a": {events: []string{"ADDED", "END"}}, "b": {events: []string{"ADDED", "ADDED", "END", "MODIFIED"}, delay: 200 * time.Millisecond},
-	})
-	req, _ := http.NewRequest(http.MethodGet, fx.srv.URL+"/sets/labels:/proxy/api/v1/pods?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	var added, ends int
-	for sc.Scan() {
-		var ev struct {
-			Type   string `json:"type"`
-			Object struct {
-				Metadata metav1.ObjectMeta `json:"metadata"`
-			} `json:"object"`
-		}
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+// A watch-list (sendInitialEvents, client-go's reflector's first try) is
+// refused with 422 Invalid before any cluster is read: client-go gathers
+// its initial events by namespace/name, which would make objects of one
+// name on two clusters one. The reflector falls back to list and watch on
+// this error (and on any but a 410, a 429 or a refused connection).
+func TestWatchListIsRefused(t *testing.T) {
+	var served atomic.Int32
+	srv := watchSet(t, func(w http.ResponseWriter, req *http.Request, _, _ string) {
+		served.Add(1)
+		streamEvents(w, req, true)
+	}, "a", "b")
+	for _, v := range []string{"true", "True", "1", ""} {
+		resp, err := http.Get(srv.URL + "/sets/labels:/proxy/api/v1/pods?watch=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&sendInitialEvents=" + v)
+		if err != nil {
 			t.Fatal(err)
 		}
-		switch {
-		case ev.Type == "ADDED":
-			added++
-		case ev.Type == "BOOKMARK" && ev.Object.Metadata.Annotations[metav1.InitialEventsAnnotationKey] == "true":
-			ends++
-			if added != 3 {
-				t.Errorf("the initial events ended after %d of the 3 ADDED events", added)
-			}
-			rvs, _, err := decodeRV(ev.Object.Metadata.ResourceVersion)
-			if err != nil || rvs["a"] != "201" || rvs["b"] != "202" {
-				t.Errorf("its resourceVersion %q decodes to %v (%v), want each cluster at its own end", ev.Object.Metadata.ResourceVersion, rvs, err)
-			}
-		case ev.Type == "MODIFIED":
-			if ends != 1 {
-				t.Errorf("%d initial-events-end bookmarks before b's change, want 1", ends)
-			}
-			return
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var st metav1.Status
+		if err := json.Unmarshal(b, &st); err != nil {
+			t.Fatalf("sendInitialEvents=%q: %s: %v", v, b, err)
+		}
+		if resp.StatusCode != http.StatusUnprocessableEntity || st.Reason != metav1.StatusReasonInvalid ||
+			st.Details == nil || len(st.Details.Causes) != 1 || st.Details.Causes[0].Field != "sendInitialEvents" ||
+			!strings.Contains(st.Message, "watch from the list's resourceVersion") {
+			t.Errorf("sendInitialEvents=%q: status %d %s, want 422 Invalid on sendInitialEvents saying to list, then watch from the list's resourceVersion", v, resp.StatusCode, b)
+		}
+		if apierrors.IsResourceExpired(apierrors.FromObject(&st)) || apierrors.IsGone(apierrors.FromObject(&st)) || apierrors.IsTooManyRequests(apierrors.FromObject(&st)) {
+			t.Errorf("sendInitialEvents=%q: %s is an error client-go's reflector retries the watch-list on, not one it falls back to a list on", v, b)
 		}
 	}
-	t.Fatalf("stream ended: %v", sc.Err())
+	if n := served.Load(); n != 0 {
+		t.Errorf("%d clusters were read for a refused watch-list, want none", n)
+	}
+	// The fallback: a watch that does not send initial events (false, as a
+	// reflector's resumed watches may say) is served.
+	for _, v := range []string{"false", "0"} {
+		resp, err := http.Get(srv.URL + "/sets/labels:/proxy/api/v1/pods?watch=true&sendInitialEvents=" + v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readAll(t, resp)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("sendInitialEvents=%s: status %d, want 200", v, resp.StatusCode)
+		}
+	}
+	if n := served.Load(); n != 4 {
+		t.Errorf("%d cluster watches for the two watches without initial events, want 4", n)
+	}
 }
 
 // watchSet serves a set of the named clusters, each answered by serve, as

@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -46,23 +47,14 @@ func setKey(obj any) (string, error) {
 	return m.GetAnnotations()[setClusterAnnotation] + "/" + m.GetNamespace() + "/" + m.GetName(), nil
 }
 
-// setListWatch counts the reflector's lists and watches, and cuts each
-// watch short (timeoutSeconds), so that the test sees the reflector resume
-// many times. It turns client-go's watch-list off: its reflector collects
-// the initial events in a store keyed by namespace/name
-// (tools/cache/reflector.go, temporaryStore), whatever the store's key, so
-// two clusters' objects of one name would collapse there (docs/api.md).
-type setListWatch struct {
-	*cache.ListWatch
-}
-
-func (setListWatch) IsWatchListSemanticsUnSupported() bool { return true }
-
-// TestFanoutInformer: client-go reflectors, each built from the kubeconfig
-// `kubectl cgw kubeconfig -l` writes for a set of two clusters, with the
-// store key docs/api.md gives, mirror ConfigMaps of managed clusters 0 and
-// 1, including one name on both: adds, updates and deletes on each arrive,
-// and each store equals what the clusters hold. Through a set of two
+// TestFanoutInformer: client-go reflectors with client-go's defaults
+// (watch-list on), each built from the kubeconfig `kubectl cgw kubeconfig
+// -l` writes for a set of two clusters, with the store key docs/api.md
+// gives, mirror ConfigMaps of managed clusters 0 and 1, including one name
+// on both: each reflector's watch-list is refused (422) and it lists
+// instead (a watch-list would gather the initial events by namespace/name,
+// making the two objects of one name one); adds, updates and deletes on
+// each cluster arrive, and each store equals what the clusters hold. Through a set of two
 // kube-apiservers without a watch cache (which send no bookmarks of their
 // own), watches cut every few seconds resume from the set's last bookmark
 // without a relist. Through a set of one such kube-apiserver and managed
@@ -169,6 +161,16 @@ func TestFanoutInformer(t *testing.T) {
 		if n := len(m.store.ListKeys()); n != 3 {
 			t.Fatalf("store keys %v, want 3", m.store.ListKeys())
 		}
+		if n := m.watchLists.Load(); n == 0 || m.lists.Load() == 0 {
+			t.Errorf("%d watch-lists and %d lists, want the reflector's default: a watch-list first, refused, then a list", n, m.lists.Load())
+		}
+		var err error
+		if p := m.watchListErr.Load(); p != nil {
+			err = *p
+		}
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "watch from the list's resourceVersion") {
+			t.Errorf("the set's answer to a watch-list: %v, want 422 Invalid saying to list, then watch from the list's resourceVersion", err)
+		}
 	}
 
 	t.Run("adds, updates and deletes on each cluster arrive", func(t *testing.T) {
@@ -235,12 +237,16 @@ func TestFanoutInformer(t *testing.T) {
 
 // setMirror is a reflector through a set of two new ClusterGateways (the
 // addresses of managed clusters 0 and 1 given) into a store keyed by
-// cluster, with the ConfigMaps of default that sel selects.
+// cluster, with the ConfigMaps of default that sel selects. It counts the
+// reflector's lists, watch-lists (sendInitialEvents) and watches, and cuts
+// each watch short (timeoutSeconds), so that the test sees the reflector
+// resume many times.
 type setMirror struct {
-	gateways       [2]string
-	store          cache.Store
-	lists, watches atomic.Int32
-	stop           func()
+	gateways                   [2]string
+	store                      cache.Store
+	lists, watchLists, watches atomic.Int32
+	watchListErr               atomic.Pointer[error] // the set's answer to the last refused watch-list
+	stop                       func()
 }
 
 func newSetMirror(ctx context.Context, t *testing.T, sel string, addresses ...string) *setMirror {
@@ -264,20 +270,28 @@ func newSetMirror(ctx context.Context, t *testing.T, sel string, addresses ...st
 	if err != nil {
 		t.Fatal(err)
 	}
-	lw := setListWatch{&cache.ListWatch{
+	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			m.lists.Add(1)
 			o.LabelSelector = sel
 			return set.CoreV1().ConfigMaps("default").List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			m.watches.Add(1)
 			o.LabelSelector = sel
+			if o.SendInitialEvents != nil && *o.SendInitialEvents {
+				m.watchLists.Add(1)
+				w, err := set.CoreV1().ConfigMaps("default").Watch(ctx, o)
+				if err != nil {
+					m.watchListErr.Store(&err)
+				}
+				return w, err
+			}
+			m.watches.Add(1)
 			short := int64(4)
 			o.TimeoutSeconds = &short
 			return set.CoreV1().ConfigMaps("default").Watch(ctx, o)
 		},
-	}}
+	}
 	r := cache.NewReflectorWithOptions(lw, &corev1.ConfigMap{}, m.store, cache.ReflectorOptions{Name: "fanout-informer-" + label})
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
