@@ -5,8 +5,9 @@
 // (stored in it, from a Secret, or from a provider), keeps it with what it
 // was resolved from, takes its pool target, and the pool, the prober and the
 // credential providers are told in that step. The store's API view reads
-// resolved gateways through the Owner (gateways.Store.ResolveThrough). The proxy leases a transport through the record, under the
-// same lock, so no lease is taken for a cluster whose deletion has passed.
+// resolved gateways through the Owner (gateways.Store.ResolveThrough). The
+// proxy leases a transport through the record, under the same lock, so no
+// lease is taken for a cluster whose deletion has passed.
 package clusters
 
 import (
@@ -192,7 +193,7 @@ func (o *Owner) sync(name string) bool {
 	for _, fn := range followers {
 		fn(prev, g)
 	}
-	// Deleted between the Get above and now, its deletion step may have
+	// Deleted between the read above and now, its deletion step may have
 	// found no record: this step ends it.
 	if _, err := o.cfg.Store.Stored(name); apierrors.IsNotFound(err) {
 		o.mu.Lock()
