@@ -219,11 +219,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.Providers = providers
-		if err := s.Store.SetProviders(providers); err != nil {
-			_ = providers.Close()
-			return nil, err
-		}
+		s.Providers = providers // the clusters' records run them (clusters.Config.Providers)
 	}
 	// The gateway's own spans go where the generic server's do.
 	var tracer *gwtracing.Tracer

@@ -1,14 +1,16 @@
 // Package clusters keeps what the gateway holds for each cluster in one
 // record, owned by one Owner, the only follower of the gateway store besides
 // the inventory sync. A gateway's creation, change or deletion is one step
-// under its record's lock: the record takes the gateway's new version and its
-// pool target, and the pool, the prober and the credential providers are told
-// in that step. The proxy leases a transport through the record, under the
-// same lock, so no lease is taken for a cluster whose deletion has passed.
+// under its record's lock: the record resolves the gateway's credential
+// (stored in it, from a Secret, or from a provider), keeps it with what it
+// was resolved from, takes its pool target, and the pool, the prober and the
+// credential providers are told in that step. The store's API view reads
+// resolved gateways through the Owner (gateways.Store.ResolveThrough). The
+// proxy leases a transport through the record, under the same lock, so no
+// lease is taken for a cluster whose deletion has passed.
 package clusters
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -65,8 +67,13 @@ type Owner struct {
 // record is one cluster's state. Its lock serializes the steps that change
 // it (write lock) against the leases taken through it (read lock).
 type record struct {
-	mu   sync.RWMutex
-	gw   *gateways.Gateway // the current version
+	mu sync.RWMutex
+	// in is what base, the gateway with its credential resolved, was
+	// resolved from (the stored version, its source's or provider's state):
+	// it is resolved again only when one of them changes.
+	in   inputs
+	base *gateways.Gateway
+	gw   *gateways.Gateway // the current version: base as of the last step
 	gone bool              // its deletion step has passed
 	// target is the pool key of gw, built once per version (and again when
 	// the tunnel's ID changes); targetErr why gw has none.
@@ -84,12 +91,19 @@ func New(cfg Config) (*Owner, error) {
 	if err := cfg.Store.OnChange(o.changed); err != nil {
 		return nil, err
 	}
+	if cfg.Providers != nil {
+		// A provider's new credential or failure is a step of its record.
+		cfg.Providers.OnChange(func(name string) { o.sync(name) })
+	}
+	cfg.Store.ResolveThrough(o)
 	return o, nil
 }
 
 // OnChange calls fn for every gateway added (old nil), changed or deleted
-// (new nil), as part of that cluster's step, after the record was updated.
-// fn must not block. Register before the store runs.
+// (new nil), its credential resolved, as part of that cluster's step, after
+// the record was updated. fn runs under the record's lock: it must not
+// block, nor read through the Owner or the store. Register before the store
+// runs.
 func (o *Owner) OnChange(fn func(old, new *gateways.Gateway)) {
 	o.mu.Lock()
 	o.followers = append(o.followers, fn)
@@ -113,16 +127,20 @@ func (o *Owner) changed(old, new *gateways.Gateway) {
 }
 
 // sync is the step of a created or changed gateway: its record takes the
-// gateway as the store has it now (events from credential sources and
-// providers may come late or out of order; the store's version is the
-// latest), and the pool, the prober and the followers are told what
-// changed since the record's last step. It makes the record when there is
-// none, and tells whether there is one after it.
+// gateway as the store has it now, resolved against its credential's source
+// as that is now (events from credential sources and providers may come
+// late or out of order; the store's versions are the latest), and the
+// pool, the prober and the followers are told what changed since the
+// record's last step. It makes the record when there is none, and tells
+// whether there is one after it.
 func (o *Owner) sync(name string) bool {
-	g, err := o.cfg.Store.Get(name)
+	stored, err := o.cfg.Store.Stored(name)
 	if err != nil {
 		return false // gone: its deletion step comes, or has come
 	}
+	// Read before the record's lock: a provider tells its news (a step)
+	// holding none of its own.
+	in := o.inputsOf(stored)
 	o.mu.Lock()
 	rec, ok := o.records[name]
 	if !ok {
@@ -141,6 +159,13 @@ func (o *Owner) sync(name string) bool {
 	if rec.gone {
 		return false // deleted since: a creation makes a new record
 	}
+	now := o.cfg.Store.Now()
+	if rec.base == nil || rec.in != in {
+		base, reason := o.resolve(in, now)
+		o.count(rec.in, in, reason)
+		rec.in, rec.base = in, base
+	}
+	g := rec.base.At(now)
 	prev := rec.gw
 	if prev == g {
 		return true
@@ -168,9 +193,9 @@ func (o *Owner) sync(name string) bool {
 	for _, fn := range followers {
 		fn(prev, g)
 	}
-	// Deleted between the Get above and now, its deletion step may have
+	// Deleted between the read above and now, its deletion step may have
 	// found no record: this step ends it.
-	if _, err := o.cfg.Store.Get(name); apierrors.IsNotFound(err) {
+	if _, err := o.cfg.Store.Stored(name); apierrors.IsNotFound(err) {
 		o.mu.Lock()
 		if o.records[name] == rec {
 			delete(o.records, name)
@@ -217,20 +242,55 @@ func (o *Owner) endLocked(name string, rec *record, followers []func(old, new *g
 	}
 }
 
-// Get returns the named gateway as it is now, or a NotFound error.
-func (o *Owner) Get(name string) (*gateways.Gateway, error) { return o.cfg.Store.Get(name) }
-
-// GetForRequest is Get for a proxied request: a gateway whose credential
-// comes from a provider has it from the provider now (see
-// gateways.Store.GetForRequest).
-func (o *Owner) GetForRequest(ctx context.Context, name string) (*gateways.Gateway, error) {
-	return o.cfg.Store.GetForRequest(ctx, name)
+// Get returns the named gateway as it is now, its credential resolved, or
+// a NotFound error.
+func (o *Owner) Get(name string) (*gateways.Gateway, error) {
+	g, err := o.cfg.Store.Stored(name)
+	if err != nil {
+		return nil, err
+	}
+	return o.Resolve(g), nil
 }
 
-// Unauthorized tells a Provider gateway's provider that its cluster refused
-// token (see gateways.Store.Unauthorized).
-func (o *Owner) Unauthorized(ctx context.Context, g *gateways.Gateway, token string) {
-	o.cfg.Store.Unauthorized(ctx, g, token)
+// Resolve is g, a gateway as stored, with its credential resolved as of
+// now: its record's when the record holds g resolved against its source as
+// that is now. When the record has not taken g's step yet (the store's
+// events run behind its cache), it takes it now; a version that is not the
+// store's (a write's result, a read from the hub) is resolved for its
+// reader alone.
+func (o *Owner) Resolve(g *gateways.Gateway) *gateways.Gateway {
+	now := o.cfg.Store.Now()
+	if !g.HasSource() {
+		return g.At(now)
+	}
+	in := o.inputsOf(g)
+	for range 2 {
+		if r := o.resolved(in); r != nil {
+			return r.At(now)
+		}
+		if cur, err := o.cfg.Store.Stored(g.Name()); err != nil || cur != g || !o.sync(g.Name()) {
+			break
+		}
+	}
+	r, _ := o.resolve(in, now)
+	return r
+}
+
+// resolved is the record's gateway resolved from in; nil when the record
+// holds another resolution, or none.
+func (o *Owner) resolved(in inputs) *gateways.Gateway {
+	o.mu.RLock()
+	rec, ok := o.records[in.stored.Name()]
+	o.mu.RUnlock()
+	if !ok {
+		return nil
+	}
+	rec.mu.RLock()
+	defer rec.mu.RUnlock()
+	if rec.gone || rec.in != in {
+		return nil
+	}
+	return rec.base
 }
 
 // Lease leases into l the pooled transport of the cluster of gw, a version

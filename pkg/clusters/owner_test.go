@@ -362,9 +362,6 @@ providers:
 	delete(s.Data, gateways.KeyToken)
 	client := fake.NewClientset(s)
 	store := gateways.NewStore(client, ns)
-	if err := store.SetProviders(providers); err != nil {
-		t.Fatal(err)
-	}
 	pl, err := pool.New(*pool.NewOptions())
 	if err != nil {
 		t.Fatal(err)

@@ -41,7 +41,7 @@ func (s *Store) GetCurrent(ctx context.Context, name string) (*Current, error) {
 		return nil, apierrors.NewNotFound(Resource, name)
 	}
 	now := s.clock.Now()
-	g := s.reuse(sec.Name, sec.UID, sec.ResourceVersion, func() *Gateway { return s.resolve(parseAt(sec, now), now) })
+	g := s.reuse(sec.Name, sec.UID, sec.ResourceVersion, func() *Gateway { return s.view(parseAt(sec, now), now) })
 	return &Current{Gateway: g, secret: sec}, nil
 }
 
@@ -56,7 +56,7 @@ func (s *Store) ListFresh(ctx context.Context, selector labels.Selector) ([]*Gat
 	out := make([]*Gateway, 0, len(secs.Items))
 	for i := range secs.Items {
 		sec := &secs.Items[i]
-		g := s.reuse(sec.Name, sec.UID, sec.ResourceVersion, func() *Gateway { return s.resolve(parseAt(sec, now), now) })
+		g := s.reuse(sec.Name, sec.UID, sec.ResourceVersion, func() *Gateway { return s.view(parseAt(sec, now), now) })
 		if selector != nil && !selector.Matches(labels.Set(g.Object.Labels)) {
 			continue
 		}

@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -39,11 +38,7 @@ type Gateway struct {
 	Conn *Conn
 
 	stored
-	res resolution
-
-	// Of a gateway whose credential has a source, as the informer caches it:
-	// its latest resolution against that source (see Store.resolve).
-	resolved atomic.Pointer[resolvedGateway]
+	res Resolution
 
 	// The certificate's validity: Ready can change when the clock crosses
 	// one of these, without a write (see at).
@@ -99,11 +94,11 @@ type Conn struct {
 }
 
 // withStatus completes obj, which it owns, with its status as of now.
-func withStatus(st stored, obj *v1alpha1.ClusterGateway, res resolution, now time.Time) *Gateway {
+func withStatus(st stored, obj *v1alpha1.ClusterGateway, res Resolution, now time.Time) *Gateway {
 	var v validity
 	obj.Status, v = computeStatus(obj, st.problems, st.written, res, now)
 	g := &Gateway{Object: obj, stored: st, res: res, validity: v, phase: v.phase(now)}
-	g.Conn = &g.res.conn
+	g.Conn = &g.res.Conn
 	for _, cond := range obj.Status.Conditions {
 		if cond.Type == v1alpha1.ConditionReady {
 			g.Ready = cond.Status == metav1.ConditionTrue

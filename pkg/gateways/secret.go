@@ -189,35 +189,35 @@ func lastWrite(s *corev1.Secret) metav1.Time {
 
 // computeStatus says whether the gateway can be used to reach the cluster:
 // the stored data, and the credential as resolved from its source.
-func computeStatus(gw *v1alpha1.ClusterGateway, problems []string, changed metav1.Time, res resolution, now time.Time) (v1alpha1.ClusterGatewayStatus, validity) {
+func computeStatus(gw *v1alpha1.ClusterGateway, problems []string, changed metav1.Time, res Resolution, now time.Time) (v1alpha1.ClusterGatewayStatus, validity) {
 	var st v1alpha1.ClusterGatewayStatus
 	var v validity
 	for _, e := range v1alpha1.ValidateClusterGateway(gw) {
 		problems = append(problems, e.Error())
 	}
-	cred := &v1alpha1.CredentialStatus{Source: res.source}
-	if !res.rotated.IsZero() {
-		cred.LastRotationTime = res.rotated.DeepCopy()
+	cred := &v1alpha1.CredentialStatus{Source: res.Source}
+	if !res.Rotated.IsZero() {
+		cred.LastRotationTime = res.Rotated.DeepCopy()
 	}
 	what := "client certificate"
-	if len(res.conn.Cert) > 0 {
-		if pair, err := v1alpha1.ParseKeyPair(res.conn.Cert, res.conn.Key); err == nil {
+	if len(res.Conn.Cert) > 0 {
+		if pair, err := v1alpha1.ParseKeyPair(res.Conn.Cert, res.Conn.Key); err == nil {
 			notAfter := metav1.NewTime(pair.Leaf.NotAfter)
 			cred.Subject, cred.NotAfter, cred.ExpirationTime = pair.Leaf.Subject.String(), &notAfter, notAfter.DeepCopy()
 			v = validity{notBefore: pair.Leaf.NotBefore, notAfter: pair.Leaf.NotAfter}
 		}
-	} else if !res.tokenExpiry.IsZero() {
-		exp := metav1.NewTime(res.tokenExpiry)
+	} else if !res.TokenExpiry.IsZero() {
+		exp := metav1.NewTime(res.TokenExpiry)
 		cred.ExpirationTime = &exp
-		v, what = validity{notAfter: res.tokenExpiry}, "token"
+		v, what = validity{notAfter: res.TokenExpiry}, "token"
 	}
 	// What the credential's provider said comes first: an opaque token's
 	// only expiry, and a certificate's or JWT's may be earlier.
-	if !res.expires.IsZero() {
-		exp := metav1.NewTime(res.expires)
+	if !res.Expires.IsZero() {
+		exp := metav1.NewTime(res.Expires)
 		cred.ExpirationTime = &exp
-		if v.notAfter.IsZero() || res.expires.Before(v.notAfter) {
-			v.notAfter, what = res.expires, "credential"
+		if v.notAfter.IsZero() || res.Expires.Before(v.notAfter) {
+			v.notAfter, what = res.Expires, "credential"
 		}
 	}
 	if *cred != (v1alpha1.CredentialStatus{}) {
@@ -225,16 +225,16 @@ func computeStatus(gw *v1alpha1.ClusterGateway, problems []string, changed metav
 	}
 	reason, message := v1alpha1.ReasonValid, "the stored endpoint and credential are usable"
 	renew := "store a renewed one"
-	if res.source != "" {
-		message = "the endpoint and the credential from " + res.source + " are usable"
+	if res.Source != "" {
+		message = "the endpoint and the credential from " + res.Source + " are usable"
 		renew = "its source has not renewed it"
 	}
 	switch {
 	case len(problems) > 0:
 		reason = v1alpha1.ReasonInvalidSecret
 		message = "the stored gateway is unusable: " + strings.Join(problems, "; ")
-	case res.reason != "":
-		reason, message = res.reason, res.message
+	case res.Reason != "":
+		reason, message = res.Reason, res.Message
 	case v.phase(now) == 2:
 		changed = metav1.NewTime(v.notAfter) // it became unusable then, not when it was written
 		reason = v1alpha1.ReasonCertExpired
@@ -247,8 +247,8 @@ func computeStatus(gw *v1alpha1.ClusterGateway, problems []string, changed metav
 	if reason != v1alpha1.ReasonValid {
 		status = metav1.ConditionFalse
 	}
-	if res.source != "" && res.rotated.After(changed.Time) {
-		changed = res.rotated // the credential changed since the gateway was written
+	if res.Source != "" && res.Rotated.After(changed.Time) {
+		changed = res.Rotated // the credential changed since the gateway was written
 	}
 	st.Conditions = []metav1.Condition{{
 		Type:               v1alpha1.ConditionReady,
@@ -439,4 +439,11 @@ func objectsAt(m map[string]interface{}, name string) []map[string]interface{} {
 		}
 	}
 	return out
+}
+
+// NewSecret is the Secret that stores gw in namespace, as Create writes it
+// (without the inventory sync's owner record): for tools and tests that
+// seed a hub.
+func NewSecret(gw *v1alpha1.ClusterGateway, namespace string) (*corev1.Secret, error) {
+	return toSecret(gw, nil, namespace)
 }

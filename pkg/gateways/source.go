@@ -53,6 +53,13 @@ type parsedMaterial struct {
 // the material), for the tests that hold the gateway to parsing each once.
 var sourceParses atomic.Int64
 
+// SourceParses is how many times a Source's material was parsed in this
+// process (each format of each version once): for tests.
+func SourceParses() int64 { return sourceParses.Load() }
+
+// Rotated is when the Source's material last changed.
+func (s *Source) Rotated() metav1.Time { return s.rotated }
+
 // newSource keeps what the gateway reads of s. prev is the same Secret as
 // read before (nil: first seen): the same version of it is prev itself (an
 // informer's relist hands every Secret over again), and its rotation time
@@ -97,9 +104,9 @@ type Material struct {
 	Problem     string
 }
 
-// material is the source read as format (empty: detected), parsed on the
+// Material is the source read as format (empty: detected), parsed on the
 // first call for that format, once.
-func (s *Source) material(format v1alpha1.SecretFormat) *Material {
+func (s *Source) Material(format v1alpha1.SecretFormat) *Material {
 	if format == "" {
 		format = s.detect()
 	}
@@ -156,7 +163,7 @@ func (s *Source) parse(format v1alpha1.SecretFormat) *Material {
 			v1alpha1.SecretKeyKubeconfigCAPI, v1alpha1.SecretKeyKubeconfig, v1alpha1.SecretKeyCert, v1alpha1.SecretKeyKey, v1alpha1.SecretKeyToken)
 	}
 	if m.Problem == "" && m.Token != "" {
-		m.TokenExpiry = jwtExpiry(m.Token)
+		m.TokenExpiry = JWTExpiry(m.Token)
 	}
 	return m
 }
@@ -165,7 +172,11 @@ func (s *Source) parse(format v1alpha1.SecretFormat) *Material {
 // Secret, which whoever may write Secrets in a source namespace wrote.
 // Kubeconfigs written by tools (Cluster API's hold one cluster, user and
 // context) are a few KiB and never use YAML anchors or aliases.
-var kubeconfigLimits = boundedyaml.Limits{MaxBytes: 256 << 10, MaxNodes: 10000}
+var kubeconfigLimits = boundedyaml.Limits{MaxBytes: KubeconfigMaxBytes, MaxNodes: 10000}
+
+// KubeconfigMaxBytes is the size of the largest kubeconfig the gateway
+// reads from a credential Secret.
+const KubeconfigMaxBytes = 256 << 10
 
 // fromKubeconfig fills m from the current context of a kubeconfig; it
 // returns what makes the kubeconfig unusable. The gateway reads only inline
@@ -257,10 +268,10 @@ func fromKubeconfig(m *Material, raw []byte) string {
 	return ""
 }
 
-// jwtExpiry is a JWT's exp claim, or zero when the token is not a JWT with
+// JWTExpiry is a JWT's exp claim, or zero when the token is not a JWT with
 // one. The signature is not checked: the managed cluster does that; this is
 // only to show when the token expires.
-func jwtExpiry(token string) time.Time {
+func JWTExpiry(token string) time.Time {
 	parts := strings.Split(token, ".")
 	if len(parts) != 3 {
 		return time.Time{}

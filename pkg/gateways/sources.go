@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,7 +11,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
-	"github.com/clustergateway/cluster-gateway/pkg/credentials"
 )
 
 // sources reads the credential Secrets of the namespaces the gateway may
@@ -76,69 +74,32 @@ func (src *sources) run(ctx context.Context) {
 	wg.Wait()
 }
 
-// access is whether the gateway can read a source's namespace.
-type access int
+// Access is whether the gateway can read a source's namespace.
+type Access int
 
 const (
-	notListed access = iota // not one of the namespaces it reads
-	notSynced               // listed, but its Secrets could not be listed yet (RBAC, the hub)
-	readable
+	NotListed Access = iota // not one of the namespaces it reads
+	NotSynced               // listed, but its Secrets could not be listed yet (RBAC, the hub)
+	Readable
 )
 
-// get returns the Secret (nil when it does not exist) and whether the
-// gateway can read its namespace.
-func (src *sources) get(ref *v1alpha1.SecretReference) (*Source, access) {
-	inf, ok := src.byNamespace[ref.Namespace]
+// Source returns the credential Secret ref names as the cache holds it
+// (nil when it does not exist) and whether the gateway can read its
+// namespace.
+func (s *Store) Source(ref *v1alpha1.SecretReference) (*Source, Access) {
+	inf, ok := s.sources.byNamespace[ref.Namespace]
 	switch {
 	case !ok:
-		return nil, notListed
+		return nil, NotListed
 	case !inf.HasSynced():
-		return nil, notSynced
+		return nil, NotSynced
 	}
 	obj, ok, _ := inf.GetIndexer().GetByKey(ref.Namespace + "/" + ref.Name)
 	if !ok {
-		return nil, readable
+		return nil, Readable
 	}
-	s, _ := obj.(*Source)
-	return s, readable
-}
-
-// resolvedGateway is a gateway resolved against one version of its source.
-type resolvedGateway struct {
-	src    *Source
-	access access
-	prov   *credentials.State // of a Provider gateway
-	gw     *Gateway
-}
-
-// resolve is g as it can be used now: a gateway whose credential is read
-// from a Secret is completed from the Secret as the informer has it. The
-// latest resolution is kept on g, so a request resolves only after a
-// rotation.
-func (s *Store) resolve(g *Gateway, now time.Time) *Gateway {
-	if c := s.providerCluster(g); c != nil {
-		return s.resolveProvider(g, c, now)
-	}
-	ref := g.Object.Spec.Credential.SecretRef
-	if g.Object.Spec.Credential.Type != v1alpha1.CredentialSecretRef || ref == nil || s.sources == nil {
-		return g.at(now)
-	}
-	src, acc := s.sources.get(ref)
-	if r := g.resolved.Load(); r != nil && r.src == src && r.access == acc {
-		return r.gw.at(now)
-	}
-	r := &resolvedGateway{src: src, access: acc, gw: resolveWith(g, src, acc, now)}
-	if reason := r.gw.res.reason; reason != "" {
-		s.metrics.SourceFailed(SourceKindSecret, reason)
-	}
-	g.resolved.Store(r)
-	return r.gw.at(now)
-}
-
-// resolveWith is g completed from one version of its source.
-func resolveWith(g *Gateway, src *Source, acc access, now time.Time) *Gateway {
-	obj := *g.Object // the same gateway but for its status
-	return withStatus(g.stored, &obj, fromSource(&obj, src, acc), now)
+	src, _ := obj.(*Source)
+	return src, Readable
 }
 
 // sourceKey is the informer key of a gateway's credential Secret ("" when
@@ -162,18 +123,17 @@ func indexSources(obj interface{}) ([]string, error) {
 }
 
 // onSourceChange calls fn for each gateway whose credential Secret was
-// added, changed or deleted, with the gateway resolved against the Secret
-// before and after.
+// added, changed or deleted, with the gateway as stored on both sides: its
+// record resolves it against the Secret as the cache has it now.
 func (s *Store) onSourceChange(fn func(old, new *Gateway)) error {
 	changed := func(ns, name string, before, after *Source) {
 		if before == after {
 			return
 		}
 		objs, _ := s.informer.GetIndexer().ByIndex(indexBySource, ns+"/"+name)
-		now := s.clock.Now()
 		for _, obj := range slices.Clip(objs) {
 			g := obj.(*Gateway)
-			fn(resolveWith(g, before, readable, now), s.resolve(g, now))
+			fn(g, g)
 		}
 	}
 	for _, inf := range s.sources.byNamespace {
@@ -204,4 +164,15 @@ func (s *Store) onSourceChange(fn func(old, new *Gateway)) error {
 		}
 	}
 	return nil
+}
+
+// SourcesSynced tells whether the Secrets of every source namespace but
+// those in skip have been listed.
+func (s *Store) SourcesSynced(skip ...string) bool {
+	for ns, inf := range s.sources.byNamespace {
+		if !slices.Contains(skip, ns) && !inf.HasSynced() {
+			return false
+		}
+	}
+	return true
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,7 +18,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
-	"github.com/clustergateway/cluster-gateway/pkg/credentials"
 )
 
 // Resource is the API resource the gateways are, for errors.
@@ -25,9 +25,11 @@ var Resource = v1alpha1.Resource("clustergateways")
 
 // Store holds the ClusterGateways of one hub namespace: an informer over
 // their labelled Secrets whose cache holds each gateway parsed once per
-// resourceVersion. The API (pkg/registry) reads and writes through it; its
-// followers (OnChange) are the clusters' records (pkg/clusters), which keep
-// the per-cluster state, and the inventory sync.
+// resourceVersion, and the informers over the credential Secrets gateways
+// may name. The API (pkg/registry) reads and writes through it; its
+// followers (OnChange) are the clusters' records (pkg/clusters), which
+// resolve each gateway's credential and keep the per-cluster state, and the
+// inventory sync.
 type Store struct {
 	namespace string
 	client    kubernetes.Interface
@@ -35,8 +37,9 @@ type Store struct {
 	sources   *sources           // the credential Secrets gateways name
 	clock     clock.PassiveClock // certificate validity is judged by it
 	metrics   *Metrics
-	providers *credentials.Providers // nil: no providers configured
-	provWatch providerWatch
+	// resolver completes gateways whose credential has a source, for the
+	// API's view (nil: none, such a gateway is not Ready).
+	resolver atomic.Pointer[Resolver]
 }
 
 // NewStore builds the informers; Run starts them. Gateways may name
@@ -87,20 +90,21 @@ func (s *Store) Namespace() string { return s.namespace }
 
 // OnChange calls fn for every gateway added (old nil), changed, or deleted
 // (new nil), in the order the hub reported them, and for every gateway whose
-// credential Secret changed (rotated, created or deleted). fn must not block.
+// credential Secret changed (rotated, created or deleted; then old and new
+// are the same stored gateway). The gateways are as stored, not resolved
+// (see Stored). fn must not block.
 func (s *Store) OnChange(fn func(old, new *Gateway)) error {
 	_, err := s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj interface{}) {
 			if g, ok := obj.(*Gateway); ok {
-				fn(nil, s.resolve(g, s.clock.Now()))
+				fn(nil, g)
 			}
 		},
 		UpdateFunc: func(oldObj, newObj interface{}) {
 			o, ok1 := oldObj.(*Gateway)
 			n, ok2 := newObj.(*Gateway)
 			if ok1 && ok2 && o != n {
-				now := s.clock.Now()
-				fn(s.resolve(o, now), s.resolve(n, now))
+				fn(o, n)
 			}
 		},
 		DeleteFunc: func(obj interface{}) {
@@ -108,19 +112,28 @@ func (s *Store) OnChange(fn func(old, new *Gateway)) error {
 				obj = t.Obj
 			}
 			if g, ok := obj.(*Gateway); ok {
-				fn(s.resolve(g, s.clock.Now()), nil)
+				fn(g, nil)
 			}
 		},
 	})
 	if err != nil {
 		return err
 	}
-	s.onProviderChange(fn)
 	return s.onSourceChange(fn)
 }
 
-// Get returns the named gateway as it is now, or a NotFound error.
-func (s *Store) Get(name string) (*Gateway, error) {
+// ResolveThrough has the API's view (Get, List, the writes' and watches'
+// results) complete gateways whose credential has a source through r: the
+// clusters' records, which alone resolve credentials.
+func (s *Store) ResolveThrough(r Resolver) { s.resolver.Store(&r) }
+
+// Now is the time by the store's clock, which judges certificates' validity.
+func (s *Store) Now() time.Time { return s.clock.Now() }
+
+// Stored returns the named gateway as its Secret stores it, not resolved
+// against its credential's source (its record does that), or a NotFound
+// error.
+func (s *Store) Stored(name string) (*Gateway, error) {
 	obj, ok, err := s.informer.GetIndexer().GetByKey(s.namespace + "/" + name)
 	if err != nil {
 		return nil, err
@@ -128,7 +141,28 @@ func (s *Store) Get(name string) (*Gateway, error) {
 	if !ok {
 		return nil, apierrors.NewNotFound(Resource, name)
 	}
-	return s.resolve(obj.(*Gateway), s.clock.Now()), nil
+	return obj.(*Gateway), nil
+}
+
+// Get returns the named gateway as it is now, its credential resolved, or a
+// NotFound error.
+func (s *Store) Get(name string) (*Gateway, error) {
+	g, err := s.Stored(name)
+	if err != nil {
+		return nil, err
+	}
+	return s.view(g, s.clock.Now()), nil
+}
+
+// view is g as the API shows it as of now: resolved by the records when g's
+// credential has a source.
+func (s *Store) view(g *Gateway, now time.Time) *Gateway {
+	if g.HasSource() {
+		if r := s.resolver.Load(); r != nil {
+			return (*r).Resolve(g)
+		}
+	}
+	return g.at(now)
 }
 
 // List returns the gateways whose labels (the gateway's own, from its
@@ -144,7 +178,7 @@ func (s *Store) List(selector labels.Selector) ([]*Gateway, string, error) {
 		if selector != nil && !selector.Matches(labels.Set(g.Object.Labels)) {
 			continue
 		}
-		out = append(out, s.resolve(g, now))
+		out = append(out, s.view(g, now))
 	}
 	return out, rv, nil
 }
@@ -169,7 +203,7 @@ func (s *Store) create(ctx context.Context, gw *v1alpha1.ClusterGateway, owner *
 	if len(dryRun) == 0 {
 		s.waitForCache(ctx, created.Name, func(g *Gateway) bool { return g != nil && g.Object.UID == created.UID })
 	}
-	return s.resolve(Parse(created), s.clock.Now()), nil
+	return s.view(parseAt(created, s.clock.Now()), s.clock.Now()), nil
 }
 
 // Update rewrites existing's Secret with gw. Keys and metadata of the Secret
@@ -196,7 +230,7 @@ func (s *Store) update(ctx context.Context, gw *v1alpha1.ClusterGateway, existin
 			return g == nil || g.Object.UID != updated.UID || g.Object.ResourceVersion == updated.ResourceVersion || newer(g.Object.ResourceVersion, updated.ResourceVersion)
 		})
 	}
-	return s.resolve(Parse(updated), s.clock.Now()), nil
+	return s.view(parseAt(updated, s.clock.Now()), s.clock.Now()), nil
 }
 
 // Delete removes existing's Secret.

@@ -57,7 +57,7 @@ func (s *Store) Watch(ctx context.Context, o WatchOptions) (watch.Interface, err
 				}
 				return watch.Event{Type: in.Type, Object: bm}, true
 			}
-			gw := s.resolve(Parse(sec), s.clock.Now()).Public()
+			gw := s.view(parseAt(sec, s.clock.Now()), s.clock.Now()).Public()
 			typ, ok := sel.event(in.Type, gw)
 			return watch.Event{Type: typ, Object: gw}, ok
 		case *metav1.Status:

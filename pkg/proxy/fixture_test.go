@@ -22,6 +22,7 @@ import (
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
 	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 	"github.com/clustergateway/cluster-gateway/pkg/clusters"
+	"github.com/clustergateway/cluster-gateway/pkg/credentials"
 	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/health"
@@ -69,8 +70,21 @@ func newWired(t testing.TB, store *gateways.Store, opts Options) (*Proxy, error)
 // reads; the caller runs it.
 func newWiredProbed(t testing.TB, store *gateways.Store, opts Options, hopts *health.Options) (*Proxy, *health.Prober, error) {
 	t.Helper()
+	return newWiredAll(t, store, nil, opts, hopts)
+}
+
+// newWiredProviders is newWired with the credential providers the records
+// run for Provider gateways.
+func newWiredProviders(t testing.TB, store *gateways.Store, providers *credentials.Providers, opts Options) (*Proxy, error) {
+	t.Helper()
+	px, _, err := newWiredAll(t, store, providers, opts, nil)
+	return px, err
+}
+
+func newWiredAll(t testing.TB, store *gateways.Store, providers *credentials.Providers, opts Options, hopts *health.Options) (*Proxy, *health.Prober, error) {
+	t.Helper()
 	var px *Proxy
-	copts := clusters.Config{Store: store, Pool: opts.Pool}
+	copts := clusters.Config{Store: store, Pool: opts.Pool, Providers: providers}
 	var prober *health.Prober
 	if hopts != nil {
 		var err error

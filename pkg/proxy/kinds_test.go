@@ -151,12 +151,9 @@ providers:
 	}
 
 	store := gateways.NewStore(fake.NewClientset(objs...), fixtureNamespace, sourceNamespace)
-	if err := store.SetProviders(providers); err != nil {
-		t.Fatal(err)
-	}
 	runGatewayStore(t, store)
 	var err error
-	f.px, err = newWired(t, store, Options{Pool: newTestPool(t, 16, 2*time.Second, nil), Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()})
+	f.px, err = newWiredProviders(t, store, providers, Options{Pool: newTestPool(t, 16, 2*time.Second, nil), Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()})
 	if err != nil {
 		t.Fatal(err)
 	}

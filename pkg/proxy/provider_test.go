@@ -177,12 +177,9 @@ providers:
 		}
 	}
 	store := gateways.NewStore(fake.NewClientset(secret("both"), secret("only")), fixtureNamespace)
-	if err := store.SetProviders(providers); err != nil {
-		t.Fatal(err)
-	}
 	runGatewayStore(t, store)
 	pl := newTestPool(t, 4, 2*time.Second, nil)
-	px, err := newWired(t, store, Options{Pool: pl, Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()})
+	px, err := newWiredProviders(t, store, providers, Options{Pool: pl, Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
+	"github.com/clustergateway/cluster-gateway/pkg/credentials"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 	"github.com/clustergateway/cluster-gateway/pkg/tracing"
@@ -34,12 +35,10 @@ func tracedProxy(t *testing.T, rec *tracetest.SpanRecorder, providers string, se
 	t.Helper()
 	tr := tracing.New(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))
 	store := gateways.NewStore(fake.NewClientset(secretObjects(secrets)...), fixtureNamespace)
+	var provs *credentials.Providers
 	if providers != "" {
-		p := startProviders(t, providers)
-		p.Trace(tr)
-		if err := store.SetProviders(p); err != nil {
-			t.Fatal(err)
-		}
+		provs = startProviders(t, providers)
+		provs.Trace(tr)
 	}
 	runGatewayStore(t, store)
 	o := pool.NewOptions()
@@ -49,7 +48,7 @@ func tracedProxy(t *testing.T, rec *tracetest.SpanRecorder, providers string, se
 		t.Fatal(err)
 	}
 	t.Cleanup(pl.Close)
-	px, err := newWired(t, store, Options{Pool: pl, Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer(), Tracer: tr})
+	px, err := newWiredProviders(t, store, provs, Options{Pool: pl, Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer(), Tracer: tr})
 	if err != nil {
 		t.Fatal(err)
 	}
