@@ -14,7 +14,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apiserver/pkg/audit"
 )
 
 // answer is one cluster's answer to one inner request, read as a stream:
@@ -81,9 +80,9 @@ func (f *FanOut) open(ctx context.Context, req *http.Request, cluster, subpath, 
 	}
 	pr, pw := io.Pipe()
 	w := &pipeWriter{header: make(http.Header), started: make(chan struct{}), pw: pw, gone: make(chan bool)}
-	// Each cluster's request gets an audit context of its own, which is
-	// not emitted: the set's event records the clusters (AuditClusters).
-	inner := req.Clone(audit.WithAuditContext(ctx))
+	// The cluster's audit context is auditedServe's (audit.go): the set's
+	// event records the clusters (AuditClusters).
+	inner := req.Clone(ctx)
 	inner.URL.RawQuery = rawQuery
 	inner.Header.Set("Accept", accept)
 	inner.Header.Del("Accept-Encoding") // the fan-out reads the body
@@ -129,5 +128,5 @@ func (a *answer) failure(timeout time.Duration) (msg string, status *metav1.Stat
 }
 
 func timedOut(timeout time.Duration) string {
-	return fmt.Sprintf("no answer within %v (the gateway's --fanout-cluster-timeout); the other clusters' answer is complete", timeout)
+	return fmt.Sprintf("no answer within %v (the gateway's --fanout-cluster-timeout): its items are missing from this answer", timeout)
 }

@@ -143,9 +143,6 @@ func (c *cluster) serve(name string, w http.ResponseWriter, req *http.Request) {
 			switch t {
 			case "BOOKMARK":
 				obj = json.RawMessage(fmt.Sprintf(`{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"%d"}}`, 100+i))
-			case "END": // the bookmark that ends the initial events
-				t = "BOOKMARK"
-				obj = json.RawMessage(fmt.Sprintf(`{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"%d","annotations":{"k8s.io/initial-events-end":"true"}}}`, 200+i))
 			}
 			b, _ := json.Marshal(map[string]any{"type": t, "object": obj})
 			_, _ = w.Write(append(b, '\n'))
