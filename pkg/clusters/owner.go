@@ -328,7 +328,9 @@ func (o *Owner) Lease(l *pool.Lease, gw *gateways.Gateway) (*gateways.Gateway, e
 
 // leaseLocked is Lease under rec's read lock.
 func (o *Owner) leaseLocked(rec *record, l *pool.Lease, gw *gateways.Gateway) (*gateways.Gateway, error) {
-	cur := rec.gw
+	// As of now, as the request judged its own: a credential that expired
+	// since the record's last step, with no write, is not Ready.
+	cur := rec.gw.At(o.cfg.Store.Now())
 	if cur != gw && (cur.Ready != gw.Ready || !gateways.SameTransport(cur, gw)) {
 		gw = cur // changed on the request's way: it goes as the gateway is now
 	}

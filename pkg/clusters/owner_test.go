@@ -392,3 +392,41 @@ providers:
 		return providers.Len() == before-1
 	})
 }
+
+// A certificate that expires with no write since is not leased: the lease
+// judges the record's gateway at its own time, as the request judged the
+// gateway it read (the record's last step saw it valid).
+func TestExpiredWithoutAWriteIsNotLeased(t *testing.T) {
+	ctx := context.Background()
+	notAfter := time.Now().Add(15 * time.Second)
+	gw := x509Gateway(newTestCredential(t, time.Now().Add(-time.Hour), notAfter))
+	gw.Name, gw.Spec.Endpoint.ProxyURL = "c", ""
+	f := start(t, mustToSecret(t, gw, nil))
+	testpoll.Eventually(t, 10*time.Second, "a lease before the certificate expires", func() error {
+		g, err := f.owner.GetForRequest(ctx, "c")
+		if err != nil {
+			return err
+		}
+		var l pool.Lease
+		if _, err := f.owner.Lease(&l, g); err != nil {
+			return err
+		}
+		l.Release()
+		return nil
+	})
+	time.Sleep(time.Until(notAfter) + time.Second)
+	g, err := f.owner.GetForRequest(ctx, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Ready {
+		t.Fatal("the gateway read after its certificate expired is Ready")
+	}
+	var l pool.Lease
+	if _, err := f.owner.Lease(&l, g); err == nil {
+		l.Release()
+		t.Fatal("a lease for a gateway whose certificate expired, with no write since, was granted")
+	} else if !apierrors.IsServiceUnavailable(err) {
+		t.Fatalf("a lease for an expired gateway: %v, want ServiceUnavailable", err)
+	}
+}
