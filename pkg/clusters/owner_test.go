@@ -15,7 +15,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 	"github.com/clustergateway/cluster-gateway/pkg/credentials"
@@ -64,6 +66,20 @@ func start(t *testing.T, secrets ...*corev1.Secret) *fixture {
 		objs = append(objs, s)
 	}
 	f := &fixture{client: fake.NewClientset(objs...)}
+	// A fake clientset does not replay what was written between an
+	// informer's list and its watch: the fixture returns once the store
+	// watches, so a test's writes right after are seen.
+	watching := make(chan struct{})
+	var once sync.Once
+	f.client.PrependWatchReactor("secrets", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		var opts metav1.ListOptions // as the fake's own watch reactor
+		if wa, ok := a.(k8stesting.WatchActionImpl); ok {
+			opts = wa.ListOptions
+		}
+		w, err := f.client.Tracker().Watch(a.GetResource(), a.GetNamespace(), opts)
+		once.Do(func() { close(watching) })
+		return true, w, err
+	})
 	f.store = gateways.NewStore(f.client, ns)
 	po := pool.NewOptions()
 	po.IdleTTL = 0
@@ -89,6 +105,11 @@ func start(t *testing.T, secrets ...*corev1.Secret) *fixture {
 	wg.Go(func() { f.prober.Run(ctx) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	testpoll.EventuallyTrue(t, 30*time.Second, "the store syncs", f.store.HasSynced)
+	select {
+	case <-watching:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the store did not watch its Secrets within 30s")
+	}
 	return f
 }
 
