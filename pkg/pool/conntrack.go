@@ -41,11 +41,16 @@ func (c *trackedConn) Close() error {
 }
 
 func (c *trackedConn) Write(b []byte) (int, error) {
-	if c.offer.Load() == offerPending {
-		c.offer.CompareAndSwap(offerPending, offerWritten)
+	if c.offer.Load() == offerPending && c.offer.CompareAndSwap(offerPending, offerWritten) && testHookOfferWritten != nil {
+		testHookOfferWritten(c)
 	}
 	return c.Conn.Write(b)
 }
+
+// testHookOfferWritten, set by tests only, runs when x/net starts HTTP/2 on
+// a connection offered to it (NewClientConn, before the connection is in
+// its pool): the window in which another new connection is its duplicate.
+var testHookOfferWritten func(*trackedConn)
 
 // SetWriteDeadline is where closing a TLS connection starts: crypto/tls
 // sets a write deadline before it writes its close_notify alert, and x/net

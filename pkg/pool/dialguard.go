@@ -54,38 +54,49 @@ type requestDials struct {
 	surplus atomic.Int32 // connections x/net closed unused (giveBack)
 
 	mu sync.Mutex
-	// roomy are the connections whose room had x/net close this request's
-	// new ones unused, one per dial given back.
-	roomy []roomyConn
+	// givenBack says, for each dial given back, what the give-back
+	// depends on.
+	givenBack []givenBack
 }
 
-type roomyConn struct {
-	h  *h2health
-	cc *http2.ClientConn
+// givenBack is why x/net closed one of a request's new connections unused:
+// cc of h had room, or (cc nil) a connection to the cluster that h had not
+// handed out yet had room, or was being added at that moment. The dial
+// stays given back while cc lives or, without cc, while no connection of h
+// ended since the offer (h.ended was ended then).
+type givenBack struct {
+	h     *h2health
+	cc    *http2.ClientConn
+	ended uint64
 }
 
-// giveBack uncounts a dial whose connection x/net closed unused because
-// cc, of h, had room: the cluster did nothing wrong, as long as cc lives.
-func (d *requestDials) giveBack(h *h2health, cc *http2.ClientConn) {
+// giveBack uncounts a dial whose connection x/net closed unused: the
+// cluster did nothing wrong, as long as what it depends on (givenBack)
+// holds.
+func (d *requestDials) giveBack(g givenBack) {
 	if d.surplus.Add(1) > maxSurplusPerRequest {
 		return
 	}
 	d.mu.Lock()
-	d.roomy = append(d.roomy, roomyConn{h, cc})
+	d.givenBack = append(d.givenBack, g)
 	d.mu.Unlock()
 	d.n.Add(-1)
 }
 
 // count is the request's dials that count: those not given back, and those
-// given back for a connection the cluster ended since (a GOAWAY, a close):
+// given back for connections the cluster ended since (a GOAWAY, a close):
 // a cluster that sends GOAWAY on every connection has each show room
 // until it does, and requests race to replace it.
 func (d *requestDials) count() int32 {
 	n := d.n.Load()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for _, r := range d.roomy {
-		if !r.h.alive(r.cc) {
+	for _, g := range d.givenBack {
+		switch {
+		case g.h == nil:
+		case g.cc != nil && !g.h.alive(g.cc):
+			n++
+		case g.cc == nil && g.h.ended.Load() != g.ended:
 			n++
 		}
 	}

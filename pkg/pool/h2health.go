@@ -50,6 +50,11 @@ type h2health struct {
 
 	answered atomic.Int64 // pings answered in time, for tests
 
+	// ended counts MarkDead calls: connections x/net found closed or sent
+	// GOAWAY. A dial given back without a connection to depend on
+	// (givenBack) holds while it does not move.
+	ended atomic.Uint64
+
 	// onNew is told when a connection to addr (host:port) is handed out
 	// for the first time: from then on it serves requests through the pool
 	// (coldStart).
@@ -112,6 +117,7 @@ func checkLater(h weak.Pointer[h2health], cc weak.Pointer[http2.ClientConn]) fun
 // block: x/net calls it from the read loop before closing the connection.
 func (h *h2health) MarkDead(cc *http2.ClientConn) {
 	h.ClientConnPool.MarkDead(cc)
+	h.ended.Add(1)
 	h.last.CompareAndSwap(cc, nil)
 	h.mu.Lock()
 	if t, ok := h.checks[cc]; ok {
