@@ -113,6 +113,14 @@ type fanoutResult struct {
 	SetupTime time.Duration
 }
 
+// fanouter runs the fan-out's steps over one hub client.
+type fanouter struct {
+	s   *session
+	env *localenv.Env
+	res *fanoutResult
+	hub *http.Client
+}
+
 // runFanout stores fanoutClusters ClusterGateways over the managed
 // kube-apiservers (alternately), creates fanoutObjects ConfigMaps of
 // fanoutObjectBytes once in one namespace on each kube-apiserver (every
@@ -121,8 +129,8 @@ type fanoutResult struct {
 // default page and with limit=fanoutOtherPage.
 func runFanout(ctx context.Context, s *session) (err error) {
 	env := s.env
-	res := &fanoutResult{Clusters: fanoutClusters, Objects: fanoutObjects, ObjectBytes: fanoutObjectBytes, Apiservers: fanoutApiservers, MaxClusters: fanoutDefaultMaxClusters}
-	s.rep.Fanout = res
+	f := &fanouter{s: s, env: env, res: &fanoutResult{Clusters: fanoutClusters, Objects: fanoutObjects, ObjectBytes: fanoutObjectBytes, Apiservers: fanoutApiservers, MaxClusters: fanoutDefaultMaxClusters}}
+	s.rep.Fanout = f.res
 	logf("fanout: %d ClusterGateways over %d kube-apiservers, %d ConfigMaps of %d bytes each", fanoutClusters, fanoutApiservers, fanoutObjects, fanoutObjectBytes)
 	start := time.Now()
 	secrets, err := hubSecrets(env)
@@ -150,30 +158,52 @@ func runFanout(ctx context.Context, s *session) (err error) {
 	}); err != nil {
 		return fmt.Errorf("create gateways: %w", err)
 	}
-	hub, err := mtlsClient(env.Hub.CA.CertPEM, env.Hub.Admin)
-	if err != nil {
+	if f.hub, err = mtlsClient(env.Hub.CA.CertPEM, env.Hub.Admin); err != nil {
 		return err
 	}
-	defer hub.CloseIdleConnections()
+	defer f.hub.CloseIdleConnections()
 	// The servers' request timeouts (a minute) end a list, not the client.
-	hub.Timeout = 3 * time.Minute
-	if err := waitFanoutListed(ctx, hub, env); err != nil {
+	f.hub.Timeout = 3 * time.Minute
+	if err := waitFanoutListed(ctx, f.hub, env); err != nil {
 		return err
 	}
-	res.SetupTime = time.Since(start)
-
-	single := func(i int) string {
-		return env.Hub.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/" + fanoutName(i) + "/proxy/api/v1/namespaces/" + fanoutNamespace + "/configmaps"
+	f.res.SetupTime = time.Since(start)
+	if err := f.singles(ctx); err != nil {
+		return err
 	}
-	// A warm-up round, so that every cluster's pool entry exists and no
-	// list below pays a handshake the others do not.
-	if err := parallel(ctx, fanoutClusters, fanoutClients, func(i int) error { _, _, err := timedList(ctx, hub, single(i)); return err }); err != nil {
+	for _, page := range []int{fanoutPage, fanoutOtherPage} {
+		if err := f.list(ctx, page); err != nil {
+			return err
+		}
+	}
+	if err := s.restartGateway(ctx, nil); err != nil {
+		return err
+	}
+	for _, a := range env.Gateway.Args {
+		if v, ok := strings.CutPrefix(a, "--fanout-max-clusters="); ok {
+			fmt.Sscan(v, &f.res.MaxClusters)
+		}
+	}
+	return fanoutWatch(ctx, s, f.hub, f.res)
+}
+
+// single is the list of cluster i alone through the hub.
+func (f *fanouter) single(i int) string {
+	return f.env.Hub.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/" + fanoutName(i) + "/proxy/api/v1/namespaces/" + fanoutNamespace + "/configmaps"
+}
+
+// singles lists each cluster alone, after a warm-up round (so that every
+// cluster's pool entry exists and no list pays a handshake the others do
+// not): one at a time, then fanoutClients at a time.
+func (f *fanouter) singles(ctx context.Context) (err error) {
+	res := f.res
+	if err := parallel(ctx, fanoutClusters, fanoutClients, func(i int) error { _, _, err := timedList(ctx, f.hub, f.single(i)); return err }); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
 	}
 	logf("fanout: %d single-cluster lists, one at a time", fanoutClusters)
-	if res.SeqCPU, err = s.fanoutCPU(func() error {
+	if res.SeqCPU, err = f.s.fanoutCPU(func() error {
 		for i := range fanoutClusters {
-			d, n, err := timedList(ctx, hub, single(i))
+			d, n, err := timedList(ctx, f.hub, f.single(i))
 			if err != nil {
 				return fmt.Errorf("list of %s: %w", fanoutName(i), err)
 			}
@@ -185,65 +215,58 @@ func runFanout(ctx context.Context, s *session) (err error) {
 	}
 	var first sync.Once
 	loop := time.Now()
-	if res.Loop16CPU, err = s.fanoutCPU(func() error {
+	res.Loop16CPU, err = f.s.fanoutCPU(func() error {
 		return parallel(ctx, fanoutClusters, fanoutClients, func(i int) error {
-			_, _, err := timedList(ctx, hub, single(i))
+			_, _, err := timedList(ctx, f.hub, f.single(i))
 			first.Do(func() { res.Loop16First = time.Since(loop) })
 			return err
 		})
-	}); err != nil {
-		return err
-	}
+	})
 	res.Loop16 = time.Since(loop)
+	return err
+}
 
-	set := env.Hub.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustersets/labels:" + fanoutLabel + "=true/proxy/api/v1/namespaces/" + fanoutNamespace + "/configmaps"
+// list lists the whole set in one request with the gateway reading each
+// cluster in pages of page; the default page's list is CPU-profiled.
+func (f *fanouter) list(ctx context.Context, page int) error {
+	s, res := f.s, f.res
+	url := f.env.Hub.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustersets/labels:" + fanoutLabel + "=true/proxy/api/v1/namespaces/" + fanoutNamespace + "/configmaps"
 	profile := filepath.Join(s.o.StateDir, fanoutProfile)
-	for _, page := range []int{fanoutPage, fanoutOtherPage} {
-		url := set
-		if page != fanoutPage {
-			// The page is the gateway's (--fanout-page-size): a client's
-			// limit pages the answer itself. One unmeasured list warms the
-			// restarted gateway's connections first.
-			err := s.restartGateway(ctx, append(slices.Clone(s.env.GatewayArgs), fmt.Sprintf("--fanout-page-size=%d", page)))
-			if err == nil {
-				_, err = measureFanoutList(ctx, s.gw, hub, url)
-			}
-			if err != nil {
-				return errors.Join(err, s.restartGateway(ctx, nil))
-			}
-		}
-		var prof chan error
-		if page == fanoutPage {
-			prof = make(chan error, 1)
-			go func() { prof <- s.gw.cpuProfile(ctx, fanoutProfileFor, profile) }()
-		}
-		var l fanoutList
-		cpu, err := s.fanoutCPU(func() (err error) { l, err = measureFanoutList(ctx, s.gw, hub, url); return err })
-		l.CPU = cpu
-		if prof != nil {
-			if perr := <-prof; perr != nil {
-				logf("fanout: CPU profile: %v", perr)
-			} else if top, perr := pprofTop(ctx, s.o.Go, "-nodecount="+strconv.Itoa(topFuncs), profile); perr == nil {
-				res.Profile = &pathProfile{Path: profile, Top: top}
-			}
+	if page != fanoutPage {
+		// The page is the gateway's (--fanout-page-size): a client's
+		// limit pages the answer itself. One unmeasured list warms the
+		// restarted gateway's connections first.
+		err := s.restartGateway(ctx, append(slices.Clone(s.env.GatewayArgs), fmt.Sprintf("--fanout-page-size=%d", page)))
+		if err == nil {
+			_, err = measureFanoutList(ctx, s.gw, f.hub, url)
 		}
 		if err != nil {
-			return err
+			return errors.Join(err, s.restartGateway(ctx, nil))
 		}
-		l.Page, l.PageBytes = page, res.SingleBytes/fanoutObjects*float64(page)
-		logf("fanout: page %d: first row %s, complete %s, %s, %d items, peak heap %s above %s, %d warnings",
-			page, fmtDur(l.FirstRow), fmtDur(l.Complete), mib(l.Bytes), l.Items, mib(l.Growth()), mib(l.Base), l.Warnings)
-		res.Lists = append(res.Lists, l)
 	}
-	if err := s.restartGateway(ctx, nil); err != nil {
+	var prof chan error
+	if page == fanoutPage {
+		prof = make(chan error, 1)
+		go func() { prof <- s.gw.cpuProfile(ctx, fanoutProfileFor, profile) }()
+	}
+	var l fanoutList
+	cpu, err := s.fanoutCPU(func() (err error) { l, err = measureFanoutList(ctx, s.gw, f.hub, url); return err })
+	l.CPU = cpu
+	if prof != nil {
+		if perr := <-prof; perr != nil {
+			logf("fanout: CPU profile: %v", perr)
+		} else if top, perr := pprofTop(ctx, s.o.Go, "-nodecount="+strconv.Itoa(topFuncs), profile); perr == nil {
+			res.Profile = &pathProfile{Path: profile, Top: top}
+		}
+	}
+	if err != nil {
 		return err
 	}
-	for _, a := range env.Gateway.Args {
-		if v, ok := strings.CutPrefix(a, "--fanout-max-clusters="); ok {
-			fmt.Sscan(v, &res.MaxClusters)
-		}
-	}
-	return fanoutWatch(ctx, s, hub, res)
+	l.Page, l.PageBytes = page, res.SingleBytes/fanoutObjects*float64(page)
+	logf("fanout: page %d: first row %s, complete %s, %s, %d items, peak heap %s above %s, %d warnings",
+		page, fmtDur(l.FirstRow), fmtDur(l.Complete), mib(l.Bytes), l.Items, mib(l.Growth()), mib(l.Base), l.Warnings)
+	res.Lists = append(res.Lists, l)
+	return nil
 }
 
 // fanoutWatch holds fanoutWatches watches of the set of the first
@@ -349,18 +372,14 @@ func fanoutSecret(env *localenv.Env, i int) *corev1.Secret {
 func waitFanoutListed(ctx context.Context, hub *http.Client, env *localenv.Env) error {
 	url := env.Hub.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustergateways?labelSelector=" + fanoutLabel + "%3Dtrue"
 	_, err := poll(ctx, 500*time.Millisecond, 2*time.Minute, fmt.Sprintf("the hub listing %d fanout gateways", fanoutClusters), func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := hub.Do(req)
+		resp, err := getOK(ctx, hub, url, "")
 		if err != nil {
 			return again(err)
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		if n := bytes.Count(b, []byte(`"name":"fanout-`)); n < fanoutClusters {
-			return again(fmt.Errorf("%s: %d listed", resp.Status, n))
+			return again(fmt.Errorf("%d listed", n))
 		}
 		return nil
 	})
@@ -370,19 +389,12 @@ func waitFanoutListed(ctx context.Context, hub *http.Client, env *localenv.Env) 
 // timedList GETs url and reads the answer to its end: its duration and size.
 func timedList(ctx context.Context, c *http.Client, url string) (time.Duration, int64, error) {
 	start := time.Now()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, 0, err
-	}
-	resp, err := c.Do(req)
+	resp, err := getOK(ctx, c, url, "")
 	if err != nil {
 		return 0, 0, err
 	}
 	defer resp.Body.Close()
 	n, err := io.Copy(io.Discard, resp.Body)
-	if err == nil && resp.StatusCode != http.StatusOK {
-		err = fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
 	return time.Since(start), n, err
 }
 
@@ -402,21 +414,12 @@ func measureFanoutList(ctx context.Context, gw *gatewayAdmin, c *http.Client, ur
 	stop := sampleMax(fanoutSampleEvery, func() (float64, error) { m, err := gw.metrics(ctx); return m[mHeapInuse], err })
 	defer func() { l.PeakHeap, l.Samples = stop() }()
 	start := time.Now()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return l, err
-	}
-	resp, err := c.Do(req)
+	resp, err := getOK(ctx, c, url, "")
 	if err != nil {
 		return l, err
 	}
 	defer resp.Body.Close()
-	l.Warnings = len(resp.Header.Values("Warning"))
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return l, fmt.Errorf("GET %s: %s: %s", url, resp.Status, b)
-	}
-	if l.Warnings > 0 {
+	if l.Warnings = len(resp.Header.Values("Warning")); l.Warnings > 0 {
 		l.FirstErr = resp.Header.Get("Warning")
 	}
 	cnt := &annotationCounter{key: []byte(fanoutAnnotation), first: func() { l.FirstRow = time.Since(start) }}

@@ -124,23 +124,35 @@ func (g *gatewayAdmin) profiled(ctx context.Context, d time.Duration, path strin
 }
 
 func (g *gatewayAdmin) get(ctx context.Context, path string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.env.Gateway.URL+path, nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := g.client.Do(req)
+	resp, err := getOK(ctx, g.client, g.env.Gateway.URL+path, "")
 	if err != nil {
 		return "", err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// getOK GETs url, accepting accept if set, and returns the answer when it is
+// 200 OK, else an error with its status and the start of its body.
+func getOK(ctx context.Context, c *http.Client, url, accept string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return "", err
+		return nil, err
+	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET gateway %s: %s: %.200s", path, resp.Status, b)
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		resp.Body.Close()
+		return nil, fmt.Errorf("GET %s: %s: %s", url, resp.Status, strings.TrimSpace(string(b)))
 	}
-	return string(b), nil
+	return resp, nil
 }
 
 // gwState is the gateway process at one moment.

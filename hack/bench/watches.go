@@ -322,19 +322,9 @@ func holdWatches(ctx context.Context, env *localenv.Env, h *watchHolder, n, user
 // openWatch sends the watch and returns its body once the answer's headers
 // came: kube-apiserver sends them when the watch is registered.
 func openWatch(ctx context.Context, c *http.Client, url string) (io.ReadCloser, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := getOK(ctx, c, url, "application/json")
 	if err != nil {
 		return nil, err
-	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := c.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		resp.Body.Close()
-		return nil, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(b)))
 	}
 	return resp.Body, nil
 }
