@@ -137,19 +137,17 @@ func runFanout(ctx context.Context, s *session) (err error) {
 	if err != nil {
 		return err
 	}
+	defer deleteLabelled(secrets, fanoutLabel, "fanout")
+	admins, err := managedAdmins(ctx, env, fanoutApiservers, fanoutNamespace)
 	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := secrets.DeleteCollection(dctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: fanoutLabel + "=true"}); err != nil {
-			logf("fanout: deleting the bench gateways: %v", err)
-		}
-		for _, c := range env.Managed[:fanoutApiservers] {
-			if cs, err := kubernetes.NewForConfig(c.RESTConfig()); err == nil {
-				_ = cs.CoreV1().Namespaces().Delete(dctx, fanoutNamespace, metav1.DeleteOptions{})
-			}
+		for _, cs := range admins {
+			_ = cs.CoreV1().Namespaces().Delete(context.Background(), fanoutNamespace, metav1.DeleteOptions{})
 		}
 	}()
-	if err := fanoutObjectsOn(ctx, env); err != nil {
+	if err == nil {
+		err = fanoutObjectsOn(ctx, admins)
+	}
+	if err != nil {
 		return err
 	}
 	if err := parallel(ctx, fanoutClusters, fanoutClients, func(i int) error {
@@ -275,14 +273,9 @@ func (f *fanouter) list(ctx context.Context, page int) error {
 // watches), each on a fresh gateway whose limiter admits them all, as
 // section 7 holds its watches.
 func fanoutWatch(ctx context.Context, s *session, hub *http.Client, res *fanoutResult) (err error) {
-	args := append(slices.Clone(s.env.GatewayArgs), fmt.Sprintf("--max-streams-per-cluster=%d", fanoutWatches),
-		fmt.Sprintf("--max-streams-per-user-per-cluster=%d", fanoutWatches))
+	args := streamLimits(s.env.GatewayArgs, fanoutWatches)
 	defer func() { err = errors.Join(err, s.restartGateway(ctx, nil)) }()
-	var names []string
-	for i := range *watchUsers {
-		names = append(names, fmt.Sprintf("%s-fanout-watch-%d", benchUser, i+1))
-	}
-	users, err := newUsers(s.env, benchUser+"-fanout-watch:proxy-reader", "cluster-gateway:proxy-reader", names...)
+	users, err := newUsers(s.env, benchUser+"-fanout-watch:proxy-reader", "cluster-gateway:proxy-reader", numbered(benchUser+"-fanout-watch", *watchUsers)...)
 	if err != nil {
 		return err
 	}
@@ -331,25 +324,15 @@ func fanoutWatch(ctx context.Context, s *session, hub *http.Client, res *fanoutR
 	return nil
 }
 
-// fanoutObjectsOn creates the namespace and its ConfigMaps on every managed
-// kube-apiserver.
-func fanoutObjectsOn(ctx context.Context, env *localenv.Env) error {
+// fanoutObjectsOn creates the ConfigMaps on every managed kube-apiserver.
+func fanoutObjectsOn(ctx context.Context, admins []kubernetes.Interface) error {
 	data := map[string]string{"data": strings.Repeat("x", fanoutObjectBytes)}
-	for _, c := range env.Managed[:fanoutApiservers] {
-		cfg := c.RESTConfig()
-		cfg.QPS, cfg.Burst = 1000, 1000
-		cs, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			return err
-		}
-		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fanoutNamespace}}, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("namespace %s on %s: %w", fanoutNamespace, c.Name, err)
-		}
+	for k, cs := range admins {
 		if err := parallel(ctx, fanoutObjects, fanoutClients, func(i int) error {
 			_, err := cs.CoreV1().ConfigMaps(fanoutNamespace).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%04d", i)}, Data: data}, metav1.CreateOptions{})
 			return err
 		}); err != nil {
-			return fmt.Errorf("ConfigMaps on %s: %w", c.Name, err)
+			return fmt.Errorf("ConfigMaps on managed cluster %d: %w", k+1, err)
 		}
 	}
 	return nil

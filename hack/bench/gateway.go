@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -252,6 +253,20 @@ func (k *kit) stop() error {
 	}
 	k.bares, k.clients = nil, nil
 	return errors.Join(errs...)
+}
+
+// numbered is n names prefix-1 … prefix-n.
+func numbered(prefix string, n int) (names []string) {
+	for i := range n {
+		names = append(names, fmt.Sprintf("%s-%d", prefix, i+1))
+	}
+	return names
+}
+
+// streamLimits are args with the gateway's stream limits raised to n per
+// cluster and per user and cluster.
+func streamLimits(args []string, n int) []string {
+	return append(slices.Clone(args), fmt.Sprintf("--max-streams-per-cluster=%d", n), fmt.Sprintf("--max-streams-per-user-per-cluster=%d", n))
 }
 
 // newUsers issues hub users and binds them all to role in one

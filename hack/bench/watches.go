@@ -16,7 +16,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
 )
@@ -104,20 +103,13 @@ func runWatches(ctx context.Context, s *session) (err error) {
 	res := &watchesResult{N: n, Users: users, Clusters: len(env.Managed)}
 	s.rep.Watches = res
 	perCluster := (n + len(env.Managed) - 1) / len(env.Managed)
-	args := append(slices.Clone(env.GatewayArgs),
-		fmt.Sprintf("--max-streams-per-cluster=%d", perCluster),
-		fmt.Sprintf("--max-streams-per-user-per-cluster=%d", perCluster))
-	if err := s.restartGateway(ctx, args); err != nil {
+	if err := s.restartGateway(ctx, streamLimits(env.GatewayArgs, perCluster)); err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, s.restartGateway(ctx, nil)) }()
 	res.GatewayArgs = env.Gateway.Args
-	var names []string
-	for i := range users {
-		names = append(names, fmt.Sprintf("%s-watch-%d", benchUser, i+1))
-	}
 	// A watch is a GET of the proxy subresource.
-	hubUsers, err := newUsers(env, benchUser+"-watch:proxy-reader", "cluster-gateway:proxy-reader", names...)
+	hubUsers, err := newUsers(env, benchUser+"-watch:proxy-reader", "cluster-gateway:proxy-reader", numbered(benchUser+"-watch", users)...)
 	if err != nil {
 		return err
 	}
@@ -235,19 +227,11 @@ func bareHolder(ctx context.Context, env *localenv.Env, users int) (h *watchHold
 // Each holder watches a namespace of its own, empty until the event.
 func holdWatches(ctx context.Context, env *localenv.Env, h *watchHolder, n, users int) (*watchResult, error) {
 	ns := "bench-watch-" + h.Key
-	admins := make([]kubernetes.Interface, len(env.Managed))
-	for i, c := range env.Managed {
-		cs, err := kubernetes.NewForConfig(c.RESTConfig())
-		if err != nil {
-			return nil, err
-		}
-		admins[i] = cs
-		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			return nil, fmt.Errorf("namespace %s on %s: %w", ns, c.Name, err)
-		}
+	admins, err := managedAdmins(ctx, env, len(env.Managed), ns)
+	if err != nil {
+		return nil, err
 	}
 	res := &watchResult{Key: h.Key, Name: h.Name, Watches: n}
-	var err error
 	if res.Before, err = h.sample(ctx, "before"); err != nil {
 		return nil, err
 	}
