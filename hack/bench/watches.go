@@ -236,51 +236,13 @@ func holdWatches(ctx context.Context, env *localenv.Env, h *watchHolder, n, user
 		return nil, err
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	var held sync.WaitGroup
-	defer func() { cancel(); held.Wait() }()
-	var left atomic.Int64 // watches without the event
-	left.Store(int64(n))
-	delivered := make(chan struct{})
+	w := &heldWatches{delivered: make(chan struct{})}
+	w.left.Store(int64(n))
+	defer func() { cancel(); w.held.Wait() }()
 	logf("watches: opening %d watches through the %s", n, h.Name)
 	start := time.Now()
-	var next atomic.Int64
-	errs := make(chan error, 1)
-	var openers sync.WaitGroup
-	for range *watchOpeners {
-		openers.Go(func() {
-			for k := int(next.Add(1)) - 1; k < n && wctx.Err() == nil; k = int(next.Add(1)) - 1 {
-				u, i := k%users, (k/users)%len(h.bases)
-				body, err := openWatch(wctx, h.client(u, i), h.bases[i]+"/api/v1/namespaces/"+ns+"/configmaps?watch=true&timeoutSeconds=3600")
-				if err != nil {
-					select {
-					case errs <- fmt.Errorf("watch %d through the %s: %w", k, h.Name, err):
-					default:
-					}
-					cancel()
-					return
-				}
-				held.Go(func() {
-					defer body.Close()
-					// The first bytes are the event; then read until the watch ends.
-					for buf := make([]byte, 512); ; {
-						m, err := body.Read(buf)
-						if m > 0 && left.Add(-1) == 0 {
-							close(delivered)
-						}
-						if m > 0 || err != nil {
-							break
-						}
-					}
-					_, _ = io.Copy(io.Discard, body)
-				})
-			}
-		})
-	}
-	openers.Wait()
-	select {
-	case err := <-errs:
+	if err := w.open(wctx, cancel, h, n, users, ns); err != nil {
 		return nil, err
-	default:
 	}
 	res.Open = time.Since(start)
 	logf("watches: %d open through the %s in %s", n, h.Name, res.Open.Round(time.Millisecond))
@@ -294,13 +256,69 @@ func holdWatches(ctx context.Context, env *localenv.Env, h *watchHolder, n, user
 		}
 	}
 	select {
-	case <-delivered:
+	case <-w.delivered:
 		res.Deliver = time.Since(start)
 	case <-time.After(2 * time.Minute):
-		return nil, fmt.Errorf("watches: %d of %d watches through the %s had the event after 2 minutes", n-int(left.Load()), n, h.Name)
+		return nil, fmt.Errorf("watches: %d of %d watches through the %s had the event after 2 minutes", n-int(w.left.Load()), n, h.Name)
 	}
 	logf("watches: the event reached all %d watches through the %s in %s", n, h.Name, res.Deliver.Round(time.Millisecond))
 	return res, nil
+}
+
+// heldWatches are the watches open through a holder: delivered is closed
+// once left, the watches without the event, is 0.
+type heldWatches struct {
+	held      sync.WaitGroup // their readers
+	left      atomic.Int64
+	delivered chan struct{}
+}
+
+// open opens n watches through h, *watchOpeners at a time (watch k: user k
+// mod users, cluster k/users mod clusters), each read until it ends; the
+// first that fails cancels the rest.
+func (w *heldWatches) open(ctx context.Context, cancel func(), h *watchHolder, n, users int, ns string) error {
+	var next atomic.Int64
+	errs := make(chan error, 1)
+	var openers sync.WaitGroup
+	for range *watchOpeners {
+		openers.Go(func() {
+			for k := int(next.Add(1)) - 1; k < n && ctx.Err() == nil; k = int(next.Add(1)) - 1 {
+				u, i := k%users, (k/users)%len(h.bases)
+				body, err := openWatch(ctx, h.client(u, i), h.bases[i]+"/api/v1/namespaces/"+ns+"/configmaps?watch=true&timeoutSeconds=3600")
+				if err != nil {
+					select {
+					case errs <- fmt.Errorf("watch %d through the %s: %w", k, h.Name, err):
+					default:
+					}
+					cancel()
+					return
+				}
+				w.held.Go(func() { w.read(body) })
+			}
+		})
+	}
+	openers.Wait()
+	select {
+	case err := <-errs:
+		return err
+	default:
+		return nil
+	}
+}
+
+// read counts the watch's first bytes (the event) and reads it until it ends.
+func (w *heldWatches) read(body io.ReadCloser) {
+	defer body.Close()
+	for buf := make([]byte, 512); ; {
+		m, err := body.Read(buf)
+		if m > 0 && w.left.Add(-1) == 0 {
+			close(w.delivered)
+		}
+		if m > 0 || err != nil {
+			break
+		}
+	}
+	_, _ = io.Copy(io.Discard, body)
 }
 
 // openWatch sends the watch and returns its body once the answer's headers
