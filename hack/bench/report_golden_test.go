@@ -25,20 +25,26 @@ func TestReportGolden(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the %s report: %v", name, err)
 		}
-		path := filepath.Join("testdata", "report-"+name+".md")
-		if *update {
-			if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		want, err := os.ReadFile(path)
-		if err != nil {
+		checkGolden(t, "the "+name+" report", filepath.Join("testdata", "report-"+name+".md"), got)
+	}
+}
+
+// checkGolden compares got with the golden file at path, or rewrites it
+// with -update.
+func checkGolden(t *testing.T, what, path, got string) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if got != string(want) {
-			t.Errorf("the %s report differs from %s (go test -run TestReportGolden -update rewrites it; review the diff):\n%s", name, path, firstDiff(got, string(want)))
-		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs from %s (go test -run %s -update rewrites it; review the diff):\n%s", what, path, t.Name(), firstDiff(got, string(want)))
 	}
 }
 
@@ -379,20 +385,7 @@ func TestSectionReportsGolden(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the %s section's report: %v", name, err)
 		}
-		path := filepath.Join("testdata", "section-"+name+".md")
-		if *update {
-			if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		want, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got != string(want) {
-			t.Errorf("the %s section's report differs from %s (go test -run TestSectionReportsGolden -update rewrites it; review the diff):\n%s", name, path, firstDiff(got, string(want)))
-		}
+		checkGolden(t, "the "+name+" section's report", filepath.Join("testdata", "section-"+name+".md"), got)
 	}
 }
 
