@@ -115,19 +115,10 @@ func (s *streamsResult) result(path, kind string) *streamResult {
 }
 
 func (s *streamsResult) path(key string) *streamPath {
-	for _, p := range s.paths() {
-		if p.Key == key {
-			return p
-		}
-	}
-	return nil
-}
-
-func (s *streamsResult) paths() []*streamPath {
 	if s == nil {
 		return nil
 	}
-	return s.Paths
+	return byKey(s.Paths, key, func(p *streamPath) string { return p.Key })
 }
 
 // runStreams measures every kind of stream over every path in interleaved

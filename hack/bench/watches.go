@@ -73,19 +73,20 @@ type watchesResult struct {
 }
 
 func (s *watchesResult) Holder(key string) *watchResult {
-	for _, h := range s.holders() {
-		if h.Key == key {
-			return h
-		}
-	}
-	return nil
-}
-
-func (s *watchesResult) holders() []*watchResult {
 	if s == nil {
 		return nil
 	}
-	return s.Holders
+	return byKey(s.Holders, key, func(h *watchResult) string { return h.Key })
+}
+
+// byKey is the first of xs whose key is k, or nil.
+func byKey[T any](xs []*T, k string, key func(*T) string) *T {
+	for _, x := range xs {
+		if key(x) == k {
+			return x
+		}
+	}
+	return nil
 }
 
 // runWatches holds -watches idle watches of ConfigMaps, spread over
