@@ -304,15 +304,7 @@ func (s *streamsResult) CPUCell(p *streamPath, role string) string {
 	if !ok {
 		roles = []string{role}
 	}
-	var sum time.Duration
-	for _, rl := range roles {
-		c, ok := s.cpuPerMB(p.Key, rl)
-		if !ok {
-			return "–"
-		}
-		sum += c
-	}
-	return fmtDur(sum)
+	return cpuSum(func(role string) (time.Duration, bool) { return s.cpuPerMB(p.Key, role) }, roles)
 }
 
 // Failures are the kinds of stream that failed on a path.
