@@ -140,8 +140,10 @@ func runFanout(ctx context.Context, s *session) (err error) {
 	defer deleteLabelled(secrets, fanoutLabel, "fanout")
 	admins, err := managedAdmins(ctx, env, fanoutApiservers, fanoutNamespace)
 	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
 		for _, cs := range admins {
-			_ = cs.CoreV1().Namespaces().Delete(context.Background(), fanoutNamespace, metav1.DeleteOptions{})
+			_ = cs.CoreV1().Namespaces().Delete(dctx, fanoutNamespace, metav1.DeleteOptions{})
 		}
 	}()
 	if err == nil {
