@@ -105,6 +105,16 @@ func runAB(ctx context.Context, s *session) (err error) {
 	if err := ab.start(ctx, env, s.gatewayArgs, fwd); err != nil {
 		return err
 	}
+	if err := ab.rounds(ctx, env, fwd); err != nil {
+		return err
+	}
+	fwd.switchTo(env.Gateway.Port)
+	return ab.idle(ctx)
+}
+
+// rounds loads every variant on every path once per round, switching the
+// forwarder to the variant before its hub load.
+func (ab *abResultSet) rounds(ctx context.Context, env *localenv.Env, fwd *switchForwarder) error {
 	for round := range *abRounds {
 		for _, r := range ab.Rows {
 			for _, path := range abPaths {
@@ -120,7 +130,12 @@ func runAB(ctx context.Context, s *session) (err error) {
 			logf("A/B round %d/%d %-15s hub %s/req, port %s/req", round+1, *abRounds, r.Variant.Key, fmtDur(r.Res["hub"].PerReq("gateway")), fmtDur(r.Res["port"].PerReq("gateway")))
 		}
 	}
-	fwd.switchTo(env.Gateway.Port)
+	return nil
+}
+
+// idle sorts the latencies, closes the loads' connections and reads each
+// variant's RSS after -ab-quiet.
+func (ab *abResultSet) idle(ctx context.Context) (err error) {
 	for _, r := range ab.Rows {
 		for _, res := range r.Res {
 			slices.Sort(res.Lat)

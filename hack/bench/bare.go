@@ -71,22 +71,8 @@ func bareChildMain(args []string) error {
 		}
 		defer tunnel.Close() // after the connections through it
 	}
-	upTr := &http.Transport{
-		TLSClientConfig:   upTLS,
-		ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 25, IdleConnTimeout: 90 * time.Second, DisableCompression: true,
-	}
-	defer upTr.CloseIdleConnections()
-	// Upgrades (exec, attach, port-forward) need HTTP/1.1: Go's transport
-	// keeps only WebSocket upgrades off HTTP/2, and a SPDY upgrade sent on
-	// an HTTP/2 connection fails. httputil.ReverseProxy then copies the
-	// switched connection both ways.
-	h1TLS := upTLS.Clone()
-	h1TLS.NextProtos = []string{"http/1.1"}
-	upgradeTr := &http.Transport{TLSClientConfig: h1TLS, DisableCompression: true}
-	if tunnel != nil {
-		upTr.DialContext = tunnel.DialContext
-		upgradeTr.DialContext = tunnel.DialContext
-	}
+	tr := bareTransport(upTLS, tunnel)
+	defer tr.ordinary.CloseIdleConnections()
 	var h http.Handler = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			if *aggregated {
@@ -95,7 +81,7 @@ func bareChildMain(args []string) error {
 			}
 			pr.SetURL(target)
 		},
-		Transport: upgradeSplit{ordinary: upTr, upgrade: upgradeTr},
+		Transport: tr,
 	}
 	var names []string
 	if *aggregated {
@@ -113,9 +99,30 @@ func bareChildMain(args []string) error {
 	return nil
 }
 
+// bareTransport is the bare proxy's transport to its upstream: one shared
+// HTTP/2 transport, and HTTP/1.1 for upgrades, through tunnel if not nil.
+func bareTransport(upTLS *tls.Config, tunnel client.ReusableTunnel) upgradeSplit {
+	upTr := &http.Transport{
+		TLSClientConfig:   upTLS,
+		ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 25, IdleConnTimeout: 90 * time.Second, DisableCompression: true,
+	}
+	// Upgrades (exec, attach, port-forward) need HTTP/1.1: Go's transport
+	// keeps only WebSocket upgrades off HTTP/2, and a SPDY upgrade sent on
+	// an HTTP/2 connection fails. httputil.ReverseProxy then copies the
+	// switched connection both ways.
+	h1TLS := upTLS.Clone()
+	h1TLS.NextProtos = []string{"http/1.1"}
+	upgradeTr := &http.Transport{TLSClientConfig: h1TLS, DisableCompression: true}
+	if tunnel != nil {
+		upTr.DialContext = tunnel.DialContext
+		upgradeTr.DialContext = tunnel.DialContext
+	}
+	return upgradeSplit{ordinary: upTr, upgrade: upgradeTr}
+}
+
 // upgradeSplit sends upgrade requests over HTTP/1.1, everything else over
 // the shared HTTP/2 transport.
-type upgradeSplit struct{ ordinary, upgrade http.RoundTripper }
+type upgradeSplit struct{ ordinary, upgrade *http.Transport }
 
 func (u upgradeSplit) RoundTrip(req *http.Request) (*http.Response, error) {
 	if httpstream.IsUpgradeRequest(req) {

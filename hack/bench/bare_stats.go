@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"runtime"
 )
@@ -35,17 +34,10 @@ func withBareStats(h http.Handler) http.Handler {
 // stats asks the bare proxy for its heap and goroutines.
 func (b *bareProxy) stats(ctx context.Context, c *http.Client) (goStats, error) {
 	var s goStats
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.URL+bareStatsPath, nil)
-	if err != nil {
-		return s, err
-	}
-	resp, err := c.Do(req)
+	resp, err := getOK(ctx, c, b.URL+bareStatsPath, "")
 	if err != nil {
 		return s, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return s, fmt.Errorf("%s: %s", bareStatsPath, resp.Status)
-	}
 	return s, json.NewDecoder(resp.Body).Decode(&s)
 }

@@ -113,6 +113,14 @@ type fanoutResult struct {
 	SetupTime time.Duration
 }
 
+// fanouter runs the fan-out's steps over one hub client.
+type fanouter struct {
+	s   *session
+	env *localenv.Env
+	res *fanoutResult
+	hub *http.Client
+}
+
 // runFanout stores fanoutClusters ClusterGateways over the managed
 // kube-apiservers (alternately), creates fanoutObjects ConfigMaps of
 // fanoutObjectBytes once in one namespace on each kube-apiserver (every
@@ -121,27 +129,27 @@ type fanoutResult struct {
 // default page and with limit=fanoutOtherPage.
 func runFanout(ctx context.Context, s *session) (err error) {
 	env := s.env
-	res := &fanoutResult{Clusters: fanoutClusters, Objects: fanoutObjects, ObjectBytes: fanoutObjectBytes, Apiservers: fanoutApiservers, MaxClusters: fanoutDefaultMaxClusters}
-	s.rep.Fanout = res
+	f := &fanouter{s: s, env: env, res: &fanoutResult{Clusters: fanoutClusters, Objects: fanoutObjects, ObjectBytes: fanoutObjectBytes, Apiservers: fanoutApiservers, MaxClusters: fanoutDefaultMaxClusters}}
+	s.rep.Fanout = f.res
 	logf("fanout: %d ClusterGateways over %d kube-apiservers, %d ConfigMaps of %d bytes each", fanoutClusters, fanoutApiservers, fanoutObjects, fanoutObjectBytes)
 	start := time.Now()
 	secrets, err := hubSecrets(env)
 	if err != nil {
 		return err
 	}
+	defer deleteLabelled(secrets, fanoutLabel, "fanout")
+	admins, err := managedAdmins(ctx, env, fanoutApiservers, fanoutNamespace)
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		if err := secrets.DeleteCollection(dctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: fanoutLabel + "=true"}); err != nil {
-			logf("fanout: deleting the bench gateways: %v", err)
-		}
-		for _, c := range env.Managed[:fanoutApiservers] {
-			if cs, err := kubernetes.NewForConfig(c.RESTConfig()); err == nil {
-				_ = cs.CoreV1().Namespaces().Delete(dctx, fanoutNamespace, metav1.DeleteOptions{})
-			}
+		for _, cs := range admins {
+			_ = cs.CoreV1().Namespaces().Delete(dctx, fanoutNamespace, metav1.DeleteOptions{})
 		}
 	}()
-	if err := fanoutObjectsOn(ctx, env); err != nil {
+	if err == nil {
+		err = fanoutObjectsOn(ctx, admins)
+	}
+	if err != nil {
 		return err
 	}
 	if err := parallel(ctx, fanoutClusters, fanoutClients, func(i int) error {
@@ -150,30 +158,52 @@ func runFanout(ctx context.Context, s *session) (err error) {
 	}); err != nil {
 		return fmt.Errorf("create gateways: %w", err)
 	}
-	hub, err := mtlsClient(env.Hub.CA.CertPEM, env.Hub.Admin)
-	if err != nil {
+	if f.hub, err = mtlsClient(env.Hub.CA.CertPEM, env.Hub.Admin); err != nil {
 		return err
 	}
-	defer hub.CloseIdleConnections()
+	defer f.hub.CloseIdleConnections()
 	// The servers' request timeouts (a minute) end a list, not the client.
-	hub.Timeout = 3 * time.Minute
-	if err := waitFanoutListed(ctx, hub, env); err != nil {
+	f.hub.Timeout = 3 * time.Minute
+	if err := waitFanoutListed(ctx, f.hub, env); err != nil {
 		return err
 	}
-	res.SetupTime = time.Since(start)
-
-	single := func(i int) string {
-		return env.Hub.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/" + fanoutName(i) + "/proxy/api/v1/namespaces/" + fanoutNamespace + "/configmaps"
+	f.res.SetupTime = time.Since(start)
+	if err := f.singles(ctx); err != nil {
+		return err
 	}
-	// A warm-up round, so that every cluster's pool entry exists and no
-	// list below pays a handshake the others do not.
-	if err := parallel(ctx, fanoutClusters, fanoutClients, func(i int) error { _, _, err := timedList(ctx, hub, single(i)); return err }); err != nil {
+	for _, page := range []int{fanoutPage, fanoutOtherPage} {
+		if err := f.list(ctx, page); err != nil {
+			return err
+		}
+	}
+	if err := s.restartGateway(ctx, nil); err != nil {
+		return err
+	}
+	for _, a := range env.Gateway.Args {
+		if v, ok := strings.CutPrefix(a, "--fanout-max-clusters="); ok {
+			fmt.Sscan(v, &f.res.MaxClusters)
+		}
+	}
+	return fanoutWatch(ctx, s, f.hub, f.res)
+}
+
+// single is the list of cluster i alone through the hub.
+func (f *fanouter) single(i int) string {
+	return f.env.Hub.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustergateways/" + fanoutName(i) + "/proxy/api/v1/namespaces/" + fanoutNamespace + "/configmaps"
+}
+
+// singles lists each cluster alone, after a warm-up round (so that every
+// cluster's pool entry exists and no list pays a handshake the others do
+// not): one at a time, then fanoutClients at a time.
+func (f *fanouter) singles(ctx context.Context) (err error) {
+	res := f.res
+	if err := parallel(ctx, fanoutClusters, fanoutClients, func(i int) error { _, _, err := timedList(ctx, f.hub, f.single(i)); return err }); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
 	}
 	logf("fanout: %d single-cluster lists, one at a time", fanoutClusters)
-	if res.SeqCPU, err = s.fanoutCPU(func() error {
+	if res.SeqCPU, err = f.s.fanoutCPU(func() error {
 		for i := range fanoutClusters {
-			d, n, err := timedList(ctx, hub, single(i))
+			d, n, err := timedList(ctx, f.hub, f.single(i))
 			if err != nil {
 				return fmt.Errorf("list of %s: %w", fanoutName(i), err)
 			}
@@ -185,65 +215,58 @@ func runFanout(ctx context.Context, s *session) (err error) {
 	}
 	var first sync.Once
 	loop := time.Now()
-	if res.Loop16CPU, err = s.fanoutCPU(func() error {
+	res.Loop16CPU, err = f.s.fanoutCPU(func() error {
 		return parallel(ctx, fanoutClusters, fanoutClients, func(i int) error {
-			_, _, err := timedList(ctx, hub, single(i))
+			_, _, err := timedList(ctx, f.hub, f.single(i))
 			first.Do(func() { res.Loop16First = time.Since(loop) })
 			return err
 		})
-	}); err != nil {
-		return err
-	}
+	})
 	res.Loop16 = time.Since(loop)
+	return err
+}
 
-	set := env.Hub.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustersets/labels:" + fanoutLabel + "=true/proxy/api/v1/namespaces/" + fanoutNamespace + "/configmaps"
+// list lists the whole set in one request with the gateway reading each
+// cluster in pages of page; the default page's list is CPU-profiled.
+func (f *fanouter) list(ctx context.Context, page int) error {
+	s, res := f.s, f.res
+	url := f.env.Hub.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustersets/labels:" + fanoutLabel + "=true/proxy/api/v1/namespaces/" + fanoutNamespace + "/configmaps"
 	profile := filepath.Join(s.o.StateDir, fanoutProfile)
-	for _, page := range []int{fanoutPage, fanoutOtherPage} {
-		url := set
-		if page != fanoutPage {
-			// The page is the gateway's (--fanout-page-size): a client's
-			// limit pages the answer itself. One unmeasured list warms the
-			// restarted gateway's connections first.
-			err := s.restartGateway(ctx, append(slices.Clone(s.env.GatewayArgs), fmt.Sprintf("--fanout-page-size=%d", page)))
-			if err == nil {
-				_, err = measureFanoutList(ctx, s.gw, hub, url)
-			}
-			if err != nil {
-				return errors.Join(err, s.restartGateway(ctx, nil))
-			}
-		}
-		var prof chan error
-		if page == fanoutPage {
-			prof = make(chan error, 1)
-			go func() { prof <- s.gw.cpuProfile(ctx, fanoutProfileFor, profile) }()
-		}
-		var l fanoutList
-		cpu, err := s.fanoutCPU(func() (err error) { l, err = measureFanoutList(ctx, s.gw, hub, url); return err })
-		l.CPU = cpu
-		if prof != nil {
-			if perr := <-prof; perr != nil {
-				logf("fanout: CPU profile: %v", perr)
-			} else if top, perr := pprofTop(ctx, s.o.Go, "-nodecount="+strconv.Itoa(topFuncs), profile); perr == nil {
-				res.Profile = &pathProfile{Path: profile, Top: top}
-			}
+	if page != fanoutPage {
+		// The page is the gateway's (--fanout-page-size): a client's
+		// limit pages the answer itself. One unmeasured list warms the
+		// restarted gateway's connections first.
+		err := s.restartGateway(ctx, append(slices.Clone(s.env.GatewayArgs), fmt.Sprintf("--fanout-page-size=%d", page)))
+		if err == nil {
+			_, err = measureFanoutList(ctx, s.gw, f.hub, url)
 		}
 		if err != nil {
-			return err
+			return errors.Join(err, s.restartGateway(ctx, nil))
 		}
-		l.Page, l.PageBytes = page, res.SingleBytes/fanoutObjects*float64(page)
-		logf("fanout: page %d: first row %s, complete %s, %s, %d items, peak heap %s above %s, %d warnings",
-			page, fmtDur(l.FirstRow), fmtDur(l.Complete), mib(l.Bytes), l.Items, mib(l.Growth()), mib(l.Base), l.Warnings)
-		res.Lists = append(res.Lists, l)
 	}
-	if err := s.restartGateway(ctx, nil); err != nil {
+	var prof chan error
+	if page == fanoutPage {
+		prof = make(chan error, 1)
+		go func() { prof <- s.gw.cpuProfile(ctx, fanoutProfileFor, profile) }()
+	}
+	var l fanoutList
+	cpu, err := s.fanoutCPU(func() (err error) { l, err = measureFanoutList(ctx, s.gw, f.hub, url); return err })
+	l.CPU = cpu
+	if prof != nil {
+		if perr := <-prof; perr != nil {
+			logf("fanout: CPU profile: %v", perr)
+		} else if top, perr := pprofTop(ctx, s.o.Go, "-nodecount="+strconv.Itoa(topFuncs), profile); perr == nil {
+			res.Profile = &pathProfile{Path: profile, Top: top}
+		}
+	}
+	if err != nil {
 		return err
 	}
-	for _, a := range env.Gateway.Args {
-		if v, ok := strings.CutPrefix(a, "--fanout-max-clusters="); ok {
-			fmt.Sscan(v, &res.MaxClusters)
-		}
-	}
-	return fanoutWatch(ctx, s, hub, res)
+	l.Page, l.PageBytes = page, res.SingleBytes/fanoutObjects*float64(page)
+	logf("fanout: page %d: first row %s, complete %s, %s, %d items, peak heap %s above %s, %d warnings",
+		page, fmtDur(l.FirstRow), fmtDur(l.Complete), mib(l.Bytes), l.Items, mib(l.Growth()), mib(l.Base), l.Warnings)
+	res.Lists = append(res.Lists, l)
+	return nil
 }
 
 // fanoutWatch holds fanoutWatches watches of the set of the first
@@ -252,14 +275,9 @@ func runFanout(ctx context.Context, s *session) (err error) {
 // watches), each on a fresh gateway whose limiter admits them all, as
 // section 7 holds its watches.
 func fanoutWatch(ctx context.Context, s *session, hub *http.Client, res *fanoutResult) (err error) {
-	args := append(slices.Clone(s.env.GatewayArgs), fmt.Sprintf("--max-streams-per-cluster=%d", fanoutWatches),
-		fmt.Sprintf("--max-streams-per-user-per-cluster=%d", fanoutWatches))
+	args := streamLimits(s.env.GatewayArgs, fanoutWatches)
 	defer func() { err = errors.Join(err, s.restartGateway(ctx, nil)) }()
-	var names []string
-	for i := range *watchUsers {
-		names = append(names, fmt.Sprintf("%s-fanout-watch-%d", benchUser, i+1))
-	}
-	users, err := newUsers(s.env, benchUser+"-fanout-watch:proxy-reader", "cluster-gateway:proxy-reader", names...)
+	users, err := newUsers(s.env, benchUser+"-fanout-watch:proxy-reader", "cluster-gateway:proxy-reader", numbered(benchUser+"-fanout-watch", *watchUsers)...)
 	if err != nil {
 		return err
 	}
@@ -308,25 +326,15 @@ func fanoutWatch(ctx context.Context, s *session, hub *http.Client, res *fanoutR
 	return nil
 }
 
-// fanoutObjectsOn creates the namespace and its ConfigMaps on every managed
-// kube-apiserver.
-func fanoutObjectsOn(ctx context.Context, env *localenv.Env) error {
+// fanoutObjectsOn creates the ConfigMaps on every managed kube-apiserver.
+func fanoutObjectsOn(ctx context.Context, admins []kubernetes.Interface) error {
 	data := map[string]string{"data": strings.Repeat("x", fanoutObjectBytes)}
-	for _, c := range env.Managed[:fanoutApiservers] {
-		cfg := c.RESTConfig()
-		cfg.QPS, cfg.Burst = 1000, 1000
-		cs, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			return err
-		}
-		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fanoutNamespace}}, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("namespace %s on %s: %w", fanoutNamespace, c.Name, err)
-		}
+	for k, cs := range admins {
 		if err := parallel(ctx, fanoutObjects, fanoutClients, func(i int) error {
 			_, err := cs.CoreV1().ConfigMaps(fanoutNamespace).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%04d", i)}, Data: data}, metav1.CreateOptions{})
 			return err
 		}); err != nil {
-			return fmt.Errorf("ConfigMaps on %s: %w", c.Name, err)
+			return fmt.Errorf("ConfigMaps on managed cluster %d: %w", k+1, err)
 		}
 	}
 	return nil
@@ -349,18 +357,14 @@ func fanoutSecret(env *localenv.Env, i int) *corev1.Secret {
 func waitFanoutListed(ctx context.Context, hub *http.Client, env *localenv.Env) error {
 	url := env.Hub.URL + "/apis/gateway.clustergateway.io/v1alpha1/clustergateways?labelSelector=" + fanoutLabel + "%3Dtrue"
 	_, err := poll(ctx, 500*time.Millisecond, 2*time.Minute, fmt.Sprintf("the hub listing %d fanout gateways", fanoutClusters), func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := hub.Do(req)
+		resp, err := getOK(ctx, hub, url, "")
 		if err != nil {
 			return again(err)
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		if n := bytes.Count(b, []byte(`"name":"fanout-`)); n < fanoutClusters {
-			return again(fmt.Errorf("%s: %d listed", resp.Status, n))
+			return again(fmt.Errorf("%d listed", n))
 		}
 		return nil
 	})
@@ -370,19 +374,12 @@ func waitFanoutListed(ctx context.Context, hub *http.Client, env *localenv.Env) 
 // timedList GETs url and reads the answer to its end: its duration and size.
 func timedList(ctx context.Context, c *http.Client, url string) (time.Duration, int64, error) {
 	start := time.Now()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, 0, err
-	}
-	resp, err := c.Do(req)
+	resp, err := getOK(ctx, c, url, "")
 	if err != nil {
 		return 0, 0, err
 	}
 	defer resp.Body.Close()
 	n, err := io.Copy(io.Discard, resp.Body)
-	if err == nil && resp.StatusCode != http.StatusOK {
-		err = fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
 	return time.Since(start), n, err
 }
 
@@ -402,21 +399,12 @@ func measureFanoutList(ctx context.Context, gw *gatewayAdmin, c *http.Client, ur
 	stop := sampleMax(fanoutSampleEvery, func() (float64, error) { m, err := gw.metrics(ctx); return m[mHeapInuse], err })
 	defer func() { l.PeakHeap, l.Samples = stop() }()
 	start := time.Now()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return l, err
-	}
-	resp, err := c.Do(req)
+	resp, err := getOK(ctx, c, url, "")
 	if err != nil {
 		return l, err
 	}
 	defer resp.Body.Close()
-	l.Warnings = len(resp.Header.Values("Warning"))
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return l, fmt.Errorf("GET %s: %s: %s", url, resp.Status, b)
-	}
-	if l.Warnings > 0 {
+	if l.Warnings = len(resp.Header.Values("Warning")); l.Warnings > 0 {
 		l.FirstErr = resp.Header.Get("Warning")
 	}
 	cnt := &annotationCounter{key: []byte(fanoutAnnotation), first: func() { l.FirstRow = time.Since(start) }}
@@ -449,18 +437,15 @@ func (a *annotationCounter) Write(p []byte) (int, error) {
 
 // The table and figures of section 8 (report.md.tmpl).
 
-func (r *fanoutResult) Slowest() time.Duration {
-	if len(r.Singles) == 0 {
-		return 0
-	}
-	return slices.Max(r.Singles)
-}
+// Slowest and Fastest are the single lists' extremes, 0 without any.
+func (r *fanoutResult) Slowest() time.Duration { return ifAny(r.Singles, slices.Max[[]time.Duration]) }
+func (r *fanoutResult) Fastest() time.Duration { return ifAny(r.Singles, slices.Min[[]time.Duration]) }
 
-func (r *fanoutResult) Fastest() time.Duration {
-	if len(r.Singles) == 0 {
+func ifAny(ds []time.Duration, f func([]time.Duration) time.Duration) time.Duration {
+	if len(ds) == 0 {
 		return 0
 	}
-	return slices.Min(r.Singles)
+	return f(ds)
 }
 
 // Sequential is a client's loop over the clusters, one after another.

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -124,23 +125,35 @@ func (g *gatewayAdmin) profiled(ctx context.Context, d time.Duration, path strin
 }
 
 func (g *gatewayAdmin) get(ctx context.Context, path string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.env.Gateway.URL+path, nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := g.client.Do(req)
+	resp, err := getOK(ctx, g.client, g.env.Gateway.URL+path, "")
 	if err != nil {
 		return "", err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// getOK GETs url, accepting accept if set, and returns the answer when it is
+// 200 OK, else an error with its status and the start of its body.
+func getOK(ctx context.Context, c *http.Client, url, accept string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return "", err
+		return nil, err
+	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET gateway %s: %s: %.200s", path, resp.Status, b)
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		resp.Body.Close()
+		return nil, fmt.Errorf("GET %s: %s: %s", url, resp.Status, strings.TrimSpace(string(b)))
 	}
-	return string(b), nil
+	return resp, nil
 }
 
 // gwState is the gateway process at one moment.
@@ -240,6 +253,20 @@ func (k *kit) stop() error {
 	}
 	k.bares, k.clients = nil, nil
 	return errors.Join(errs...)
+}
+
+// numbered is n names prefix-1 … prefix-n.
+func numbered(prefix string, n int) (names []string) {
+	for i := range n {
+		names = append(names, fmt.Sprintf("%s-%d", prefix, i+1))
+	}
+	return names
+}
+
+// streamLimits are args with the gateway's stream limits raised to n per
+// cluster and per user and cluster.
+func streamLimits(args []string, n int) []string {
+	return append(slices.Clone(args), fmt.Sprintf("--max-streams-per-cluster=%d", n), fmt.Sprintf("--max-streams-per-user-per-cluster=%d", n))
 }
 
 // newUsers issues hub users and binds them all to role in one

@@ -200,3 +200,34 @@ func hubSecrets(env *localenv.Env) (corev1client.SecretInterface, error) {
 	}
 	return hub.CoreV1().Secrets(localenv.GatewayNamespace), nil
 }
+
+// deleteLabelled deletes the gateways labelled label=true, whatever
+// happened to the section (a context of its own): the environment is left as
+// it was.
+func deleteLabelled(secrets corev1client.SecretInterface, label, section string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := secrets.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: label + "=true"}); err != nil {
+		logf("%s: deleting the bench gateways: %v", section, err)
+	}
+}
+
+// managedAdmins are clients of the first n managed kube-apiservers as their
+// admins, with room to create thousands of objects quickly, and namespace
+// ns created on each; on an error, those on which it was created.
+func managedAdmins(ctx context.Context, env *localenv.Env, n int, ns string) ([]kubernetes.Interface, error) {
+	var out []kubernetes.Interface
+	for _, c := range env.Managed[:n] {
+		cfg := c.RESTConfig()
+		cfg.QPS, cfg.Burst = 1000, 1000
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return out, err
+		}
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			return out, fmt.Errorf("namespace %s on %s: %w", ns, c.Name, err)
+		}
+		out = append(out, cs)
+	}
+	return out, nil
+}

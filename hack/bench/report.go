@@ -149,10 +149,14 @@ func (t *table) String() string {
 
 // cpuStr is the CPU per request of roles together in res, or a dash
 // when one was not measured.
-func cpuStr(res *loadResult, roles ...string) string {
+func cpuStr(res *loadResult, roles ...string) string { return cpuSum(res.cpuPerReq, roles) }
+
+// cpuSum is the sum of per over roles as a cell, a dash when one of them was
+// not measured.
+func cpuSum(per func(role string) (time.Duration, bool), roles []string) string {
 	var sum time.Duration
 	for _, role := range roles {
-		c, ok := res.cpuPerReq(role)
+		c, ok := per(role)
 		if !ok {
 			return "–"
 		}

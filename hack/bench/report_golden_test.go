@@ -25,20 +25,26 @@ func TestReportGolden(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the %s report: %v", name, err)
 		}
-		path := filepath.Join("testdata", "report-"+name+".md")
-		if *update {
-			if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		want, err := os.ReadFile(path)
-		if err != nil {
+		checkGolden(t, "the "+name+" report", filepath.Join("testdata", "report-"+name+".md"), got)
+	}
+}
+
+// checkGolden compares got with the golden file at path, or rewrites it
+// with -update.
+func checkGolden(t *testing.T, what, path, got string) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if got != string(want) {
-			t.Errorf("the %s report differs from %s (go test -run TestReportGolden -update rewrites it; review the diff):\n%s", name, path, firstDiff(got, string(want)))
-		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs from %s (go test -run %s -update rewrites it; review the diff):\n%s", what, path, t.Name(), firstDiff(got, string(want)))
 	}
 }
 
@@ -339,3 +345,48 @@ func fixturePartial() *report {
 	r.Scan.CreatePeak, r.Scan.CreateSampled = 0, 0 // a scan that did not measure its creating
 	return r
 }
+
+// fixtureSection is the report of -only name: the full run's measurements
+// of that section alone, as runEnv leaves them (no Go benchmarks).
+func fixtureSection(name string) *report {
+	f := fixtureFull()
+	r := &report{Machine: f.Machine, Opts: f.Opts, EnvStartup: f.EnvStartup, Capacity: f.Capacity, Total: f.Total}
+	r.Opts.Only, r.Opts.SkipGoBench = name, true
+	switch name {
+	case "loads":
+		r.Targets, r.Profiles, r.GatewayArgs, r.AuthzIdle = f.Targets, f.Profiles, f.GatewayArgs, f.AuthzIdle
+	case "ab":
+		r.AB = f.AB
+	case "isolation":
+		r.Isolation = f.Isolation
+	case "streams":
+		r.Streams = f.Streams
+	case "watches":
+		r.Watches = f.Watches
+	case "fanout":
+		r.Fanout = fixtureFanout(24*miB, 12*time.Second, 300*ms)
+		r.Fanout.Watches, r.Fanout.FDs, r.Fanout.NoFile = fixtureWatches(40<<10, 5<<10), [][2]int{{1100, 1050}, {10100, 10050}}, 1<<20
+		r.Fanout.Profile, r.Fanout.SetupTime = f.Profiles[0].withPath("_output/bench/gateway-cpu-fanout.pprof"), 95*time.Second
+	case "scan":
+		r.Scan = f.Scan
+	}
+	return r
+}
+
+// Each section's report alone (-only), rendered from fixed measurements, is
+// a golden file too: testdata/section-<name>.md. The full report has no
+// fan-out; this is where its section is held.
+func TestSectionReportsGolden(t *testing.T) {
+	args := os.Args
+	defer func() { os.Args = args }()
+	for _, name := range sectionOrder {
+		os.Args = []string{"bench", "-go", "go", "-bin", "_output/bin", "-state-dir", "_output/bench", "-only", name}
+		got, err := fixtureSection(name).markdown()
+		if err != nil {
+			t.Fatalf("the %s section's report: %v", name, err)
+		}
+		checkGolden(t, "the "+name+" section's report", filepath.Join("testdata", "section-"+name+".md"), got)
+	}
+}
+
+func (p pathProfile) withPath(path string) *pathProfile { p.Path = path; return &p }

@@ -15,7 +15,6 @@ import (
 	"sync"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
@@ -124,14 +123,7 @@ func runScan(ctx context.Context, s *session) (err error) {
 		return err
 	}
 	defer sc.hub.CloseIdleConnections()
-	defer func() {
-		// Leave the environment as it was, whatever happened.
-		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := sc.secrets.DeleteCollection(dctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: benchLabel + "=true"}); err != nil {
-			logf("scan: deleting the bench gateways: %v", err)
-		}
-	}()
+	defer deleteLabelled(sc.secrets, benchLabel, "scan")
 	for _, step := range []func(context.Context) error{sc.restart, sc.store, sc.fillPool, sc.passes, sc.idle} {
 		if err := step(ctx); err != nil {
 			return err

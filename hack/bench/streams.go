@@ -115,19 +115,10 @@ func (s *streamsResult) result(path, kind string) *streamResult {
 }
 
 func (s *streamsResult) path(key string) *streamPath {
-	for _, p := range s.paths() {
-		if p.Key == key {
-			return p
-		}
-	}
-	return nil
-}
-
-func (s *streamsResult) paths() []*streamPath {
 	if s == nil {
 		return nil
 	}
-	return s.Paths
+	return byKey(s.Paths, key, func(p *streamPath) string { return p.Key })
 }
 
 // runStreams measures every kind of stream over every path in interleaved
@@ -313,15 +304,7 @@ func (s *streamsResult) CPUCell(p *streamPath, role string) string {
 	if !ok {
 		roles = []string{role}
 	}
-	var sum time.Duration
-	for _, rl := range roles {
-		c, ok := s.cpuPerMB(p.Key, rl)
-		if !ok {
-			return "–"
-		}
-		sum += c
-	}
-	return fmtDur(sum)
+	return cpuSum(func(role string) (time.Duration, bool) { return s.cpuPerMB(p.Key, role) }, roles)
 }
 
 // Failures are the kinds of stream that failed on a path.

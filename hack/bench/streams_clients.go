@@ -250,19 +250,11 @@ func (w *countingWriter) Write(b []byte) (int, error) {
 func followLogs(ctx context.Context, p *streamPath, d time.Duration) (float64, time.Duration, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.podURL("log")+"?container="+localenv.BulkPod+"&follow=true", nil)
+	resp, err := getOK(ctx, p.logs, p.podURL("log")+"?container="+localenv.BulkPod+"&follow=true", "")
 	if err != nil {
-		return 0, 0, err
-	}
-	resp, err := p.logs.Do(req)
-	if err != nil {
-		return 0, 0, err
+		return 0, 0, fmt.Errorf("logs -f: %w", err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return 0, 0, fmt.Errorf("logs -f: %s: %s", resp.Status, b)
-	}
 	start := time.Now()
 	stopAt := start.Add(d)
 	buf := make([]byte, chunk)

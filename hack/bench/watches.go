@@ -16,7 +16,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/clustergateway/cluster-gateway/hack/localenv"
 )
@@ -74,19 +73,20 @@ type watchesResult struct {
 }
 
 func (s *watchesResult) Holder(key string) *watchResult {
-	for _, h := range s.holders() {
-		if h.Key == key {
-			return h
-		}
-	}
-	return nil
-}
-
-func (s *watchesResult) holders() []*watchResult {
 	if s == nil {
 		return nil
 	}
-	return s.Holders
+	return byKey(s.Holders, key, func(h *watchResult) string { return h.Key })
+}
+
+// byKey is the first of xs whose key is k, or nil.
+func byKey[T any](xs []*T, k string, key func(*T) string) *T {
+	for _, x := range xs {
+		if key(x) == k {
+			return x
+		}
+	}
+	return nil
 }
 
 // runWatches holds -watches idle watches of ConfigMaps, spread over
@@ -104,20 +104,13 @@ func runWatches(ctx context.Context, s *session) (err error) {
 	res := &watchesResult{N: n, Users: users, Clusters: len(env.Managed)}
 	s.rep.Watches = res
 	perCluster := (n + len(env.Managed) - 1) / len(env.Managed)
-	args := append(slices.Clone(env.GatewayArgs),
-		fmt.Sprintf("--max-streams-per-cluster=%d", perCluster),
-		fmt.Sprintf("--max-streams-per-user-per-cluster=%d", perCluster))
-	if err := s.restartGateway(ctx, args); err != nil {
+	if err := s.restartGateway(ctx, streamLimits(env.GatewayArgs, perCluster)); err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, s.restartGateway(ctx, nil)) }()
 	res.GatewayArgs = env.Gateway.Args
-	var names []string
-	for i := range users {
-		names = append(names, fmt.Sprintf("%s-watch-%d", benchUser, i+1))
-	}
 	// A watch is a GET of the proxy subresource.
-	hubUsers, err := newUsers(env, benchUser+"-watch:proxy-reader", "cluster-gateway:proxy-reader", names...)
+	hubUsers, err := newUsers(env, benchUser+"-watch:proxy-reader", "cluster-gateway:proxy-reader", numbered(benchUser+"-watch", users)...)
 	if err != nil {
 		return err
 	}
@@ -235,68 +228,22 @@ func bareHolder(ctx context.Context, env *localenv.Env, users int) (h *watchHold
 // Each holder watches a namespace of its own, empty until the event.
 func holdWatches(ctx context.Context, env *localenv.Env, h *watchHolder, n, users int) (*watchResult, error) {
 	ns := "bench-watch-" + h.Key
-	admins := make([]kubernetes.Interface, len(env.Managed))
-	for i, c := range env.Managed {
-		cs, err := kubernetes.NewForConfig(c.RESTConfig())
-		if err != nil {
-			return nil, err
-		}
-		admins[i] = cs
-		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			return nil, fmt.Errorf("namespace %s on %s: %w", ns, c.Name, err)
-		}
+	admins, err := managedAdmins(ctx, env, len(env.Managed), ns)
+	if err != nil {
+		return nil, err
 	}
 	res := &watchResult{Key: h.Key, Name: h.Name, Watches: n}
-	var err error
 	if res.Before, err = h.sample(ctx, "before"); err != nil {
 		return nil, err
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	var held sync.WaitGroup
-	defer func() { cancel(); held.Wait() }()
-	var left atomic.Int64 // watches without the event
-	left.Store(int64(n))
-	delivered := make(chan struct{})
+	w := &heldWatches{delivered: make(chan struct{})}
+	w.left.Store(int64(n))
+	defer func() { cancel(); w.held.Wait() }()
 	logf("watches: opening %d watches through the %s", n, h.Name)
 	start := time.Now()
-	var next atomic.Int64
-	errs := make(chan error, 1)
-	var openers sync.WaitGroup
-	for range *watchOpeners {
-		openers.Go(func() {
-			for k := int(next.Add(1)) - 1; k < n && wctx.Err() == nil; k = int(next.Add(1)) - 1 {
-				u, i := k%users, (k/users)%len(h.bases)
-				body, err := openWatch(wctx, h.client(u, i), h.bases[i]+"/api/v1/namespaces/"+ns+"/configmaps?watch=true&timeoutSeconds=3600")
-				if err != nil {
-					select {
-					case errs <- fmt.Errorf("watch %d through the %s: %w", k, h.Name, err):
-					default:
-					}
-					cancel()
-					return
-				}
-				held.Go(func() {
-					defer body.Close()
-					// The first bytes are the event; then read until the watch ends.
-					for buf := make([]byte, 512); ; {
-						m, err := body.Read(buf)
-						if m > 0 && left.Add(-1) == 0 {
-							close(delivered)
-						}
-						if m > 0 || err != nil {
-							break
-						}
-					}
-					_, _ = io.Copy(io.Discard, body)
-				})
-			}
-		})
-	}
-	openers.Wait()
-	select {
-	case err := <-errs:
+	if err := w.open(wctx, cancel, h, n, users, ns); err != nil {
 		return nil, err
-	default:
 	}
 	res.Open = time.Since(start)
 	logf("watches: %d open through the %s in %s", n, h.Name, res.Open.Round(time.Millisecond))
@@ -310,31 +257,77 @@ func holdWatches(ctx context.Context, env *localenv.Env, h *watchHolder, n, user
 		}
 	}
 	select {
-	case <-delivered:
+	case <-w.delivered:
 		res.Deliver = time.Since(start)
 	case <-time.After(2 * time.Minute):
-		return nil, fmt.Errorf("watches: %d of %d watches through the %s had the event after 2 minutes", n-int(left.Load()), n, h.Name)
+		return nil, fmt.Errorf("watches: %d of %d watches through the %s had the event after 2 minutes", n-int(w.left.Load()), n, h.Name)
 	}
 	logf("watches: the event reached all %d watches through the %s in %s", n, h.Name, res.Deliver.Round(time.Millisecond))
 	return res, nil
 }
 
+// heldWatches are the watches open through a holder: delivered is closed
+// once left, the watches without the event, is 0.
+type heldWatches struct {
+	held      sync.WaitGroup // their readers
+	left      atomic.Int64
+	delivered chan struct{}
+}
+
+// open opens n watches through h, *watchOpeners at a time (watch k: user k
+// mod users, cluster k/users mod clusters), each read until it ends; the
+// first that fails cancels the rest.
+func (w *heldWatches) open(ctx context.Context, cancel func(), h *watchHolder, n, users int, ns string) error {
+	var next atomic.Int64
+	errs := make(chan error, 1)
+	var openers sync.WaitGroup
+	for range *watchOpeners {
+		openers.Go(func() {
+			for k := int(next.Add(1)) - 1; k < n && ctx.Err() == nil; k = int(next.Add(1)) - 1 {
+				u, i := k%users, (k/users)%len(h.bases)
+				body, err := openWatch(ctx, h.client(u, i), h.bases[i]+"/api/v1/namespaces/"+ns+"/configmaps?watch=true&timeoutSeconds=3600")
+				if err != nil {
+					select {
+					case errs <- fmt.Errorf("watch %d through the %s: %w", k, h.Name, err):
+					default:
+					}
+					cancel()
+					return
+				}
+				w.held.Go(func() { w.read(body) })
+			}
+		})
+	}
+	openers.Wait()
+	select {
+	case err := <-errs:
+		return err
+	default:
+		return nil
+	}
+}
+
+// read counts the watch's first bytes (the event) and reads it until it ends.
+func (w *heldWatches) read(body io.ReadCloser) {
+	defer body.Close()
+	for buf := make([]byte, 512); ; {
+		m, err := body.Read(buf)
+		if m > 0 && w.left.Add(-1) == 0 {
+			close(w.delivered)
+		}
+		if m > 0 || err != nil {
+			break
+		}
+	}
+	_, _ = io.Copy(io.Discard, body)
+}
+
 // openWatch sends the watch and returns its body once the answer's headers
 // came: kube-apiserver sends them when the watch is registered.
 func openWatch(ctx context.Context, c *http.Client, url string) (io.ReadCloser, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := getOK(ctx, c, url, "application/json")
 	if err != nil {
 		return nil, err
-	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := c.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		resp.Body.Close()
-		return nil, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(b)))
 	}
 	return resp.Body, nil
 }
