@@ -183,6 +183,32 @@ func TestExpiredClusterTokenIsExpired(t *testing.T) {
 	}
 }
 
+// A list from the set's resourceVersion that one cluster answers 410 (its
+// version compacted) is the set's 410 Expired, as a watch's is: the client
+// lists again without a resourceVersion. If the 410 comes after the answer
+// began, the answer's continue token holds the cluster and the next page
+// answers it.
+func TestListFromAnExpiredResourceVersionIsExpired(t *testing.T) {
+	fx := newFixture(t, Config{}, map[string]*cluster{"a": {pods: 4}, "old": {pods: 4, goneRV: true}})
+	rv := encodeRV(map[string]string{"a": "5", "old": "5"})
+	resp, b := fx.get(t, "/sets/labels:env=prod/proxy/api/v1/pods?resourceVersion="+url.QueryEscape(rv), "")
+	for range 3 {
+		if resp.StatusCode != 200 {
+			break
+		}
+		l := decode(t, b)
+		if l.Metadata.Continue == "" {
+			t.Fatalf("a 200 without old's items and no continue token: %s", b)
+		}
+		resp, b = fx.get(t, "/sets/labels:env=prod/proxy/api/v1/pods?continue="+url.QueryEscape(l.Metadata.Continue), "")
+	}
+	var s metav1.Status
+	if err := json.Unmarshal(b, &s); err != nil || resp.StatusCode != http.StatusGone || s.Reason != metav1.StatusReasonExpired ||
+		!strings.Contains(s.Message, `"old"`) || !strings.Contains(s.Message, "list again without") {
+		t.Errorf("%d %s: want 410 Expired naming old, saying to list again", resp.StatusCode, b)
+	}
+}
+
 // A continue token is checked: one that is not the gateway's, or was given
 // for another list, or was edited into nonsense, is a 400 saying to list
 // again; none reaches a cluster.

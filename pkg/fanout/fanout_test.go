@@ -69,6 +69,7 @@ type cluster struct {
 	gone     bool          // watch: answer 410
 	delay    time.Duration // watch: before the events
 	failCont int           // a read with a continue token answers this HTTP code (a failure mid-list)
+	goneRV   bool          // a list from a resourceVersion answers 410 (compacted)
 	stall    chan struct{} // a list waits until it is closed (or the request ends)
 	inFlight *atomic.Int32 // shared: reads in flight
 	maxSeen  *atomic.Int32
@@ -125,6 +126,12 @@ func (c *cluster) serve(name string, w http.ResponseWriter, req *http.Request) {
 			reason = metav1.StatusReasonExpired
 		}
 		_ = json.NewEncoder(w).Encode(metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: "Failure", Code: int32(c.failCont), Reason: reason, Message: "cluster " + name + " cannot continue"})
+		return
+	}
+	if c.goneRV && q.Get("watch") != "true" && q.Get("continue") == "" && q.Get("resourceVersion") != "" {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusGone)
+		_ = json.NewEncoder(w).Encode(metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: "Failure", Code: 410, Reason: metav1.StatusReasonExpired, Message: "too old resource version"})
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -286,8 +286,12 @@ func (f *FanOut) list(w http.ResponseWriter, req *http.Request, set string, clus
 		switch {
 		case r.code == http.StatusGone && !get:
 			if !begun {
+				again := "list again without continue"
+				if req.URL.Query().Get("continue") == "" {
+					again = "list again without a resourceVersion" // the set's, from which the cluster's is gone
+				}
 				writeStatus(w, req, apierrors.NewResourceExpired(fmt.Sprintf(
-					"cluster %q: %s; list again without continue", r.cluster, r.err)))
+					"cluster %q: %s; %s", r.cluster, r.err, again)))
 				return
 			}
 			c.Wait = true // the next page answers its 410
@@ -394,9 +398,10 @@ func (l *pageLimit) Read(b []byte) (int, error) {
 }
 
 // decodeBody reads one cluster's page, marking each item with cluster; its
-// error is a warning's text. A List or Table is read as a stream, one item
-// (or row) at a time, so that the gateway holds about the page itself;
-// whole (a get's object, not as a Table) is read at once.
+// error is a warning's text. A List or Table is read whole into a reused
+// buffer and walked once (scan.go), each item (or row) copied to the
+// page's items with its mark; whole (a get's object, not as a Table) is
+// one item.
 func decodeBody(body io.Reader, cluster string, whole bool) (*page, error) {
 	body = &pageLimit{r: body, n: maxPageBytes + 1}
 	m := newMark(cluster)
@@ -414,7 +419,18 @@ func decodeBody(body io.Reader, cluster string, whole bool) (*page, error) {
 		}
 		return p, nil
 	}
-	if err := p.decode(json.NewDecoder(body), m); err != nil {
+	raw, err := readBuffer(body)
+	if err == nil {
+		// The marked items are about the page's bytes: one allocation
+		// rather than doublings, each cleared.
+		p.items = slices.Grow(p.items, len(raw)+len(raw)/8)
+		w := walkers.Get().(*walker)
+		err = p.decodePage(w, raw, &m)
+		w.b = nil
+		walkers.Put(w)
+	}
+	putBuffer(raw)
+	if err != nil {
 		p.release()
 		return nil, readError(err)
 	}
@@ -425,7 +441,10 @@ func decodeBody(body io.Reader, cluster string, whole bool) (*page, error) {
 	return p, nil
 }
 
-// buffers hold pages' items: a list of many pages reuses a few.
+var walkers = sync.Pool{New: func() any { return new(walker) }}
+
+// buffers hold pages, as read and as marked: a list of many pages reuses
+// a few.
 var buffers sync.Pool
 
 // maxPooled: a larger buffer (a cluster asked a large limit) is left to
@@ -439,23 +458,48 @@ func takeBuffer() []byte {
 	return nil
 }
 
-// release gives p's buffer back once p is written; its items are not read after.
-func (p *page) release() {
-	if b := p.items; cap(b) > 0 && cap(b) <= maxPooled {
+func putBuffer(b []byte) {
+	if cap(b) > 0 && cap(b) <= maxPooled {
 		buffers.Put(&b)
 	}
+}
+
+// readBuffer reads r to its end into a pooled buffer.
+func readBuffer(r io.Reader) ([]byte, error) {
+	b := takeBuffer()
+	for {
+		if len(b) == cap(b) {
+			// Doubled: append's growth of a large slice (1.25x) would
+			// copy a page about five times to hold it.
+			b = slices.Grow(b, max(len(b), 64<<10))
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		switch {
+		case errors.Is(err, io.EOF):
+			return b, nil
+		case err != nil:
+			return b, err
+		}
+	}
+}
+
+// release gives p's buffer back once p is written; its items are not read after.
+func (p *page) release() {
+	putBuffer(p.items)
 	p.items = nil
 }
 
 func readError(err error) error {
 	var syntax *json.SyntaxError
+	var walk *syntaxError
 	var typ *json.UnmarshalTypeError
 	switch {
 	case errors.Is(err, errPageTooLarge):
 		return err
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return errors.New("its answer ended before its JSON did")
-	case errors.As(err, &syntax), errors.As(err, &typ), errors.Is(err, errNotList):
+	case errors.As(err, &syntax), errors.As(err, &walk), errors.As(err, &typ), errors.Is(err, errNotList):
 		return fmt.Errorf("its answer is not JSON: %w", err)
 	}
 	return fmt.Errorf("reading its answer: %w", err)
@@ -463,84 +507,16 @@ func readError(err error) error {
 
 var errNotList = errors.New("not a JSON object of a List or Table")
 
-// decode reads a List or Table from dec: its items and rows one at a time,
-// each into one reused buffer, then spliced onto p.items.
-func (p *page) decode(dec *json.Decoder, m mark) error {
-	if t, err := dec.Token(); err != nil {
-		return err
-	} else if t != json.Delim('{') {
-		return errNotList
-	}
-	var skip, raw json.RawMessage
-	var r row
-	cells := -1 // every row's cells (columns may come after the rows)
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		switch t {
-		case "kind":
-			err = dec.Decode(&p.Kind)
-		case "apiVersion":
-			err = dec.Decode(&p.APIVersion)
-		case "metadata":
-			err = dec.Decode(&p.Metadata)
-		case "columnDefinitions":
-			err = dec.Decode(&p.ColumnDefinitions)
-		case "items":
-			err = eachElement(dec, func() error {
-				if err := dec.Decode(&raw); err != nil {
-					return err
-				}
-				p.add(func(b []byte) ([]byte, error) { return appendAnnotated(b, raw, m) })
-				return nil
-			})
-		case "rows":
-			err = eachElement(dec, func() error {
-				r.Cells, r.Conditions, r.Object = r.Cells[:0], r.Conditions[:0], r.Object[:0]
-				if err := dec.Decode(&r); err != nil {
-					return err
-				}
-				if cells >= 0 && cells != len(r.Cells) {
-					p.irregular = true
-				}
-				cells = len(r.Cells)
-				p.add(func(b []byte) ([]byte, error) { return appendRow(b, m.value, r.Cells, r.Conditions, r.Object, &m), nil })
-				return nil
-			})
-		default:
-			err = dec.Decode(&skip)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	_, err := dec.Token() // '}'
-	if cells >= 0 && cells != len(p.ColumnDefinitions) {
-		p.irregular = true
-	}
-	return err
-}
-
-// add appends one item; an item that cannot be marked is left out, as the
-// fan-out always has (it is not an object).
-func (p *page) add(appendItem func([]byte) ([]byte, error)) {
-	mark := len(p.items)
+// add appends one item with appendItem, comma-separated.
+func (p *page) add(appendItem func([]byte) []byte) {
 	if p.n > 0 {
 		p.items = append(p.items, ',')
 	}
 	if cap(p.items)-len(p.items) < 4<<10 {
-		// Doubled: append's growth of a large slice (1.25x) would
-		// allocate about five pages to hold one.
+		// Doubled, as readBuffer's.
 		p.items = slices.Grow(p.items, max(len(p.items), 64<<10))
 	}
-	b, err := appendItem(p.items)
-	if err != nil {
-		p.items = p.items[:mark]
-		return
-	}
-	p.items = b
+	p.items = appendItem(p.items)
 	p.n++
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strings"
 )
 
 // The cluster annotation is spliced into each item's bytes: the item is
@@ -11,16 +12,43 @@ import (
 // about the page's bytes (a bench of 100 clusters found the re-encode took
 // most of a list's time and heap).
 
-// mark is one cluster's annotation, as JSON.
+// mark is one cluster's annotation, as JSON, and the texts the walk
+// (scan.go) splices into an item or a Table row: [0] where the object it
+// goes in has no other member, [1] where it has.
 type mark struct {
 	entry []byte // "<ClusterAnnotation>":"<cluster>"
 	value []byte // "<cluster>"
+
+	noMeta    [2][]byte // "metadata":{"annotations":{entry}}(,)
+	metaValue []byte    // {"annotations":{entry}}, for a null metadata
+	noAnn     [2][]byte // "annotations":{entry}(,)
+	annValue  []byte    // {entry}, for null annotations
+	lastEntry [2][]byte // (,)entry, before the annotations' '}'
+	nullRow   []byte    // {"cells":[value]}
+	cells     []byte    // [value], for null cells
+	firstCell [2][]byte // value(,), after the cells' '['
+	noCells   [2][]byte // "cells":[value](,)
 }
 
 func newMark(cluster string) mark {
 	k, _ := json.Marshal(ClusterAnnotation)
 	v, _ := json.Marshal(cluster)
-	return mark{entry: append(append(k, ':'), v...), value: v}
+	e := append(append(k, ':'), v...)
+	cat := func(parts ...string) []byte { return []byte(strings.Join(parts, "")) }
+	both := func(parts ...string) [2][]byte { return [2][]byte{cat(parts...), cat(append(parts, ",")...)} }
+	es, vs := string(e), string(v)
+	return mark{
+		entry: e, value: v,
+		noMeta:    both(`"metadata":{"annotations":{`, es, `}}`),
+		metaValue: cat(`{"annotations":{`, es, `}}`),
+		noAnn:     both(`"annotations":{`, es, `}`),
+		annValue:  cat(`{`, es, `}`),
+		lastEntry: [2][]byte{e, cat(",", es)},
+		nullRow:   cat(`{"cells":[`, vs, `]}`),
+		cells:     cat(`[`, vs, `]`),
+		firstCell: both(vs),
+		noCells:   both(`"cells":[`, vs, `]`),
+	}
 }
 
 // annotate returns obj with the cluster annotation set. obj is checked
@@ -43,97 +71,21 @@ type span struct{ start, end int }
 // the ones a decoder keeps, so those are edited; a member absent or null
 // is added; an annotation of the same key has its value replaced.
 func appendAnnotated(dst, obj []byte, m mark) ([]byte, error) {
-	open := skipWS(obj, 0)
+	w := &walker{b: obj}
+	open := w.ws(0)
 	if open >= len(obj) || obj[open] != '{' {
 		return nil, errNotObject
 	}
-	var meta span
-	hasMeta := false
-	closing, n, err := scanObject(obj, open, func(key []byte, v span) {
-		if keyIs(key, "metadata") {
-			meta, hasMeta = v, true
-		}
-	})
-	if err != nil {
+	end, ok, err := w.markedObject(open, &m)
+	switch {
+	case err != nil:
 		return nil, err
-	}
-	if skipWS(obj, closing+1) != len(obj) {
+	case w.ws(end) != len(obj):
 		return nil, errors.New("data after the JSON object")
+	case !ok:
+		return nil, errors.New("its metadata or annotations are not a JSON object")
 	}
-	if !hasMeta {
-		dst = append(dst, obj[:open+1]...)
-		dst = append(dst, `"metadata":{"annotations":{`...)
-		dst = append(dst, m.entry...)
-		dst = append(dst, "}}"...)
-		if n > 0 {
-			dst = append(dst, ',')
-		}
-		return append(dst, obj[open+1:]...), nil
-	}
-	switch {
-	case isNull(obj, meta):
-		dst = append(dst, obj[:meta.start]...)
-		dst = append(dst, `{"annotations":{`...)
-		dst = append(dst, m.entry...)
-		dst = append(dst, "}}"...)
-		return append(dst, obj[meta.end:]...), nil
-	case obj[meta.start] != '{':
-		return nil, errors.New("its metadata is not a JSON object")
-	}
-	var ann span
-	hasAnn := false
-	_, n, err = scanObject(obj, meta.start, func(key []byte, v span) {
-		if keyIs(key, "annotations") {
-			ann, hasAnn = v, true
-		}
-	})
-	if err != nil {
-		return nil, err
-	}
-	if !hasAnn {
-		dst = append(dst, obj[:meta.start+1]...)
-		dst = append(dst, `"annotations":{`...)
-		dst = append(dst, m.entry...)
-		dst = append(dst, '}')
-		if n > 0 {
-			dst = append(dst, ',')
-		}
-		return append(dst, obj[meta.start+1:]...), nil
-	}
-	switch {
-	case isNull(obj, ann):
-		dst = append(dst, obj[:ann.start]...)
-		dst = append(dst, '{')
-		dst = append(dst, m.entry...)
-		dst = append(dst, '}')
-		return append(dst, obj[ann.end:]...), nil
-	case obj[ann.start] != '{':
-		return nil, errors.New("its annotations are not a JSON object")
-	}
-	var same []span // values of the annotation's own key, replaced
-	closing, n, err = scanObject(obj, ann.start, func(key []byte, v span) {
-		if keyIs(key, ClusterAnnotation) {
-			same = append(same, v)
-		}
-	})
-	if err != nil {
-		return nil, err
-	}
-	if len(same) == 0 {
-		dst = append(dst, obj[:closing]...)
-		if n > 0 {
-			dst = append(dst, ',')
-		}
-		dst = append(dst, m.entry...)
-		return append(dst, obj[closing:]...), nil
-	}
-	prev := 0
-	for _, s := range same {
-		dst = append(dst, obj[prev:s.start]...)
-		dst = append(dst, m.value...)
-		prev = s.end
-	}
-	return append(dst, obj[prev:]...), nil
+	return w.applyEdits(dst, 0, len(obj)), nil
 }
 
 func isNull(b []byte, v span) bool { return string(b[v.start:v.end]) == "null" }

@@ -241,3 +241,196 @@ func TestWholeObjectIsOneMarkedItem(t *testing.T) {
 		t.Errorf("a cut object: %v", err)
 	}
 }
+
+// pageByDecoder is how the fan-out read a page before the walk (scan.go):
+// encoding/json's Decoder, one item or row at a time, each item marked by
+// maps. It is the walk's reference: items as JSON values, rows as
+// {cells, conditions, object}.
+func pageByDecoder(b []byte, cluster string) (p *page, items []any, isRow []bool, err error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	p = &page{}
+	if t, err := dec.Token(); err != nil {
+		return nil, nil, nil, err
+	} else if t != json.Delim('{') {
+		return nil, nil, nil, errNotList
+	}
+	name, _ := json.Marshal(cluster)
+	var skip json.RawMessage
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		switch t {
+		case "kind":
+			err = dec.Decode(&p.Kind)
+		case "apiVersion":
+			err = dec.Decode(&p.APIVersion)
+		case "metadata":
+			err = dec.Decode(&p.Metadata)
+		case "columnDefinitions":
+			err = dec.Decode(&p.ColumnDefinitions)
+		case "items":
+			err = eachElement(dec, func() error {
+				var raw json.RawMessage
+				if err := dec.Decode(&raw); err != nil {
+					return err
+				}
+				if b, err := annotateByMaps(raw, cluster); err == nil {
+					var v any
+					_ = json.Unmarshal(b, &v)
+					items, isRow = append(items, v), append(isRow, false)
+				}
+				return nil
+			})
+		case "rows":
+			err = eachElement(dec, func() error {
+				var r row
+				if err := dec.Decode(&r); err != nil {
+					return err
+				}
+				obj := []byte(r.Object)
+				if len(obj) > 0 {
+					if b, err := annotateByMaps(r.Object, cluster); err == nil {
+						obj = b
+					}
+				}
+				items, isRow = append(items, rowValue(append([]json.RawMessage{name}, r.Cells...), r.Conditions, obj)), append(isRow, true)
+				return nil
+			})
+		default:
+			err = dec.Decode(&skip)
+		}
+		if err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, nil, nil, err
+	}
+	return p, items, isRow, nil
+}
+
+// rowValue is a row as the comparison sees it.
+func rowValue(cells []json.RawMessage, conditions, object []byte) any {
+	v := map[string]any{}
+	var cs []any
+	for _, c := range cells {
+		var x any
+		_ = json.Unmarshal(c, &x)
+		cs = append(cs, x)
+	}
+	v["cells"] = cs
+	if len(conditions) > 0 {
+		var x any
+		_ = json.Unmarshal(conditions, &x)
+		v["conditions"] = x
+	}
+	if len(object) > 0 {
+		var x any
+		_ = json.Unmarshal(object, &x)
+		v["object"] = x
+	}
+	return v
+}
+
+// pageItems are the walk's items as the comparison sees them.
+func pageItems(t *testing.T, p *page, isRow []bool) []any {
+	t.Helper()
+	var raws []json.RawMessage
+	if err := json.Unmarshal([]byte("["+string(p.items)+"]"), &raws); err != nil {
+		t.Fatalf("the page's items are not JSON: %v\n%s", err, p.items)
+	}
+	var out []any
+	if len(raws) != len(isRow) {
+		return nil
+	}
+	for i, r := range raws {
+		if !isRow[i] {
+			var v any
+			_ = json.Unmarshal(r, &v)
+			out = append(out, v)
+			continue
+		}
+		var x row
+		if err := json.Unmarshal(r, &x); err != nil {
+			t.Fatalf("a row is not a row: %v\n%s", err, r)
+		}
+		out = append(out, rowValue(x.Cells, x.Conditions, x.Object))
+	}
+	return out
+}
+
+// pageSeeds are pages whose items, rows and heads are tricky.
+func pageSeeds() []string {
+	seeds := []string{
+		listBody(trickyItems),
+		listBody(append(append([]string{}, trickyItems...), `null`, `[1]`, `"s"`, `{"metadata":1}`)),
+		`{"items":null,"kind":"PodList"}`,
+		`{"kind":"PodList","items":[]}` + "\n",
+		` { "kind" : "PodList" , "items" : [ { } , { "metadata" : null } ] , "metadata" : { "continue" : "x" } } `,
+		`{"a":"\"items\":[{\"metadata\":{}}]","kind":"PodList","items":[{"b":"\"metadata\":{}"}]}`,
+		`{"kind":"PodList","items":[{"a":[[[1,{"metadata":{}}]]],"metadata":{"annotations":{"x":"\u00e9\ud83d\ude00\\\"\/"}}}]}`,
+		`{"ki\u006ed":"PodList","ite\u006ds":[{"metadata":{"annotations":{}}}]}`,
+		`{"kind":"PodList","items":[{"metadata":{}}],"items":[{"x":-0.5e+10}]}`,
+		`{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"9"},` +
+			`"columnDefinitions":[{"name":"Name","type":"string"},{"name":"Age","type":"string"}],"rows":[` +
+			`{"cells":["a","1m"],"object":{"metadata":{"name":"a","annotations":{"x":"y"}}}},` +
+			`{"cells":["b","2m"],"conditions":[{"type":"Completed","status":"True"}],"object":null},` +
+			`{"cells":["c","3m"]},{"cells":[]},{"cells":null,"object":{"metadata":1}},{},null,{"object":"s","x":1},` +
+			`{"object":{"metadata":{"annotations":null}},"cells":[1,{"a":[]},null]}]}`,
+	}
+	for _, bad := range []string{`{`, `{"kind":"PodList","items":[{"a":1}`, `{"kind":"PodList","items":[{"a":1},]}`,
+		`{"kind":"PodList","items":[{"a":01}]}`, `{"kind":"PodList","items":[{"a":"\x"}]}`, `{"kind":"PodList","items":[]}x`,
+		`{"kind":1,"items":[]}`, `{"kind":"Table","rows":[1]}`, `{"kind":"Table","rows":[{"cells":{}}]}`, `{"items":{}}`, `[]`, `<html>`} {
+		seeds = append(seeds, bad)
+	}
+	return seeds
+}
+
+// The walk reads a page as encoding/json's Decoder did, marking the items
+// as maps did; JSON the Decoder refuses (or json.Valid does) it refuses,
+// and nothing makes it panic.
+func FuzzPageWalkMeansWhatTheDecoderMeant(f *testing.F) {
+	for _, s := range pageSeeds() {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		checkWalk(t, b)
+	})
+}
+
+func TestPageWalkMeansWhatTheDecoderMeant(t *testing.T) {
+	for _, s := range pageSeeds() {
+		checkWalk(t, []byte(s))
+	}
+}
+
+func checkWalk(t *testing.T, b []byte) {
+	t.Helper()
+	const cluster = `c"1`
+	m := newMark(cluster)
+	got := &page{}
+	gerr := got.decodePage(new(walker), b, &m)
+	want, witems, isRow, werr := pageByDecoder(b, cluster)
+	valid := json.Valid(b)
+	switch {
+	case !valid && gerr == nil:
+		t.Fatalf("%q: the walk took JSON json.Valid refuses", b)
+	case valid && (werr == nil) != (gerr == nil):
+		t.Fatalf("%q: the walk's error %v, the decoder's %v", b, gerr, werr)
+	case gerr != nil:
+		if e := readError(gerr).Error(); !strings.HasPrefix(e, "its answer is not JSON") && !strings.HasPrefix(e, "its answer ended before its JSON did") {
+			t.Fatalf("%q: the walk's error reads %q", b, e)
+		}
+		return
+	}
+	if got.Kind != want.Kind || got.APIVersion != want.APIVersion || got.Metadata != want.Metadata ||
+		!reflect.DeepEqual(got.ColumnDefinitions, want.ColumnDefinitions) {
+		t.Fatalf("%q: head %+v, the decoder's %+v", b, got, want)
+	}
+	items := pageItems(t, got, isRow)
+	if got.n != len(witems) || !reflect.DeepEqual(items, witems) {
+		t.Fatalf("%q:\nwalked  %d %v\ndecoder %d %v", b, got.n, items, len(witems), witems)
+	}
+}
