@@ -293,12 +293,12 @@ func (o *Owner) resolved(in inputs) *gateways.Gateway {
 	return rec.base
 }
 
-// Lease leases into l the pooled transport of the cluster of gw, a version
-// of the gateway a request read. It returns the gateway the lease is for:
-// gw, or the record's current version when that reaches the cluster
+// Lease leases the pooled transport of the cluster of gw, a version of the
+// gateway a request read. It returns the lease and the gateway the lease is
+// for: gw, or the record's current version when that reaches the cluster
 // differently or is no longer usable. A gateway deleted since is NotFound,
 // as the store answers, and leaves nothing in the pool.
-func (o *Owner) Lease(l *pool.Lease, gw *gateways.Gateway) (*gateways.Gateway, error) {
+func (o *Owner) Lease(gw *gateways.Gateway) (*pool.Lease, *gateways.Gateway, error) {
 	name := gw.Name()
 	// A deleted record may have been replaced by a new gateway of the same
 	// name meanwhile, or a record made: look once more.
@@ -319,15 +319,15 @@ func (o *Owner) Lease(l *pool.Lease, gw *gateways.Gateway) (*gateways.Gateway, e
 			rec.mu.RUnlock()
 			continue
 		}
-		cur, err := o.leaseLocked(rec, l, gw)
+		l, cur, err := o.leaseLocked(rec, gw)
 		rec.mu.RUnlock()
-		return cur, err
+		return l, cur, err
 	}
-	return nil, apierrors.NewNotFound(gateways.Resource, name)
+	return nil, nil, apierrors.NewNotFound(gateways.Resource, name)
 }
 
 // leaseLocked is Lease under rec's read lock.
-func (o *Owner) leaseLocked(rec *record, l *pool.Lease, gw *gateways.Gateway) (*gateways.Gateway, error) {
+func (o *Owner) leaseLocked(rec *record, gw *gateways.Gateway) (*pool.Lease, *gateways.Gateway, error) {
 	// As of now, as the request judged its own: a credential that expired
 	// since the record's last step, with no write, is not Ready.
 	cur := rec.gw.At(o.cfg.Store.Now())
@@ -335,12 +335,13 @@ func (o *Owner) leaseLocked(rec *record, l *pool.Lease, gw *gateways.Gateway) (*
 		gw = cur // changed on the request's way: it goes as the gateway is now
 	}
 	if !gw.Ready {
-		return gw, apierrors.NewServiceUnavailable(fmt.Sprintf("ClusterGateway %q cannot be used: %s", gw.Name(), gw.Problem))
+		return nil, gw, apierrors.NewServiceUnavailable(fmt.Sprintf("ClusterGateway %q cannot be used: %s", gw.Name(), gw.Problem))
 	}
 	if rec.targetErr != nil {
-		return gw, rec.targetErr
+		return nil, gw, rec.targetErr
 	}
-	return gw, o.cfg.Pool.AcquireInto(l, o.currentTarget(rec))
+	l, err := o.cfg.Pool.Acquire(o.currentTarget(rec))
+	return l, gw, err
 }
 
 // currentTarget is rec's target with the tunnel's ID as it is now: a new

@@ -147,8 +147,7 @@ func TestNoEntryLeftForADeletedGateway(t *testing.T) {
 	if _, ok := f.prober.Get("c"); ok {
 		t.Error("the deletion step did not tell the prober")
 	}
-	lease := new(pool.Lease)
-	if _, err := f.owner.Lease(lease, stale); !apierrors.IsNotFound(err) {
+	if _, _, err := f.owner.Lease(stale); !apierrors.IsNotFound(err) {
 		t.Fatalf("a request that read the gateway before its deletion: %v, want NotFound", err)
 	}
 	if n := f.pool.Len(); n != 0 {
@@ -164,8 +163,8 @@ func TestNoEntryLeftForADeletedGateway(t *testing.T) {
 func TestLeaseBeforeDeletionIsRetired(t *testing.T) {
 	f := start(t, gatewaySecret("c", "https://127.0.0.1:6443", "t"))
 	gw := f.waitFor(t, "c", false)
-	lease := new(pool.Lease)
-	if _, err := f.owner.Lease(lease, gw); err != nil {
+	lease, _, err := f.owner.Lease(gw)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if lease.Transport() == nil || f.pool.Len() != 1 {
@@ -196,8 +195,8 @@ func TestChangeStep(t *testing.T) {
 		}
 	})
 	gw := f.waitFor(t, "c", false)
-	lease := new(pool.Lease)
-	if _, err := f.owner.Lease(lease, gw); err != nil {
+	lease, _, err := f.owner.Lease(gw)
+	if err != nil {
 		t.Fatal(err)
 	}
 	lease.Release()
@@ -226,7 +225,7 @@ func TestChangeStep(t *testing.T) {
 		t.Fatalf("after a new address: %d live pool entries, want 0 (retired in the change's step)", n)
 	}
 	// A request that read the old version goes as the gateway is now.
-	leased, err := f.owner.Lease(lease, gw)
+	lease, leased, err := f.owner.Lease(gw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,13 +269,12 @@ func TestCreateDeleteLeaseRace(t *testing.T) {
 	}
 	for i := range 4 {
 		leasers.Go(func() {
-			var l pool.Lease
 			for n := i; !stop.Load(); n++ {
 				gw, err := f.store.Get(names[n%len(names)])
 				if err != nil {
 					continue
 				}
-				if _, err := f.owner.Lease(&l, gw); err == nil {
+				if l, _, err := f.owner.Lease(gw); err == nil {
 					leased.Add(1)
 					l.Release()
 				} else if !apierrors.IsNotFound(err) {
@@ -326,8 +324,7 @@ func TestLeaseAfterTheDeletionStepPassed(t *testing.T) {
 	rec.mu.Lock()
 	done := make(chan error, 1)
 	go func() {
-		var l pool.Lease
-		_, err := f.owner.Lease(&l, gw)
+		l, _, err := f.owner.Lease(gw)
 		if err == nil {
 			l.Release()
 		}
@@ -428,8 +425,8 @@ func TestExpiredWithoutAWriteIsNotLeased(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		var l pool.Lease
-		if _, err := f.owner.Lease(&l, g); err != nil {
+		l, _, err := f.owner.Lease(g)
+		if err != nil {
 			return err
 		}
 		l.Release()
@@ -443,8 +440,7 @@ func TestExpiredWithoutAWriteIsNotLeased(t *testing.T) {
 	if g.Ready {
 		t.Fatal("the gateway read after its certificate expired is Ready")
 	}
-	var l pool.Lease
-	if _, err := f.owner.Lease(&l, g); err == nil {
+	if l, _, err := f.owner.Lease(g); err == nil {
 		l.Release()
 		t.Fatal("a lease for a gateway whose certificate expired, with no write since, was granted")
 	} else if !apierrors.IsServiceUnavailable(err) {
