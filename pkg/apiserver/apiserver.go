@@ -251,7 +251,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		MaxBodyBytes:          g.MaxRequestBodyBytes,
 		Tracer:                tracer,
 	}
-	copts := clusters.Config{Store: s.Store, Pool: s.Pool}
+	copts := clusters.Config{Store: s.Store, Pool: s.Pool, Limiter: s.Limiter}
 	if s.Providers != nil {
 		copts.Providers = s.Providers
 	}
@@ -264,18 +264,18 @@ func (c CompletedConfig) New() (*Server, error) {
 		copts.Tunnel = s.Tunnel
 		s.Tunnel.OnMissedCheck(func(string) { s.Pool.RenewTunnelled() })
 	}
-	// The prober probes through the proxy's own path (ProbeCluster); the
-	// records tell it which clusters there are, and the proxy reads what
-	// it knows. It runs from the post-start hook, after px is set.
-	var px *proxy.Proxy
-	if s.Prober, err = health.New(c.Extra.Health, func(ctx context.Context, name string) health.Outcome {
-		return px.ProbeCluster(ctx, name)
-	}); err != nil {
+	if s.Clusters, err = clusters.New(copts); err != nil {
 		s.stop()
 		return nil, err
 	}
-	copts.Prober = s.Prober
-	if s.Clusters, err = clusters.New(copts); err != nil {
+	// The prober is built over the records, which hold each cluster's
+	// probe state and tell it of each step; it probes through the proxy's
+	// own path (ProbeCluster), and the proxy reads what it knows. It runs
+	// from the post-start hook, after px is set.
+	var px *proxy.Proxy
+	if s.Prober, err = health.New(c.Extra.Health, s.Clusters, func(ctx context.Context, name string) health.Outcome {
+		return px.ProbeCluster(ctx, name)
+	}); err != nil {
 		s.stop()
 		return nil, err
 	}

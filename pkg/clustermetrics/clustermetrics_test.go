@@ -48,17 +48,19 @@ func gatewaySecret(t *testing.T, ca *testpki.CA, name string, notAfter time.Time
 func start(t *testing.T, cfg Config, client *fake.Clientset, probe health.ProbeFunc) metrics.KubeRegistry {
 	t.Helper()
 	store := gateways.NewStore(client, ns)
-	p, err := health.New(health.Options{Interval: 5 * time.Millisecond, Timeout: time.Second, FailureThreshold: 1, SuccessThreshold: 1, MaxBackoff: 20 * time.Millisecond, Workers: 2}, probe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// As pkg/apiserver wires it: the clusters' records tell the prober of the store's gateways.
+	// As pkg/apiserver wires it: the prober over the clusters' records,
+	// which hold the store's gateways and their probe states.
 	pl, err := pool.New(*pool.NewOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pl.Close)
-	if _, err := clusters.New(clusters.Config{Store: store, Pool: pl, Prober: p}); err != nil {
+	owner, err := clusters.New(clusters.Config{Store: store, Pool: pl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := health.New(health.Options{Interval: 5 * time.Millisecond, Timeout: time.Second, FailureThreshold: 1, SuccessThreshold: 1, MaxBackoff: 20 * time.Millisecond, Workers: 2}, owner, probe)
+	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

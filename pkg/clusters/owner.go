@@ -3,8 +3,12 @@
 // the inventory sync. A gateway's creation, change or deletion is one step
 // under its record's lock: the record resolves the gateway's credential
 // (stored in it, from a Secret, or from a provider), keeps it with what it
-// was resolved from, takes its pool target, and the pool, the prober and the
-// credential providers are told in that step. The store's API view reads
+// was resolved from, takes its pool target, starts its probe state over
+// when the cluster is reached differently (its limiter Slots are made with
+// the record and dropped with it), and the pool, the prober and the
+// credential providers are told in that step; the deletion step stops the
+// probe state with the record. The prober (pkg/health) keeps no state of
+// its own: it reads and updates the records'. The store's API view reads
 // resolved gateways through the Owner (gateways.Store.ResolveThrough). The
 // proxy leases a transport through the record, under the same lock, so no
 // lease is taken for a cluster whose deletion has passed.
@@ -19,20 +23,11 @@ import (
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/credentials"
+	"github.com/clustergateway/cluster-gateway/pkg/fairness"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
+	"github.com/clustergateway/cluster-gateway/pkg/health"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 )
-
-// Prober is what a record tells the prober (pkg/health's Prober).
-type Prober interface {
-	// Reset starts the named cluster over, reached through addresses
-	// addresses, and probes it at once.
-	Reset(name string, addresses int)
-	// Remove forgets the named cluster.
-	Remove(name string)
-	// ProbeNow probes the named cluster soon.
-	ProbeNow(name string)
-}
 
 // Tunnel is the konnectivity client: dials through the proxy-server, with an
 // ID that changes when its credentials rotate.
@@ -47,12 +42,13 @@ type Config struct {
 	Store *gateways.Store
 	// Pool holds the clusters' transports. Required.
 	Pool *pool.Pool
-	// Prober probes the clusters; nil: none.
-	Prober Prober
 	// Providers run gateways' credential providers; nil: none.
 	Providers *credentials.Providers
 	// Tunnel dials Konnectivity endpoints; nil when no proxy-server is configured.
 	Tunnel Tunnel
+	// Limiter bounds each cluster's requests with the Slots its record
+	// keeps; nil: no bound.
+	Limiter *fairness.Limiter
 }
 
 // Owner holds one record per cluster, in one map.
@@ -62,6 +58,7 @@ type Owner struct {
 	mu        sync.RWMutex
 	records   map[string]*record
 	followers []func(old, new *gateways.Gateway)
+	probe     atomic.Pointer[func(name string, reset bool)] // the prober's (OnProbe); nil: none
 }
 
 // record is one cluster's state. Its lock serializes the steps that change
@@ -79,6 +76,14 @@ type record struct {
 	// the tunnel's ID changes); targetErr why gw has none.
 	target    atomic.Pointer[pool.Target]
 	targetErr error
+	// probe is the cluster's probe state (pkg/health), made with the
+	// record, started over in a change step, stopped in the deletion step;
+	// set before the record is in the map, never replaced.
+	probe *health.State
+	// slots are the cluster's share of the Limiter (its slots and queues),
+	// made with the record and dropped with it; set before the record is
+	// in the map, never replaced.
+	slots *fairness.Slots
 }
 
 // New returns the Owner, following cfg.Store from here on: call it before
@@ -108,6 +113,74 @@ func (o *Owner) OnChange(fn func(old, new *gateways.Gateway)) {
 	o.mu.Lock()
 	o.followers = append(o.followers, fn)
 	o.mu.Unlock()
+}
+
+// OnProbe has each cluster's step call fn (the prober's): with reset when
+// the record's probe state is new or started over, without when the
+// cluster should be probed soon. fn is called at once for each record
+// there is (reset), so a prober that comes after the store ran misses none.
+// fn runs under the record's lock: it must not block, nor read through the
+// Owner.
+func (o *Owner) OnProbe(fn func(name string, reset bool)) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.probe.Store(&fn)
+	for name := range o.records {
+		fn(name, true)
+	}
+}
+
+// tellProber tells the prober, if one follows, of the named cluster's
+// step (OnProbe); read at the step, after its probe state changed.
+func (o *Owner) tellProber(name string, reset bool) {
+	if fn := o.probe.Load(); fn != nil {
+		(*fn)(name, reset)
+	}
+}
+
+// ProbeState is the named cluster's probe state (the prober's view of the
+// records); nil when the cluster has no record.
+func (o *Owner) ProbeState(name string) *health.State {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	if rec, ok := o.records[name]; ok {
+		return rec.probe
+	}
+	return nil
+}
+
+// EachProbeState calls fn with each record's probe state.
+func (o *Owner) EachProbeState(fn func(*health.State)) {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	for _, rec := range o.records {
+		fn(rec.probe)
+	}
+}
+
+// Limiter is the limiter whose Slots the records keep; nil: none.
+func (o *Owner) Limiter() *fairness.Limiter { return o.cfg.Limiter }
+
+// Slots are the named cluster's slots and queues, its record's; nil when
+// the cluster has no record (its requests are NotFound at the lease), or no
+// Limiter bounds it. A request that comes before the gateway's creation
+// step takes that step.
+func (o *Owner) Slots(name string) *fairness.Slots {
+	if o.cfg.Limiter == nil {
+		return nil
+	}
+	for range 2 {
+		o.mu.RLock()
+		rec, ok := o.records[name]
+		o.mu.RUnlock()
+		if ok {
+			return rec.slots
+		}
+		if !o.sync(name) {
+			break
+		}
+	}
+	return nil
 }
 
 // Len is how many clusters have a record.
@@ -146,7 +219,10 @@ func (o *Owner) sync(name string) bool {
 	if !ok {
 		// Locked before anyone can find it: a lease never sees a record
 		// without its gateway.
-		rec = &record{}
+		rec = &record{probe: health.NewState(1 + len(stored.Conn.Endpoint.AdditionalAddresses))}
+		if o.cfg.Limiter != nil {
+			rec.slots = o.cfg.Limiter.NewSlots(name)
+		}
 		rec.mu.Lock()
 		o.records[name] = rec
 	}
@@ -182,13 +258,12 @@ func (o *Owner) sync(name string) bool {
 	case !gateways.SameTransport(prev, g):
 		pl.Remove(name, pool.ReasonRotated)
 	}
-	if pr := o.cfg.Prober; pr != nil {
-		switch {
-		case prev == nil, prev.Ready != g.Ready, !gateways.SameTransport(prev, g):
-			pr.Reset(name, 1+len(g.Conn.Endpoint.AdditionalAddresses)) // reached differently: what was known no longer holds
-		case prev.Conn.Token != g.Conn.Token:
-			pr.ProbeNow(name) // a new token may fix what the old one could not
-		}
+	switch {
+	case prev == nil, prev.Ready != g.Ready, !gateways.SameTransport(prev, g):
+		rec.probe.Reset(1 + len(g.Conn.Endpoint.AdditionalAddresses)) // reached differently: what was known no longer holds
+		o.tellProber(name, true)
+	case prev.Conn.Token != g.Conn.Token:
+		o.tellProber(name, false) // a new token may fix what the old one could not
 	}
 	for _, fn := range followers {
 		fn(prev, g)
@@ -226,14 +301,12 @@ func (o *Owner) deleted(old *gateways.Gateway) {
 	}
 }
 
-// endLocked ends rec, which is out of the map: the pool, the prober, the
-// providers and the followers let the cluster go.
+// endLocked ends rec, which is out of the map: its probe state stops, and
+// the pool, the providers and the followers let the cluster go.
 func (o *Owner) endLocked(name string, rec *record, followers []func(old, new *gateways.Gateway)) {
 	rec.gone = true
 	o.cfg.Pool.Remove(name, pool.ReasonDeleted)
-	if pr := o.cfg.Prober; pr != nil {
-		pr.Remove(name)
-	}
+	rec.probe.Stop()
 	if p := o.cfg.Providers; p != nil {
 		p.Release(name)
 	}
@@ -293,12 +366,12 @@ func (o *Owner) resolved(in inputs) *gateways.Gateway {
 	return rec.base
 }
 
-// Lease leases into l the pooled transport of the cluster of gw, a version
-// of the gateway a request read. It returns the gateway the lease is for:
-// gw, or the record's current version when that reaches the cluster
+// Lease leases the pooled transport of the cluster of gw, a version of the
+// gateway a request read. It returns the lease and the gateway the lease is
+// for: gw, or the record's current version when that reaches the cluster
 // differently or is no longer usable. A gateway deleted since is NotFound,
 // as the store answers, and leaves nothing in the pool.
-func (o *Owner) Lease(l *pool.Lease, gw *gateways.Gateway) (*gateways.Gateway, error) {
+func (o *Owner) Lease(gw *gateways.Gateway) (*pool.Lease, *gateways.Gateway, error) {
 	name := gw.Name()
 	// A deleted record may have been replaced by a new gateway of the same
 	// name meanwhile, or a record made: look once more.
@@ -319,15 +392,15 @@ func (o *Owner) Lease(l *pool.Lease, gw *gateways.Gateway) (*gateways.Gateway, e
 			rec.mu.RUnlock()
 			continue
 		}
-		cur, err := o.leaseLocked(rec, l, gw)
+		l, cur, err := o.leaseLocked(rec, gw)
 		rec.mu.RUnlock()
-		return cur, err
+		return l, cur, err
 	}
-	return nil, apierrors.NewNotFound(gateways.Resource, name)
+	return nil, nil, apierrors.NewNotFound(gateways.Resource, name)
 }
 
 // leaseLocked is Lease under rec's read lock.
-func (o *Owner) leaseLocked(rec *record, l *pool.Lease, gw *gateways.Gateway) (*gateways.Gateway, error) {
+func (o *Owner) leaseLocked(rec *record, gw *gateways.Gateway) (*pool.Lease, *gateways.Gateway, error) {
 	// As of now, as the request judged its own: a credential that expired
 	// since the record's last step, with no write, is not Ready.
 	cur := rec.gw.At(o.cfg.Store.Now())
@@ -335,12 +408,13 @@ func (o *Owner) leaseLocked(rec *record, l *pool.Lease, gw *gateways.Gateway) (*
 		gw = cur // changed on the request's way: it goes as the gateway is now
 	}
 	if !gw.Ready {
-		return gw, apierrors.NewServiceUnavailable(fmt.Sprintf("ClusterGateway %q cannot be used: %s", gw.Name(), gw.Problem))
+		return nil, gw, apierrors.NewServiceUnavailable(fmt.Sprintf("ClusterGateway %q cannot be used: %s", gw.Name(), gw.Problem))
 	}
 	if rec.targetErr != nil {
-		return gw, rec.targetErr
+		return nil, gw, rec.targetErr
 	}
-	return gw, o.cfg.Pool.AcquireInto(l, o.currentTarget(rec))
+	l, err := o.cfg.Pool.Acquire(o.currentTarget(rec))
+	return l, gw, err
 }
 
 // currentTarget is rec's target with the tunnel's ID as it is now: a new

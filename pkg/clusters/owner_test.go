@@ -21,6 +21,7 @@ import (
 
 	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 	"github.com/clustergateway/cluster-gateway/pkg/credentials"
+	"github.com/clustergateway/cluster-gateway/pkg/fairness"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/health"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
@@ -49,14 +50,16 @@ func gatewaySecret(name, endpoint, token string) *corev1.Secret {
 
 // fixture is the store over a fake clientset, a pool that never retires
 // idle entries (the janitor would hide an entry a broken deletion left
-// behind), a real prober, and the Owner over them, as pkg/apiserver wires
-// them; all stopped when the test ends.
+// behind), a limiter, the Owner over them, and a real prober over the
+// Owner's records, as pkg/apiserver wires them; all stopped when the test
+// ends.
 type fixture struct {
-	client *fake.Clientset
-	store  *gateways.Store
-	pool   *pool.Pool
-	prober *health.Prober
-	owner  *Owner
+	client  *fake.Clientset
+	store   *gateways.Store
+	pool    *pool.Pool
+	prober  *health.Prober
+	limiter *fairness.Limiter
+	owner   *Owner
 }
 
 func start(t *testing.T, secrets ...*corev1.Secret) *fixture {
@@ -88,15 +91,18 @@ func start(t *testing.T, secrets ...*corev1.Secret) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(f.pool.Close)
+	if f.limiter, err = fairness.New(*fairness.NewOptions()); err != nil {
+		t.Fatal(err)
+	}
+	if f.owner, err = New(Config{Store: f.store, Pool: f.pool, Limiter: f.limiter}); err != nil {
+		t.Fatal(err)
+	}
 	// Probes that never reach anything: what is asserted is which
 	// clusters the prober knows, not what it finds.
-	if f.prober, err = health.New(health.Options{Interval: time.Hour, Timeout: time.Second, FailureThreshold: 1, SuccessThreshold: 1, MaxBackoff: time.Hour, Workers: 1},
+	if f.prober, err = health.New(health.Options{Interval: time.Hour, Timeout: time.Second, FailureThreshold: 1, SuccessThreshold: 1, MaxBackoff: time.Hour, Workers: 1}, f.owner,
 		func(context.Context, string) health.Outcome {
 			return health.Outcome{Reason: "DialFailed", Message: "not dialed in this test"}
 		}); err != nil {
-		t.Fatal(err)
-	}
-	if f.owner, err = New(Config{Store: f.store, Pool: f.pool, Prober: f.prober}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -147,8 +153,7 @@ func TestNoEntryLeftForADeletedGateway(t *testing.T) {
 	if _, ok := f.prober.Get("c"); ok {
 		t.Error("the deletion step did not tell the prober")
 	}
-	lease := new(pool.Lease)
-	if _, err := f.owner.Lease(lease, stale); !apierrors.IsNotFound(err) {
+	if _, _, err := f.owner.Lease(stale); !apierrors.IsNotFound(err) {
 		t.Fatalf("a request that read the gateway before its deletion: %v, want NotFound", err)
 	}
 	if n := f.pool.Len(); n != 0 {
@@ -164,8 +169,8 @@ func TestNoEntryLeftForADeletedGateway(t *testing.T) {
 func TestLeaseBeforeDeletionIsRetired(t *testing.T) {
 	f := start(t, gatewaySecret("c", "https://127.0.0.1:6443", "t"))
 	gw := f.waitFor(t, "c", false)
-	lease := new(pool.Lease)
-	if _, err := f.owner.Lease(lease, gw); err != nil {
+	lease, _, err := f.owner.Lease(gw)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if lease.Transport() == nil || f.pool.Len() != 1 {
@@ -196,8 +201,8 @@ func TestChangeStep(t *testing.T) {
 		}
 	})
 	gw := f.waitFor(t, "c", false)
-	lease := new(pool.Lease)
-	if _, err := f.owner.Lease(lease, gw); err != nil {
+	lease, _, err := f.owner.Lease(gw)
+	if err != nil {
 		t.Fatal(err)
 	}
 	lease.Release()
@@ -226,7 +231,7 @@ func TestChangeStep(t *testing.T) {
 		t.Fatalf("after a new address: %d live pool entries, want 0 (retired in the change's step)", n)
 	}
 	// A request that read the old version goes as the gateway is now.
-	leased, err := f.owner.Lease(lease, gw)
+	lease, leased, err := f.owner.Lease(gw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,13 +275,12 @@ func TestCreateDeleteLeaseRace(t *testing.T) {
 	}
 	for i := range 4 {
 		leasers.Go(func() {
-			var l pool.Lease
 			for n := i; !stop.Load(); n++ {
 				gw, err := f.store.Get(names[n%len(names)])
 				if err != nil {
 					continue
 				}
-				if _, err := f.owner.Lease(&l, gw); err == nil {
+				if l, _, err := f.owner.Lease(gw); err == nil {
 					leased.Add(1)
 					l.Release()
 				} else if !apierrors.IsNotFound(err) {
@@ -326,8 +330,7 @@ func TestLeaseAfterTheDeletionStepPassed(t *testing.T) {
 	rec.mu.Lock()
 	done := make(chan error, 1)
 	go func() {
-		var l pool.Lease
-		_, err := f.owner.Lease(&l, gw)
+		l, _, err := f.owner.Lease(gw)
 		if err == nil {
 			l.Release()
 		}
@@ -428,8 +431,8 @@ func TestExpiredWithoutAWriteIsNotLeased(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		var l pool.Lease
-		if _, err := f.owner.Lease(&l, g); err != nil {
+		l, _, err := f.owner.Lease(g)
+		if err != nil {
 			return err
 		}
 		l.Release()
@@ -443,11 +446,64 @@ func TestExpiredWithoutAWriteIsNotLeased(t *testing.T) {
 	if g.Ready {
 		t.Fatal("the gateway read after its certificate expired is Ready")
 	}
-	var l pool.Lease
-	if _, err := f.owner.Lease(&l, g); err == nil {
+	if l, _, err := f.owner.Lease(g); err == nil {
 		l.Release()
 		t.Fatal("a lease for a gateway whose certificate expired, with no write since, was granted")
 	} else if !apierrors.IsServiceUnavailable(err) {
 		t.Fatalf("a lease for an expired gateway: %v, want ServiceUnavailable", err)
+	}
+}
+
+// A record holds its cluster's probe state and limiter slots: made in the
+// creation step, started over (the probe state) when the cluster is reached
+// differently, and gone with the record in the deletion step; a gateway
+// created again under the same name starts with new ones.
+func TestRecordHoldsProbeStateAndSlots(t *testing.T) {
+	f := start(t, gatewaySecret("c", "https://127.0.0.1:6443", "t"))
+	f.waitFor(t, "c", false)
+	var st *health.State
+	testpoll.EventuallyTrue(t, 30*time.Second, "the creation step makes the probe state", func() bool {
+		st = f.owner.ProbeState("c")
+		return st != nil
+	})
+	slots := f.owner.Slots("c")
+	if slots == nil {
+		t.Fatal("the record has no limiter slots")
+	}
+	release, err := f.limiter.Acquire(context.Background(), slots, "alice", fairness.Request)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := f.limiter.Stats(); s.InFlight[fairness.Request] != 1 || s.Clusters != 1 {
+		t.Fatalf("a slot taken through the record: %+v, want 1 in flight on 1 cluster", s)
+	}
+	if _, err := f.client.CoreV1().Secrets(ns).Update(context.Background(), gatewaySecret("c", "https://127.0.0.2:6443", "t"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testpoll.EventuallyTrue(t, 30*time.Second, "the change step starts the probe state over", func() bool {
+		g, err := f.owner.Get("c")
+		return err == nil && g.Conn.Endpoint.Address == "https://127.0.0.2:6443"
+	})
+	if f.owner.ProbeState("c") != st || f.owner.Slots("c") != slots {
+		t.Fatal("a change step replaced the record's probe state or slots; it keeps them")
+	}
+	if err := f.client.CoreV1().Secrets(ns).Delete(context.Background(), "c", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor(t, "c", true)
+	testpoll.EventuallyTrue(t, 30*time.Second, "the deletion step drops the record", func() bool { return f.owner.Len() == 0 })
+	if f.owner.ProbeState("c") != nil || f.owner.Slots("c") != nil {
+		t.Fatal("a deleted cluster still has a probe state or slots")
+	}
+	release() // a request that held a slot of the deleted cluster gives it back
+	if s := f.limiter.Stats(); s.InFlight[fairness.Request] != 0 || s.Clusters != 0 {
+		t.Fatalf("after the last request of a deleted cluster: %+v, want nothing in flight", s)
+	}
+	if _, err := f.client.CoreV1().Secrets(ns).Create(context.Background(), gatewaySecret("c", "https://127.0.0.1:6443", "t"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testpoll.EventuallyTrue(t, 30*time.Second, "the creation step of the new gateway", func() bool { return f.owner.ProbeState("c") != nil })
+	if f.owner.ProbeState("c") == st || f.owner.Slots("c") == slots {
+		t.Fatal("a gateway created again took the deleted one's probe state or slots")
 	}
 }

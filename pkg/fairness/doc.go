@@ -13,7 +13,7 @@
 // coupled to the hub's flow-control config), and its flow distinguisher
 // cannot include the cluster, which is only known inside the proxy handler.
 //
-// State exists only for a cluster with a request in flight or queued: the
-// entry is dropped when its last request ends, so the limiter holds nothing
-// for idle clusters and starts no goroutine.
+// Each cluster's slots and queues (Slots) are kept in the cluster's record
+// (pkg/clusters), made in its creation step and dropped with it; the limiter
+// keeps only totals, and starts no goroutine.
 package fairness

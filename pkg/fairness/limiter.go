@@ -42,16 +42,26 @@ func (k Kind) String() string {
 // its clients do not come back before a slot can be free.
 const MinRetryAfterSeconds = 1
 
-// Limiter holds the per-cluster slots and queues. It starts no goroutine.
+// Limiter bounds each cluster's requests with the cluster's Slots, which
+// the cluster's record keeps (pkg/clusters): the Limiter keeps no state of
+// a cluster itself, only totals. It starts no goroutine.
 type Limiter struct {
 	opts    Options
 	metrics *Metrics
 	clock   clock.Clock
 
-	mu       sync.Mutex
-	clusters map[string]*clusterState // only clusters with a request in flight or queued
-	refused  [numKinds][numReasons]int64
-	waited   [numKinds]int64
+	// mu guards every Slots of this limiter, and the totals.
+	mu      sync.Mutex
+	total   totals
+	refused [numKinds][numReasons]int64
+	waited  [numKinds]int64
+}
+
+// totals are the Stats of all Slots, kept as they change (Stats costs no
+// walk over the clusters).
+type totals struct {
+	inFlight, queued, saturated [numKinds]int
+	busy                        int // Slots with a request in flight or queued
 }
 
 // New returns a limiter; it refuses options that Validate refuses.
@@ -63,7 +73,7 @@ func newWithClock(opts Options, clk clock.Clock) (*Limiter, error) {
 	if errs := opts.Validate(); len(errs) > 0 {
 		return nil, fmt.Errorf("fairness: %v", errs)
 	}
-	l := &Limiter{opts: opts, clock: clk, clusters: map[string]*clusterState{}}
+	l := &Limiter{opts: opts, clock: clk}
 	l.metrics = newMetrics(l)
 	return l, nil
 }
@@ -88,11 +98,21 @@ func (l *Limiter) perUser(k Kind) int {
 	return 0
 }
 
-type clusterState struct {
-	lanes [numKinds]lane
+// Slots are one cluster's slots and queues, one lane per kind. Its record
+// makes them (NewSlots) in the cluster's creation step and drops them with
+// the record; requests that hold or wait for a slot keep theirs until they
+// end.
+type Slots struct {
+	cluster string
+	lanes   [numKinds]lane
 }
 
-func (c *clusterState) idle() bool {
+// NewSlots returns the slots of the named cluster, all free.
+func (l *Limiter) NewSlots(cluster string) *Slots {
+	return &Slots{cluster: cluster}
+}
+
+func (c *Slots) idle() bool {
 	for i := range c.lanes {
 		if c.lanes[i].inFlight > 0 || c.lanes[i].queued > 0 {
 			return false
@@ -219,43 +239,51 @@ func (ln *lane) dispatch(limit int) {
 	}
 }
 
-// dropIfIdle forgets a cluster with nothing in flight or queued.
-func (l *Limiter) dropIfIdle(cluster string, c *clusterState) {
-	if c.idle() && l.clusters[cluster] == c {
-		delete(l.clusters, cluster)
+// tally adds (sign 1) or takes out (sign -1) what c counts in the totals;
+// a change of c is between a tally(c, -1) and a tally(c, 1), under l.mu.
+func (l *Limiter) tally(c *Slots, sign int) {
+	if c.idle() {
+		return
+	}
+	l.total.busy += sign
+	for _, k := range Kinds {
+		ln := &c.lanes[k]
+		l.total.inFlight[k] += sign * ln.inFlight
+		l.total.queued[k] += sign * ln.queued
+		if limit := l.limit(k); limit > 0 && ln.inFlight >= limit {
+			l.total.saturated[k] += sign
+		}
 	}
 }
 
-// Acquire takes a slot of kind for cluster on behalf of caller (the hub user
-// name), waiting in the cluster's queue if every slot is taken. It returns
-// the func that gives the slot back (call it once the request is over), or a
-// 429 Status error with Retry-After when the queue is full or the wait ran
-// out, or ctx's error when ctx ended first. A nil Limiter bounds nothing.
-func (l *Limiter) Acquire(ctx context.Context, cluster, caller string, kind Kind) (release func(), err error) {
-	if l == nil || l.limit(kind) == 0 {
+// Acquire takes a slot of kind of c, a cluster's Slots, on behalf of caller
+// (the hub user name), waiting in the cluster's queue if every slot is
+// taken. It returns the func that gives the slot back (call it once the
+// request is over), or a 429 Status error with Retry-After when the queue is
+// full or the wait ran out, or ctx's error when ctx ended first. A nil
+// Limiter, or nil Slots (a cluster without a record), bound nothing.
+func (l *Limiter) Acquire(ctx context.Context, c *Slots, caller string, kind Kind) (release func(), err error) {
+	if l == nil || c == nil || l.limit(kind) == 0 {
 		return func() {}, nil
 	}
+	cluster := c.cluster
 	limit, share := l.limit(kind), l.perUser(kind)
 	l.mu.Lock()
-	c := l.clusters[cluster]
-	if c == nil {
-		c = &clusterState{}
-		l.clusters[cluster] = c
-	}
 	ln := &c.lanes[kind]
 	if share > 0 && ln.claims[caller] >= share {
 		l.refused[kind][reasonUserShare]++
-		l.dropIfIdle(cluster, c)
 		l.mu.Unlock()
 		return nil, l.userShareRefusal(cluster, caller, kind, share)
 	}
+	l.tally(c, -1)
 	if ln.inFlight < limit && ln.queued == 0 {
 		ln.inFlight++
 		if share > 0 {
 			ln.claim(caller)
 		}
+		l.tally(c, 1)
 		l.mu.Unlock()
-		return l.releaser(cluster, caller, c, kind), nil
+		return l.releaser(caller, c, kind), nil
 	}
 	var firstOut *waiter // pushed out as the saturation's first refusal, to log
 	if ln.queued >= l.opts.MaxQueued {
@@ -264,6 +292,7 @@ func (l *Limiter) Acquire(ctx context.Context, cluster, caller string, kind Kind
 			l.refused[kind][reasonQueueFull]++
 			queued, retry, first := ln.queued, l.retryAfter(ln, limit), !ln.refusing
 			ln.refusing = true
+			l.tally(c, 1)
 			l.mu.Unlock()
 			err := l.refusal(cluster, kind, reasonQueueFull, queued, retry)
 			if first {
@@ -286,6 +315,7 @@ func (l *Limiter) Acquire(ctx context.Context, cluster, caller string, kind Kind
 	if share > 0 {
 		ln.claim(caller)
 	}
+	l.tally(c, 1)
 	l.mu.Unlock()
 	if firstOut != nil {
 		logSaturated(cluster, kind, l.refusal(cluster, kind, reasonQueueFull, firstOut.queued, firstOut.retry))
@@ -301,7 +331,7 @@ func (l *Limiter) Acquire(ctx context.Context, cluster, caller string, kind Kind
 		if w.pushedOut { // set before ready was closed
 			return nil, l.refusal(cluster, kind, reasonQueueFull, w.queued, w.retry)
 		}
-		return l.releaser(cluster, caller, c, kind), nil
+		return l.releaser(caller, c, kind), nil
 	case <-timer.C():
 	case <-ctx.Done():
 		ended = reasonCanceled
@@ -316,21 +346,22 @@ func (l *Limiter) Acquire(ctx context.Context, cluster, caller string, kind Kind
 		// Granted just as the wait ended: the slot is this request's.
 		l.mu.Unlock()
 		l.noteWait(kind, start)
-		release := l.releaser(cluster, caller, c, kind)
+		release := l.releaser(caller, c, kind)
 		if ended == reasonCanceled {
 			release()
 			return nil, context.Cause(ctx)
 		}
 		return release, nil
 	}
+	l.tally(c, -1)
 	ln.remove(w)
 	if share > 0 {
 		ln.unclaim(caller)
 	}
+	l.tally(c, 1)
 	l.refused[kind][ended]++
 	queued, retry, first := ln.queued, l.retryAfter(ln, limit), !ln.refusing && ended == reasonTimeout
 	ln.refusing = ln.refusing || ended == reasonTimeout
-	l.dropIfIdle(cluster, c)
 	l.mu.Unlock()
 	l.noteWait(kind, start)
 	if ended == reasonCanceled {
@@ -365,13 +396,14 @@ func (l *Limiter) retryAfter(ln *lane, limit int) int {
 }
 
 // releaser gives the slot back once, and hands it to the next waiter.
-func (l *Limiter) releaser(cluster, caller string, c *clusterState, kind Kind) func() {
+func (l *Limiter) releaser(caller string, c *Slots, kind Kind) func() {
 	var once sync.Once
 	granted := l.clock.Now()
 	return func() {
 		once.Do(func() {
 			held := l.clock.Since(granted)
 			l.mu.Lock()
+			l.tally(c, -1)
 			ln := &c.lanes[kind]
 			if ln.hold == 0 {
 				ln.hold = held
@@ -386,7 +418,7 @@ func (l *Limiter) releaser(cluster, caller string, c *clusterState, kind Kind) f
 			if ln.queued == 0 {
 				ln.refusing = false
 			}
-			l.dropIfIdle(cluster, c)
+			l.tally(c, 1)
 			l.mu.Unlock()
 		})
 	}
@@ -457,27 +489,17 @@ type Stats struct {
 	InFlight  [numKinds]int // requests holding a slot
 	Queued    [numKinds]int // requests waiting for one
 	Saturated [numKinds]int // clusters with every slot of the kind taken
-	Clusters  int           // clusters with a request in flight or queued: the limiter's only state
+	Clusters  int           // clusters with a request in flight or queued
 	// Refused counts requests that left a queue without a slot, by reason:
 	// queue full, wait timed out, or canceled (the client or its deadline).
 	Refused [numKinds][numReasons]int64
 	Waited  [numKinds]int64 // requests that had to queue, whatever the outcome
 }
 
-// Stats returns a snapshot; its cost grows with the clusters in use now.
+// Stats returns a snapshot, from the totals kept as the Slots change.
 func (l *Limiter) Stats() Stats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s := Stats{Clusters: len(l.clusters), Refused: l.refused, Waited: l.waited}
-	for _, c := range l.clusters {
-		for _, k := range Kinds {
-			ln := &c.lanes[k]
-			s.InFlight[k] += ln.inFlight
-			s.Queued[k] += ln.queued
-			if limit := l.limit(k); limit > 0 && ln.inFlight >= limit {
-				s.Saturated[k]++
-			}
-		}
-	}
-	return s
+	return Stats{Clusters: l.total.busy, InFlight: l.total.inFlight, Queued: l.total.queued, Saturated: l.total.saturated,
+		Refused: l.refused, Waited: l.waited}
 }

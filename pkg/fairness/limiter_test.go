@@ -26,7 +26,7 @@ func newLimiter(t *testing.T, requests, streams, queued int, wait time.Duration)
 // mustAcquire takes a slot that must be free now.
 func mustAcquire(t *testing.T, l *Limiter, cluster, caller string, kind Kind) func() {
 	t.Helper()
-	release, err := l.Acquire(context.Background(), cluster, caller, kind)
+	release, err := l.Acquire(context.Background(), slotsOf(l, cluster), caller, kind)
 	if err != nil {
 		t.Fatalf("%s slot of %s for %s: %v", kind, cluster, caller, err)
 	}
@@ -54,9 +54,54 @@ func wantNoState(t *testing.T, l *Limiter) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.clusters) != 0 {
-		t.Fatalf("%d cluster entries left behind", len(l.clusters))
+	busy := 0
+	for _, c := range slotsOfAll(l) {
+		if !c.idle() {
+			busy++
+		}
 	}
+	if busy != 0 {
+		t.Fatalf("%d clusters' slots left with a request in flight or queued", busy)
+	}
+}
+
+// testSlots are the Slots the tests' clusters have, by limiter and name:
+// what the clusters' records hold in the gateway.
+var testSlots struct {
+	sync.Mutex
+	of map[*Limiter]map[string]*Slots
+}
+
+// slotsOf is the named cluster's Slots of l, made on first use as a
+// record's creation step makes them.
+func slotsOf(l *Limiter, cluster string) *Slots {
+	testSlots.Lock()
+	defer testSlots.Unlock()
+	if testSlots.of == nil {
+		testSlots.of = map[*Limiter]map[string]*Slots{}
+	}
+	m := testSlots.of[l]
+	if m == nil {
+		m = map[string]*Slots{}
+		testSlots.of[l] = m
+	}
+	c := m[cluster]
+	if c == nil {
+		c = l.NewSlots(cluster)
+		m[cluster] = c
+	}
+	return c
+}
+
+// slotsOfAll are every cluster's Slots of l made by slotsOf.
+func slotsOfAll(l *Limiter) []*Slots {
+	testSlots.Lock()
+	defer testSlots.Unlock()
+	var all []*Slots
+	for _, c := range testSlots.of[l] {
+		all = append(all, c)
+	}
+	return all
 }
 
 // queued starts Acquire in a goroutine and returns its outcome channel; the
@@ -71,7 +116,7 @@ type pending struct {
 func acquireAsync(ctx context.Context, l *Limiter, cluster, caller string, kind Kind) *pending {
 	p := &pending{caller: caller, done: make(chan error, 1), admit: make(chan struct{}), free: make(chan struct{})}
 	go func() {
-		release, err := l.Acquire(ctx, cluster, caller, kind)
+		release, err := l.Acquire(ctx, slotsOf(l, cluster), caller, kind)
 		if err != nil {
 			p.done <- err
 			return
@@ -95,7 +140,7 @@ func TestSaturatedClusterDoesNotBlockAnother(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	q := []*pending{acquireAsync(ctx, l, "slow", "alice", Request), acquireAsync(ctx, l, "slow", "bob", Request)}
 	waitFor(t, l, "two queued for slow", func(s Stats) bool { return s.Queued[Request] == 2 })
-	if _, err := l.Acquire(context.Background(), "slow", "carol", Request); !apierrors.IsTooManyRequests(err) {
+	if _, err := l.Acquire(context.Background(), slotsOf(l, "slow"), "carol", Request); !apierrors.IsTooManyRequests(err) {
 		t.Fatalf("a full queue: %v, want 429", err)
 	}
 	for range 2 {
@@ -122,11 +167,11 @@ func TestSaturatedClusterDoesNotBlockAnother(t *testing.T) {
 func TestKindsCountedApart(t *testing.T) {
 	l := newLimiter(t, 1, 1, 0, time.Minute)
 	watch := mustAcquire(t, l, "c", "alice", Stream)
-	if _, err := l.Acquire(context.Background(), "c", "alice", Stream); !apierrors.IsTooManyRequests(err) || !strings.Contains(err.Error(), "--max-streams-per-cluster") {
+	if _, err := l.Acquire(context.Background(), slotsOf(l, "c"), "alice", Stream); !apierrors.IsTooManyRequests(err) || !strings.Contains(err.Error(), "--max-streams-per-cluster") {
 		t.Fatalf("a second stream with 1 stream slot: %v, want 429 naming --max-streams-per-cluster", err)
 	}
 	get := mustAcquire(t, l, "c", "alice", Request)
-	if _, err := l.Acquire(context.Background(), "c", "alice", Request); !apierrors.IsTooManyRequests(err) || !strings.Contains(err.Error(), "--max-requests-per-cluster") {
+	if _, err := l.Acquire(context.Background(), slotsOf(l, "c"), "alice", Request); !apierrors.IsTooManyRequests(err) || !strings.Contains(err.Error(), "--max-requests-per-cluster") {
 		t.Fatalf("a second request with 1 request slot: %v, want 429 naming --max-requests-per-cluster", err)
 	}
 	watch()
@@ -193,7 +238,7 @@ func TestRefusals(t *testing.T) {
 	q := acquireAsync(ctx, l, "prod-eu", "alice", Request)
 	waitFor(t, l, "one queued", func(s Stats) bool { return s.Queued[Request] == 1 })
 
-	_, err := l.Acquire(context.Background(), "prod-eu", "bob", Request)
+	_, err := l.Acquire(context.Background(), slotsOf(l, "prod-eu"), "bob", Request)
 	wantRefusal(t, err, "prod-eu", "its 1 slots for ordinary requests are taken", "--max-requests-per-cluster", "1 more are waiting (--max-queued-per-cluster)")
 	cancel()
 	<-q.done
@@ -201,7 +246,7 @@ func TestRefusals(t *testing.T) {
 
 	short := newLimiter(t, 1, 1, 1, time.Millisecond)
 	held = mustAcquire(t, short, "prod-eu", "alice", Stream)
-	_, err = short.Acquire(context.Background(), "prod-eu", "bob", Stream)
+	_, err = short.Acquire(context.Background(), slotsOf(short, "prod-eu"), "bob", Stream)
 	wantRefusal(t, err, "prod-eu", "waited 1ms (the gateway's --queue-wait-timeout)", "long-running requests", "--max-streams-per-cluster")
 	held()
 
@@ -246,7 +291,7 @@ func TestRetryAfterFollowsTheClustersPace(t *testing.T) {
 	}
 	retryAfter := func() int {
 		t.Helper()
-		_, err := l.Acquire(context.Background(), "slow", "alice", Request) // alice: her own full queue refuses her
+		_, err := l.Acquire(context.Background(), slotsOf(l, "slow"), "alice", Request) // alice: her own full queue refuses her
 		d, ok := apierrors.SuggestsClientDelay(err)
 		if !apierrors.IsTooManyRequests(err) || !ok {
 			t.Fatalf("want a 429 with Retry-After, got %v", err)
@@ -293,7 +338,7 @@ func TestRetryAfterFollowsTheClustersPace(t *testing.T) {
 		more = append(more, acquireAsync(context.Background(), slow, "c", "alice", Request))
 	}
 	waitFor(t, slow, "three queued", func(s Stats) bool { return s.Queued[Request] == 3 })
-	_, err = slow.Acquire(context.Background(), "c", "alice", Request)
+	_, err = slow.Acquire(context.Background(), slotsOf(slow, "c"), "alice", Request)
 	if d, _ := apierrors.SuggestsClientDelay(err); d != 2 {
 		t.Fatalf("Retry-After %d for four requests over one slot held 1.5s (6s), with a 2s queue wait, want 2 (%v)", d, err)
 	}
@@ -317,7 +362,7 @@ func TestReleaseOnceAndNoBound(t *testing.T) {
 	r()
 	r()
 	r2 := mustAcquire(t, l, "c", "alice", Request)
-	if _, err := l.Acquire(context.Background(), "c", "alice", Request); !apierrors.IsTooManyRequests(err) {
+	if _, err := l.Acquire(context.Background(), slotsOf(l, "c"), "alice", Request); !apierrors.IsTooManyRequests(err) {
 		t.Fatalf("a double release freed two slots: %v", err)
 	}
 	r2()
@@ -355,7 +400,7 @@ func TestChurnLeavesNothing(t *testing.T) {
 				if i%7 == 0 {
 					cancel()
 				}
-				release, err := l.Acquire(ctx, fmt.Sprintf("cluster-%d", c), fmt.Sprintf("user-%d", g%5), kind)
+				release, err := l.Acquire(ctx, slotsOf(l, fmt.Sprintf("cluster-%d", c)), fmt.Sprintf("user-%d", g%5), kind)
 				cancel()
 				if err != nil {
 					continue
@@ -406,7 +451,7 @@ func TestOneCallerCannotFillTheQueueForOthers(t *testing.T) {
 		waitFor(t, l, "alice's request queued", func(s Stats) bool { return s.Queued[Request] == len(alice) })
 	}
 	// Her own next request finds the queue full.
-	if _, err := l.Acquire(context.Background(), "c", "alice", Request); !apierrors.IsTooManyRequests(err) {
+	if _, err := l.Acquire(context.Background(), slotsOf(l, "c"), "alice", Request); !apierrors.IsTooManyRequests(err) {
 		t.Fatalf("alice's fifth request to a full queue: %v, want 429", err)
 	}
 
@@ -441,7 +486,7 @@ func TestOneCallerCannotFillTheQueueForOthers(t *testing.T) {
 	// not worth one of alice's (carol would hold as many as alice).
 	dave := acquireAsync(context.Background(), l, "c", "dave", Request)
 	waitFor(t, l, "dave queued", func(s Stats) bool { return s.Queued[Request] == 4 })
-	if _, err := l.Acquire(context.Background(), "c", "carol", Request); !apierrors.IsTooManyRequests(err) {
+	if _, err := l.Acquire(context.Background(), slotsOf(l, "c"), "carol", Request); !apierrors.IsTooManyRequests(err) {
 		t.Fatalf("carol's second request, with alice at two queued: %v, want 429", err)
 	}
 
@@ -470,7 +515,7 @@ func TestOneUserCannotHoldEveryStream(t *testing.T) {
 	}
 	a1 := mustAcquire(t, l, "c", "mallory", Stream)
 	a2 := mustAcquire(t, l, "c", "mallory", Stream)
-	_, err = l.Acquire(context.Background(), "c", "mallory", Stream)
+	_, err = l.Acquire(context.Background(), slotsOf(l, "c"), "mallory", Stream)
 	if !apierrors.IsTooManyRequests(err) || !strings.Contains(err.Error(), "--max-streams-per-user-per-cluster") {
 		t.Fatalf("mallory's third stream: %v, want 429 naming --max-streams-per-user-per-cluster", err)
 	}
@@ -483,7 +528,7 @@ func TestOneUserCannotHoldEveryStream(t *testing.T) {
 	carol := acquireAsync(ctx, l, "c", "carol", Stream)
 	carol2 := acquireAsync(ctx, l, "c", "carol", Stream)
 	waitFor(t, l, "carol's two streams queued", func(s Stats) bool { return s.Queued[Stream] == 2 })
-	if _, err := l.Acquire(context.Background(), "c", "carol", Stream); !apierrors.IsTooManyRequests(err) ||
+	if _, err := l.Acquire(context.Background(), slotsOf(l, "c"), "carol", Stream); !apierrors.IsTooManyRequests(err) ||
 		!strings.Contains(err.Error(), "--max-streams-per-user-per-cluster") {
 		t.Fatalf("carol's third stream with two waiting: %v, want the per-user 429", err)
 	}
@@ -506,7 +551,9 @@ func TestOneUserCannotHoldEveryStream(t *testing.T) {
 	wantNoState(t, l)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, c := range l.clusters {
-		t.Fatalf("claims left behind: %+v", c.lanes[Stream].claims)
+	for _, c := range slotsOfAll(l) {
+		if len(c.lanes[Stream].claims) != 0 {
+			t.Fatalf("claims left behind: %+v", c.lanes[Stream].claims)
+		}
 	}
 }

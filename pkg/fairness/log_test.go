@@ -22,7 +22,7 @@ func TestSaturationLoggedOncePerEpisode(t *testing.T) {
 	for episode := 1; episode <= 2; episode++ {
 		held := mustAcquire(t, l, "prod-eu", "alice", Request)
 		for range 5 {
-			if _, err := l.Acquire(context.Background(), "prod-eu", "bob", Request); err == nil {
+			if _, err := l.Acquire(context.Background(), slotsOf(l, "prod-eu"), "bob", Request); err == nil {
 				t.Fatal("want a refusal")
 			}
 		}

@@ -46,7 +46,7 @@ func newDescs() descs {
 		inFlight:  d("inflight_requests", "Proxied requests holding a per-cluster slot, by kind.", "kind"),
 		queued:    d("queued_requests", "Proxied requests waiting in their cluster's queue, by kind.", "kind"),
 		saturated: d("saturated_clusters", "Clusters with every slot of the kind taken (further requests queue).", "kind"),
-		clusters:  d("tracked_clusters", "Clusters with a proxied request in flight or queued: the limiter's only state."),
+		clusters:  d("tracked_clusters", "Clusters with a proxied request in flight or queued (each cluster's slots are in its record)."),
 		rejected: d("rejected_requests_total", "Proxied requests that got no slot, by kind and reason: queue_full, timeout and user_share (the user held its share of the cluster's stream slots, --max-streams-per-user-per-cluster) were answered 429 with Retry-After; canceled ended while waiting (client gone or request timeout).",
 			"kind", "reason"),
 	}

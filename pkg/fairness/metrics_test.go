@@ -15,7 +15,7 @@ func TestMetrics(t *testing.T) {
 	reg := metrics.NewKubeRegistry()
 	l.Metrics().Register(reg)
 	held := mustAcquire(t, l, "c", "alice", Request)
-	if _, err := l.Acquire(context.Background(), "c", "bob", Request); err == nil {
+	if _, err := l.Acquire(context.Background(), slotsOf(l, "c"), "bob", Request); err == nil {
 		t.Fatal("want a timeout")
 	}
 

@@ -66,11 +66,13 @@ func (c *clustersCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
 
 func (c *clustersCollector) CollectWithStability(ch chan<- metrics.Metric) {
 	counts, addrs := map[metav1.ConditionStatus]int{}, map[metav1.ConditionStatus]int{}
-	c.p.mu.RLock()
-	for _, st := range c.p.states {
+	c.p.records.EachProbeState(func(s *State) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		st := &s.s
 		counts[st.result.Status]++
 		if st.addresses < 2 {
-			continue
+			return
 		}
 		// The last probe's outcome at each address; none since the reset
 		// (or the gateway is not Ready): Unknown.
@@ -82,8 +84,7 @@ func (c *clustersCollector) CollectWithStability(ch chan<- metrics.Metric) {
 			}
 		}
 		addrs[metav1.ConditionUnknown] += max(0, st.addresses-len(st.result.Addresses))
-	}
-	c.p.mu.RUnlock()
+	})
 	for _, s := range []metav1.ConditionStatus{metav1.ConditionTrue, metav1.ConditionFalse, metav1.ConditionUnknown} {
 		ch <- metrics.NewLazyConstMetric(c.desc, metrics.GaugeValue, float64(counts[s]), string(s))
 		ch <- metrics.NewLazyConstMetric(c.addresses, metrics.GaugeValue, float64(addrs[s]), string(s))

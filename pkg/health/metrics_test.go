@@ -1,4 +1,4 @@
-package health
+package health_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
+	"github.com/clustergateway/cluster-gateway/pkg/health"
 )
 
 // gauges reads the gauge name from reg by its reachable label, and fails on
@@ -44,17 +45,17 @@ func gauges(t *testing.T, reg metrics.KubeRegistry, name string) map[string]floa
 // counts all of its as Unknown, and a gateway given one more address counts
 // it too.
 func TestAddressesMetric(t *testing.T) {
-	p, client := startProber(t, fastOptions(), func(_ context.Context, name string) Outcome {
+	p, client := startProber(t, health.FastOptions(), func(_ context.Context, name string) health.Outcome {
 		switch name {
 		case "ha":
-			return Outcome{Reason: v1alpha1.ReasonReachable, Addresses: []AddressOutcome{
+			return health.Outcome{Reason: v1alpha1.ReasonReachable, Addresses: []health.AddressOutcome{
 				{Address: "https://127.0.0.2:6443", Reason: v1alpha1.ReasonReachable},
 				{Address: "https://127.0.0.3:6443", Reason: v1alpha1.ReasonDialFailed, Message: "refused"},
 			}}
 		case "unready":
-			return Outcome{Reason: v1alpha1.ReasonGatewayNotReady, Message: "no"}
+			return health.Outcome{Reason: v1alpha1.ReasonGatewayNotReady, Message: "no"}
 		}
-		return Outcome{Reason: v1alpha1.ReasonReachable}
+		return health.Outcome{Reason: v1alpha1.ReasonReachable}
 	})
 	reg := metrics.NewKubeRegistry()
 	p.Metrics().Register(reg)

@@ -1,6 +1,7 @@
 // Package health probes every ClusterGateway's cluster through the gateway's
-// own transport and keeps the result in memory: the Reachable condition the
-// API shows, and what lets the proxy fail fast for a cluster known to be down.
+// own transport and keeps the result in memory, in the cluster's record
+// (pkg/clusters): the Reachable condition the API shows, and what lets the
+// proxy fail fast for a cluster known to be down.
 // A bounded set of workers takes clusters from one delaying queue (no
 // goroutine per cluster), with jitter, and backs off from clusters that keep
 // failing. Nothing is written to the hub per probe.
@@ -71,44 +72,124 @@ type AddressResult struct {
 	LastProbeTime time.Time
 }
 
-// Prober probes the clusters it is told of. Run runs it.
+// Prober probes the clusters whose records (pkg/clusters) hold a probe
+// state. It keeps no state of a cluster itself: it reads and updates the
+// record's. Run runs it.
 type Prober struct {
 	opts    Options
 	probe   ProbeFunc
+	records Records
 	queue   workqueue.TypedDelayingInterface[string]
 	metrics *Metrics
 	now     func() time.Time
 
 	mu      sync.RWMutex
-	states  map[string]*state
 	watches map[*Subscription]struct{}
+}
+
+// Records are where the clusters' probe states live: one per cluster's
+// record (pkg/clusters' Owner).
+type Records interface {
+	// ProbeState is the named cluster's probe state; nil when the cluster
+	// has no record.
+	ProbeState(name string) *State
+	// EachProbeState calls fn with each record's probe state; fn must not
+	// call back into the records.
+	EachProbeState(fn func(*State))
+	// OnProbe has the records call fn in a cluster's step: with reset
+	// when its state is new or was started over (the prober tells its
+	// subscribers and probes it at once), without when it should be probed
+	// soon (a new token); and at once, with reset, for each record there
+	// is.
+	OnProbe(fn func(name string, reset bool))
+}
+
+// State is one cluster's probe state, kept in the cluster's record: made
+// in its creation step, started over in a change step (Reset) and stopped
+// in its deletion step (Stop). The prober updates it with each probe.
+type State struct {
+	mu      sync.Mutex
+	s       state
+	stopped bool
 }
 
 type state struct {
 	result               Result
 	successes, failures  int
-	interval             time.Duration // until the next probe, backed off while failing
+	interval             time.Duration // until the next probe, backed off while failing; 0: not probed yet
 	generation, probedAt uint64        // a probe's outcome counts only for the generation it started in
 	addresses            int           // the gateway's addresses (address and additionalAddresses)
 }
 
-// New returns a prober that probes with probe the clusters it is told of:
-// their owner (pkg/clusters) calls Reset for a new or changed gateway,
-// ProbeNow for a new token, and Remove for a deleted one.
-func New(opts Options, probe ProbeFunc) (*Prober, error) {
+// NewState returns the probe state of a cluster reached through addresses
+// addresses, not probed yet (Unknown).
+func NewState(addresses int) *State {
+	st := &State{}
+	st.s = fresh(0, addresses, time.Time{})
+	return st
+}
+
+// fresh is the state of generation gen: Unknown, not probed; the last
+// success is kept, as it says how long the cluster has been out of reach.
+func fresh(gen uint64, addresses int, lastSuccess time.Time) state {
+	return state{generation: gen, addresses: addresses, result: Result{
+		Status: metav1.ConditionUnknown, Reason: v1alpha1.ReasonNotProbed,
+		Message: "the cluster has not been probed since the gateway was created or changed", LastTransitionTime: time.Now(),
+		LastSuccessTime: lastSuccess,
+	}}
+}
+
+// Reset starts the state over as Unknown (its gateway changed, now with
+// addresses addresses): a probe that started before counts no more.
+func (st *State) Reset(addresses int) {
+	st.mu.Lock()
+	st.s = fresh(st.s.generation+1, addresses, st.s.result.LastSuccessTime)
+	st.mu.Unlock()
+}
+
+// Stop ends the state (its gateway is deleted): no probe updates it after.
+func (st *State) Stop() {
+	st.mu.Lock()
+	st.stopped = true
+	st.mu.Unlock()
+}
+
+// Result is what the state knows of the cluster.
+func (st *State) Result() Result {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.s.result
+}
+
+// New returns a prober that probes with probe the clusters of records: it
+// follows them (Records.OnProbe) from here on.
+func New(opts Options, records Records, probe ProbeFunc) (*Prober, error) {
 	if err := errors.Join(opts.Validate()...); err != nil {
 		return nil, fmt.Errorf("health: %w", err)
+	}
+	if records == nil {
+		return nil, fmt.Errorf("health: the prober needs the clusters' records")
 	}
 	p := &Prober{
 		opts:    opts,
 		probe:   probe,
+		records: records,
 		queue:   workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "cluster_gateway_probes"}),
 		now:     time.Now,
-		states:  map[string]*state{},
 		watches: map[*Subscription]struct{}{},
 	}
 	p.metrics = newMetrics(p)
+	records.OnProbe(p.told)
 	return p, nil
+}
+
+// told is what a cluster's step tells the prober: probe it now, after
+// telling subscribers of a state started over.
+func (p *Prober) told(name string, reset bool) {
+	if reset {
+		p.notify(name)
+	}
+	p.queue.Add(name)
 }
 
 // Interval is how often a reachable cluster is probed.
@@ -138,68 +219,36 @@ func (p *Prober) Run(ctx context.Context) {
 	wg.Wait()
 }
 
-// Get returns what is known of the named cluster.
+// Get returns what is known of the named cluster: its record's probe state.
 func (p *Prober) Get(name string) (Result, bool) {
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	st, ok := p.states[name]
-	if !ok {
+	st := p.records.ProbeState(name)
+	if st == nil {
 		return Result{}, false
 	}
-	return st.result, true
+	return st.Result(), true
 }
 
 // ProbeNow probes the named cluster soon, e.g. after a proxied request failed
 // to reach it: a cluster that just went down is noticed without waiting for
 // its interval.
 func (p *Prober) ProbeNow(name string) {
-	p.mu.RLock()
-	_, ok := p.states[name]
-	p.mu.RUnlock()
-	if ok {
+	if p.records.ProbeState(name) != nil {
 		p.queue.Add(name)
 	}
 }
 
-// Reset starts a cluster over as Unknown (new, or its gateway changed, now
-// with addresses addresses) and probes it at once.
-func (p *Prober) Reset(name string, addresses int) {
-	p.mu.Lock()
-	st, ok := p.states[name]
-	if !ok {
-		st = &state{}
-		p.states[name] = st
-	}
-	gen, lastSuccess := st.generation+1, st.result.LastSuccessTime
-	*st = state{generation: gen, interval: p.opts.Interval, addresses: addresses, result: Result{
-		Status: metav1.ConditionUnknown, Reason: v1alpha1.ReasonNotProbed,
-		Message: "the cluster has not been probed since the gateway was created or changed", LastTransitionTime: p.now(),
-		LastSuccessTime: lastSuccess,
-	}}
-	p.mu.Unlock()
-	p.notify(name)
-	p.queue.Add(name)
-}
-
-// Remove forgets a cluster (its gateway is deleted): no more probes.
-func (p *Prober) Remove(name string) {
-	p.mu.Lock()
-	delete(p.states, name)
-	p.mu.Unlock()
-}
-
-// probeOne probes a cluster, folds the outcome into its state and schedules
-// the next probe.
+// probeOne probes a cluster, folds the outcome into its record's state and
+// schedules the next probe.
 func (p *Prober) probeOne(ctx context.Context, name string) {
-	p.mu.RLock()
-	st, ok := p.states[name]
-	var gen uint64
-	if ok {
-		gen = st.generation
-	}
-	p.mu.RUnlock()
-	if !ok {
+	st := p.records.ProbeState(name)
+	if st == nil {
 		return // deleted meanwhile: no more probes
+	}
+	st.mu.Lock()
+	gen, stopped := st.s.generation, st.stopped
+	st.mu.Unlock()
+	if stopped {
+		return
 	}
 	pctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
 	start := p.now()
@@ -210,15 +259,17 @@ func (p *Prober) probeOne(ctx context.Context, name string) {
 	}
 	p.metrics.observe(out, p.now().Sub(start))
 
-	p.mu.Lock()
-	st, ok = p.states[name]
-	if !ok || st.generation != gen {
-		p.mu.Unlock()
-		return // deleted or changed while probing: reset has scheduled a fresh probe
+	st.mu.Lock()
+	if st.stopped || st.s.generation != gen {
+		st.mu.Unlock()
+		return // deleted or changed while probing: its step has scheduled a fresh probe
 	}
-	changed := p.fold(st, out)
-	next := st.interval
-	p.mu.Unlock()
+	if st.s.interval == 0 {
+		st.s.interval = p.opts.Interval
+	}
+	changed := p.fold(&st.s, out)
+	next := st.s.interval
+	st.mu.Unlock()
 	if changed {
 		p.notify(name)
 	}
@@ -226,7 +277,7 @@ func (p *Prober) probeOne(ctx context.Context, name string) {
 	p.queue.AddAfter(name, time.Duration(float64(next)*(0.9+0.2*rand.Float64())))
 }
 
-// fold applies an outcome to a state under p.mu and says whether the
+// fold applies an outcome to a state under its lock and says whether the
 // condition's status changed.
 func (p *Prober) fold(st *state, out Outcome) bool {
 	r := &st.result

@@ -1,4 +1,4 @@
-package health
+package health_test
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/clusters"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
+	"github.com/clustergateway/cluster-gateway/pkg/health"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 )
 
@@ -37,7 +38,7 @@ func secret(name string) *corev1.Secret {
 
 // startProber runs a prober of the gateways in a fake clientset with probe,
 // until the test ends.
-func startProber(t *testing.T, opts Options, probe ProbeFunc, names ...string) (*Prober, *fake.Clientset) {
+func startProber(t *testing.T, opts health.Options, probe health.ProbeFunc, names ...string) (*health.Prober, *fake.Clientset) {
 	t.Helper()
 	objs := []runtime.Object{}
 	for _, n := range names {
@@ -45,18 +46,20 @@ func startProber(t *testing.T, opts Options, probe ProbeFunc, names ...string) (
 	}
 	client := fake.NewClientset(objs...)
 	store := gateways.NewStore(client, ns)
-	p, err := New(opts, probe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// As pkg/apiserver wires it: the clusters' records tell the prober of
-	// each gateway created, changed or deleted in the store.
+	// As pkg/apiserver wires it: the prober over the clusters' records,
+	// which hold each gateway's probe state and tell the prober of each
+	// gateway created, changed or deleted in the store.
 	pl, err := pool.New(*pool.NewOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pl.Close)
-	if _, err := clusters.New(clusters.Config{Store: store, Pool: pl, Prober: p}); err != nil {
+	owner, err := clusters.New(clusters.Config{Store: store, Pool: pl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := health.New(opts, owner, probe)
+	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -67,20 +70,16 @@ func startProber(t *testing.T, opts Options, probe ProbeFunc, names ...string) (
 	return p, client
 }
 
-func fastOptions() Options {
-	return Options{Interval: 5 * time.Millisecond, Timeout: time.Second, FailureThreshold: 2, SuccessThreshold: 2, MaxBackoff: 20 * time.Millisecond, Workers: 2}
-}
-
 // The status follows the thresholds, each change is told to subscribers,
 // and the reason and message are the probe's.
 func TestTransitions(t *testing.T) {
 	var up atomic.Bool
 	up.Store(true)
-	p, _ := startProber(t, fastOptions(), func(context.Context, string) Outcome {
+	p, _ := startProber(t, health.FastOptions(), func(context.Context, string) health.Outcome {
 		if up.Load() {
-			return Outcome{Reason: v1alpha1.ReasonReachable, Message: "ok", ServerVersion: "v1.37.2", Latency: time.Millisecond}
+			return health.Outcome{Reason: v1alpha1.ReasonReachable, Message: "ok", ServerVersion: "v1.37.2", Latency: time.Millisecond}
 		}
-		return Outcome{Reason: v1alpha1.ReasonDialFailed, Message: "connection refused"}
+		return health.Outcome{Reason: v1alpha1.ReasonDialFailed, Message: "connection refused"}
 	}, "c")
 	sub := p.Subscribe()
 	defer sub.Close()
@@ -111,37 +110,6 @@ func TestTransitions(t *testing.T) {
 	})
 }
 
-// fold's thresholds and backoff, step by step.
-func TestFold(t *testing.T) {
-	p := &Prober{opts: Options{Interval: time.Second, FailureThreshold: 3, SuccessThreshold: 2, MaxBackoff: 5 * time.Second}, now: time.Now}
-	st := &state{interval: time.Second, result: Result{Status: metav1.ConditionUnknown}}
-	ok, bad := Outcome{Reason: v1alpha1.ReasonReachable}, Outcome{Reason: v1alpha1.ReasonNoAnswer, Message: "silent"}
-	steps := []struct {
-		out      Outcome
-		status   metav1.ConditionStatus
-		changed  bool
-		interval time.Duration
-	}{
-		{ok, metav1.ConditionTrue, true, time.Second}, // Unknown: the first good probe decides
-		{bad, metav1.ConditionTrue, false, time.Second},
-		{bad, metav1.ConditionTrue, false, time.Second},
-		{bad, metav1.ConditionFalse, true, 2 * time.Second}, // the third: False, and back off
-		{bad, metav1.ConditionFalse, false, 4 * time.Second},
-		{bad, metav1.ConditionFalse, false, 5 * time.Second}, // capped
-		{ok, metav1.ConditionFalse, false, time.Second},      // one good probe is not enough
-		{ok, metav1.ConditionTrue, true, time.Second},
-	}
-	for i, s := range steps {
-		changed := p.fold(st, s.out)
-		if st.result.Status != s.status || changed != s.changed || st.interval != s.interval {
-			t.Fatalf("step %d (%s): status %s changed %v interval %v; want %s %v %v", i, s.out.Reason, st.result.Status, changed, st.interval, s.status, s.changed, s.interval)
-		}
-	}
-	if st.result.Reason != v1alpha1.ReasonReachable {
-		t.Fatalf("reason %q", st.result.Reason)
-	}
-}
-
 // However many clusters, at most Workers probes run at once; a deleted
 // gateway is probed no more.
 func TestBoundedWorkersAndDeletion(t *testing.T) {
@@ -151,9 +119,9 @@ func TestBoundedWorkersAndDeletion(t *testing.T) {
 	for i := range names {
 		names[i] = fmt.Sprintf("c%02d", i)
 	}
-	opts := fastOptions()
+	opts := health.FastOptions()
 	opts.Workers = 3
-	p, client := startProber(t, opts, func(_ context.Context, name string) Outcome {
+	p, client := startProber(t, opts, func(_ context.Context, name string) health.Outcome {
 		n := running.Add(1)
 		for {
 			m := most.Load()
@@ -165,7 +133,7 @@ func TestBoundedWorkersAndDeletion(t *testing.T) {
 		running.Add(-1)
 		v, _ := probed.LoadOrStore(name, new(atomic.Int64))
 		v.(*atomic.Int64).Add(1)
-		return Outcome{Reason: v1alpha1.ReasonReachable}
+		return health.Outcome{Reason: v1alpha1.ReasonReachable}
 	}, names...)
 	testpoll.EventuallyTrue(t, 30*time.Second, "every cluster probed", func() bool {
 		for _, n := range names {
@@ -189,24 +157,5 @@ func TestBoundedWorkersAndDeletion(t *testing.T) {
 	testpoll.EventuallyTrue(t, 30*time.Second, "others probed on", func() bool { return v1.(*atomic.Int64).Load() > other+3 })
 	if after := v.(*atomic.Int64).Load(); after > before+1 { // one may have been in flight
 		t.Fatalf("the deleted gateway was probed %d more times", after-before)
-	}
-}
-
-// Each probe's per-address outcomes replace the last ones, stamped with the
-// probe's time; the condition follows the cluster's outcome.
-func TestFoldKeepsEachAddress(t *testing.T) {
-	p := &Prober{opts: fastOptions(), now: time.Now}
-	st := &state{result: Result{Status: metav1.ConditionUnknown}}
-	p.fold(st, Outcome{Reason: v1alpha1.ReasonReachable, Addresses: []AddressOutcome{
-		{Address: "https://127.0.0.2:6443", Reason: v1alpha1.ReasonReachable},
-		{Address: "https://127.0.0.3:6443", Reason: v1alpha1.ReasonDialFailed, Message: "refused"},
-	}})
-	r := st.result
-	if r.Status != metav1.ConditionTrue || len(r.Addresses) != 2 || r.Addresses[1].Reason != v1alpha1.ReasonDialFailed || !r.Addresses[1].LastProbeTime.Equal(r.LastProbeTime) {
-		t.Fatalf("after a probe with one address down: %+v", r)
-	}
-	p.fold(st, Outcome{Reason: v1alpha1.ReasonReachable})
-	if len(st.result.Addresses) != 0 {
-		t.Fatalf("a probe without addresses kept the old ones: %+v", st.result.Addresses)
 	}
 }

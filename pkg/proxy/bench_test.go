@@ -265,9 +265,9 @@ func BenchmarkServePieces(b *testing.B) {
 		// The lease through the cluster's record (its target is built once
 		// per gateway version), as Serve takes it.
 		b.ReportAllocs()
-		var l pool.Lease
 		for b.Loop() {
-			if _, err := px.opts.Clusters.Lease(&l, gw); err != nil {
+			l, _, err := px.opts.Clusters.Lease(gw)
+			if err != nil {
 				b.Fatal(err)
 			}
 			l.Release()
@@ -308,9 +308,9 @@ func BenchmarkServePieces(b *testing.B) {
 	})
 	b.Run("acquire-release", func(b *testing.B) {
 		b.ReportAllocs()
-		var l pool.Lease
 		for b.Loop() {
-			if err := pl.AcquireInto(&l, tg); err != nil {
+			l, err := pl.Acquire(tg)
+			if err != nil {
 				b.Fatal(err)
 			}
 			l.Release()

@@ -44,9 +44,8 @@ type clusterCall struct {
 // proxy, or upgrades it (exec, attach, port-forward).
 func (p *Proxy) toCluster(w http.ResponseWriter, req *http.Request, c clusterCall) {
 	name := c.gw.Name()
-	lease := new(pool.Lease)
 	_, span := p.opts.Tracer.Start(req.Context(), "cluster-gateway.pool.lease", trace.SpanKindInternal, c.attrs...)
-	gw, err := p.opts.Clusters.Lease(lease, c.gw)
+	lease, gw, err := p.opts.Clusters.Lease(c.gw)
 	if err == nil && p.opts.Tracer != nil { // a variadic call on an interface allocates, even on a no-op span
 		span.SetAttributes(attribute.Bool("cluster_gateway.pool.created", lease.Created()))
 	}

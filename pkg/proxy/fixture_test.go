@@ -84,18 +84,17 @@ func newWiredProviders(t testing.TB, store *gateways.Store, providers *credentia
 func newWiredAll(t testing.TB, store *gateways.Store, providers *credentials.Providers, opts Options, hopts *health.Options) (*Proxy, *health.Prober, error) {
 	t.Helper()
 	var px *Proxy
-	copts := clusters.Config{Store: store, Pool: opts.Pool, Providers: providers}
-	var prober *health.Prober
-	if hopts != nil {
-		var err error
-		if prober, err = health.New(*hopts, func(ctx context.Context, name string) health.Outcome { return px.ProbeCluster(ctx, name) }); err != nil {
-			return nil, nil, err
-		}
-		copts.Prober, opts.Health = prober, prober
-	}
+	copts := clusters.Config{Store: store, Pool: opts.Pool, Providers: providers, Limiter: opts.Limiter}
 	owner, err := clusters.New(copts)
 	if err != nil {
 		return nil, nil, err
+	}
+	var prober *health.Prober
+	if hopts != nil {
+		if prober, err = health.New(*hopts, owner, func(ctx context.Context, name string) health.Outcome { return px.ProbeCluster(ctx, name) }); err != nil {
+			return nil, nil, err
+		}
+		opts.Health = prober
 	}
 	opts.Clusters = owner
 	px, err = New(opts)

@@ -58,7 +58,9 @@ type Options struct {
 	DialTimeout           time.Duration
 	ResponseHeaderTimeout time.Duration
 	// Limiter bounds each cluster's requests in flight and queues the rest
-	// fairly among callers; nil: no per-cluster bound.
+	// fairly among callers, with the Slots the cluster's record keeps: it
+	// must be the records' (clusters.Config.Limiter); nil: no per-cluster
+	// bound.
 	Limiter *fairness.Limiter
 	// MaxBodyBytes is how much of an ordinary request's body is read
 	// before the request takes a cluster slot (the generic server's
@@ -103,6 +105,8 @@ func New(opts Options) (*Proxy, error) {
 		return nil, fmt.Errorf("proxy: Options.Clusters and Options.Pool are required")
 	case opts.Authorizer == nil:
 		return nil, fmt.Errorf("proxy: Options.Authorizer is required (exec, attach and port-forward are authorized as create)")
+	case opts.Limiter != opts.Clusters.Limiter():
+		return nil, fmt.Errorf("proxy: Options.Limiter must be the one the clusters' records keep Slots of (clusters.Config.Limiter)")
 	}
 	p := &Proxy{opts: opts, metrics: NewMetrics(), streams: newStreams(),
 		reverse: newReverseProxy(newCopyBuffers()), watches: newReverseProxy(newWatchCopyBuffers())}
@@ -199,7 +203,7 @@ func (p *Proxy) Serve(w http.ResponseWriter, req *http.Request, name, subpath st
 		trace.SpanFromContext(req.Context()).SetAttributes(attrs...)
 	}
 	_, span := p.opts.Tracer.Start(req.Context(), "cluster-gateway.fairness.wait", trace.SpanKindInternal, attrs...)
-	release, err := p.opts.Limiter.Acquire(req.Context(), name, u.GetName(), limitKind(kind))
+	release, err := p.opts.Limiter.Acquire(req.Context(), p.opts.Clusters.Slots(name), u.GetName(), limitKind(kind))
 	tracing.End(span, err, "refused or abandoned")
 	if err != nil {
 		if req.Context().Err() == nil { // else nobody is listening

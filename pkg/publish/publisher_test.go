@@ -61,17 +61,18 @@ func newPubHarness(t *testing.T, caFile string, gws ...string) *pubHarness {
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{inventory.ClusterProfileResource: "ClusterProfileList"})
 	store := gateways.NewStore(client, testGWNamespace)
-	prober, err := health.New(*health.NewOptions(), func(context.Context, string) health.Outcome { return health.Outcome{} })
-	if err != nil {
-		t.Fatal(err)
-	}
-	// As pkg/apiserver wires it: the publisher follows the clusters' records.
+	// As pkg/apiserver wires it: the publisher follows the clusters'
+	// records, and the prober is built over them.
 	pl, err := pool.New(*pool.NewOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pl.Close)
-	owner, err := clusters.New(clusters.Config{Store: store, Pool: pl, Prober: prober})
+	owner, err := clusters.New(clusters.Config{Store: store, Pool: pl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prober, err := health.New(*health.NewOptions(), owner, func(context.Context, string) health.Outcome { return health.Outcome{} })
 	if err != nil {
 		t.Fatal(err)
 	}
