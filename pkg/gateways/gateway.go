@@ -9,8 +9,9 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
-	"sync"
+	"sync/atomic"
 	"time"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,6 +27,7 @@ type Gateway struct {
 	Object *v1alpha1.ClusterGateway
 	// Ready is false when the stored data cannot be used; Problem says why.
 	Ready   bool
+	phase   int8 // of the validity, when parsed (beside Ready: no padding of its own)
 	Problem string
 	// Address and ProxyURL are parsed when Ready, and so are
 	// AdditionalAddresses (spec.endpoint.additionalAddresses, in order).
@@ -43,8 +45,10 @@ type Gateway struct {
 	// The certificate's validity: Ready can change when the clock crosses
 	// one of these, without a write (see at).
 	validity validity
-	phase    int      // of the validity, when parsed
-	later    sync.Map // phase -> *Gateway as of that phase
+	// The gateway as of the other phases (see at), each made once. An
+	// array behind one pointer, not a sync.Map (48 bytes per gateway, and
+	// rarely used).
+	later atomic.Pointer[[3]atomic.Pointer[Gateway]]
 }
 
 // stored is what a gateway keeps of its Secret besides the ClusterGateway,
@@ -53,8 +57,13 @@ type stored struct {
 	// Not the Secret it was read from: with 10,000 gateways its metadata and
 	// data map were a quarter of the cache's memory. Writes start from the
 	// Secret as the hub has it now (Store.GetCurrent); the cache's key is
-	// the Secret's namespace and name (GetObjectMeta).
-	namespace string
+	// the Secret's namespace and name (GetObjectMeta). The namespace, and the
+	// Object's labels and annotations, are shared with the gateways that have
+	// equal ones.
+	*shared
+	// Keeps the Object's CA bundle shared with the gateways that have the
+	// same (see shareBytes).
+	ca unique.Handle[string]
 
 	// What the status is computed from (see at): the problems the Secret
 	// itself shows and when it was last written.
@@ -83,7 +92,10 @@ func Parse(s *corev1.Secret) *Gateway {
 
 func parseAt(s *corev1.Secret, now time.Time) *Gateway {
 	obj, problems := fromSecret(s)
-	return withStatus(stored{namespace: s.Namespace, problems: problems, written: lastWrite(s), owner: readOwner(s.Data)}, obj, inline(obj), now)
+	st := stored{shared: shareMeta(s.Namespace, obj.Labels, obj.Annotations), problems: problems, written: lastWrite(s), owner: readOwner(s.Data)}
+	obj.Labels, obj.Annotations = st.labels, st.annotations
+	obj.Spec.Endpoint.CABundle, st.ca = shareBytes(obj.Spec.Endpoint.CABundle)
+	return withStatus(st, obj, inline(obj), now)
 }
 
 // Conn is where a gateway's requests go and the credential they carry.
@@ -97,7 +109,7 @@ type Conn struct {
 func withStatus(st stored, obj *v1alpha1.ClusterGateway, res Resolution, now time.Time) *Gateway {
 	var v validity
 	obj.Status, v = computeStatus(obj, st.problems, st.written, res, now)
-	g := &Gateway{Object: obj, stored: st, res: res, validity: v, phase: v.phase(now)}
+	g := &Gateway{Object: obj, stored: st, res: res, validity: v, phase: int8(v.phase(now))}
 	g.Conn = &g.res.Conn
 	for _, cond := range obj.Status.Conditions {
 		if cond.Type == v1alpha1.ConditionReady {
@@ -150,15 +162,20 @@ func (v validity) phase(now time.Time) int {
 // write. Each phase is computed once.
 func (g *Gateway) at(now time.Time) *Gateway {
 	p := g.validity.phase(now)
-	if p == g.phase {
+	if p == int(g.phase) {
 		return g
 	}
-	if v, ok := g.later.Load(p); ok {
-		return v.(*Gateway)
+	later := g.later.Load()
+	if later == nil {
+		g.later.CompareAndSwap(nil, new([3]atomic.Pointer[Gateway]))
+		later = g.later.Load()
+	}
+	if v := later[p].Load(); v != nil {
+		return v
 	}
 	obj := *g.Object // the same gateway but for its status: shares what it does not change
-	v, _ := g.later.LoadOrStore(p, withStatus(g.stored, &obj, g.res, now))
-	return v.(*Gateway)
+	later[p].CompareAndSwap(nil, withStatus(g.stored, &obj, g.res, now))
+	return later[p].Load()
 }
 
 // GetObjectMeta is the metadata of the gateway's Secret as the informer

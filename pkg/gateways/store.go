@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
@@ -45,10 +45,12 @@ type Store struct {
 // NewStore builds the informers; Run starts them. Gateways may name
 // credential Secrets in sourceNamespaces (by default, only namespace).
 func NewStore(client kubernetes.Interface, namespace string, sourceNamespaces ...string) *Store {
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithNamespace(namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = LabelGateway + "=true" }))
-	s := &Store{namespace: namespace, client: client, informer: factory.Core().V1().Secrets().Informer(), clock: clock.RealClock{}}
+	// Without the factory's namespace index: one namespace, read by key,
+	// and the index kept a set of every gateway's key (about 100 bytes per
+	// gateway).
+	inf := coreinformers.NewFilteredSecretInformer(client, namespace, 0, cache.Indexers{indexBySource: indexSources},
+		func(o *metav1.ListOptions) { o.LabelSelector = LabelGateway + "=true" })
+	s := &Store{namespace: namespace, client: client, informer: inf, clock: clock.RealClock{}}
 	// The cache keeps parsed gateways, not Secrets: parsing happens once per
 	// event, never on a request, and the Secret is not kept beside it.
 	_ = s.informer.SetTransform(func(obj interface{}) (interface{}, error) {
@@ -58,7 +60,6 @@ func NewStore(client kubernetes.Interface, namespace string, sourceNamespaces ..
 		return obj, nil // already a *Gateway, or a tombstone
 	})
 	s.metrics = newMetrics(s)
-	_ = s.informer.AddIndexers(cache.Indexers{indexBySource: indexSources})
 	if len(sourceNamespaces) == 0 {
 		sourceNamespaces = []string{namespace}
 	}
