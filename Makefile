@@ -122,7 +122,7 @@ test-unit: tools build ## Unit tests, with the race detector.
 # Each fuzz target runs for FUZZTIME on top of its committed seeds
 # (testdata/fuzz); a longer run is `make test-fuzz FUZZTIME=10m`.
 FUZZTIME ?= 10s
-FUZZ_TARGETS := ./pkg/proxy:FuzzHeaderHygiene ./pkg/proxy:FuzzInnerPath ./pkg/gateways:FuzzFromSecret ./pkg/gateways:FuzzKubeconfig ./pkg/boundedyaml:FuzzToJSON
+FUZZ_TARGETS := ./pkg/proxy:FuzzHeaderHygiene ./pkg/proxy:FuzzInnerPath ./pkg/gateways:FuzzFromSecret ./pkg/gateways:FuzzKubeconfig ./pkg/boundedyaml:FuzzToJSON ./pkg/fanout:FuzzPageWalkMeansWhatTheDecoderMeant
 
 .PHONY: test-fuzz
 test-fuzz: ## Run every fuzz target for FUZZTIME.
