@@ -17,8 +17,12 @@ import (
 // other with 405 before the proxy runs.
 var connectMethods = []string{"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"}
 
-// innerVerbs are the verbs a RequestInfoFactory gives a resource request.
-var innerVerbs = sets.New("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
+// innerVerbs are the verbs a RequestInfoFactory gives a resource request:
+// those it derives from the method, and its special verbs, which it takes
+// from the segment after the version whatever the method (PUT
+// /api/v1/proxy/nodes/n is verb "proxy" to the cluster, so to the gateway's
+// authorization too).
+var innerVerbs = sets.New("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection", "proxy")
 
 // FuzzInnerPath sends arbitrary proxied paths, queries and methods, plain
 // and as upgrades, through the gateway's parsing of the inner request and
