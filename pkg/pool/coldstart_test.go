@@ -297,3 +297,57 @@ func TestColdStartLateRequestsUseTheReadyConnection(t *testing.T) {
 		t.Fatalf("3 requests over one connection's room made %d dials, want 1", d)
 	}
 }
+
+// handoffKey names a request sent while the first connection is between its
+// handshake and x/net's pool.
+type handoffKey struct{}
+
+// A connection counts as ready once its handshake ends, but x/net's pool
+// has it only once it is handed over: a request that came in between (a
+// descheduled goroutine of a burst, under CPU load) skipped the wait for the
+// dial, found no connection in net/http and dialed one of its own
+// (TestColdStartPerAddress in CI: 4 dials for 2 addresses). Here requests
+// are sent exactly in that window: they wait for the dial, and share its
+// connection.
+func TestColdStartRequestsDuringTheHandoffShareTheDial(t *testing.T) {
+	u := newUpstream(t)
+	p := newTestPool(t, Options{Capacity: 8})
+	l := acquire(t, p, u.target(t, "c1", "client-1"))
+	defer l.Release()
+	const late = 8
+	var waiting atomic.Int32
+	testHookNoReadyConn = func(req *http.Request) {
+		if req.Context().Value(handoffKey{}) != nil {
+			waiting.Add(1)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, late)
+	var once sync.Once
+	testHookOffer = func(*trackedConn) {
+		once.Do(func() {
+			ctx := context.WithValue(context.Background(), handoffKey{}, true)
+			for i := range late {
+				wg.Go(func() { _, _, errs[i] = get(ctx, l.Transport(), u.url, "/hello") })
+			}
+			// Each either waits for this dial, or (the bug) dials.
+			testpoll.Eventually(t, 30*time.Second, "the late requests to wait or dial", func() error {
+				if w, d := waiting.Load(), p.Stats().Dials; w < late && d < 2 {
+					return fmt.Errorf("%d waiting, %d dials", w, d)
+				}
+				return nil
+			})
+		})
+	}
+	t.Cleanup(func() { testHookNoReadyConn, testHookOffer = nil, nil })
+	mustGet(t, l.Transport(), u.url, "/hello")
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("late request %d: %v", i, err)
+		}
+	}
+	if d, a := p.Stats().Dials, u.accepted.Load(); d != 1 || a != 1 {
+		t.Fatalf("%d requests sent while the first connection was handed to x/net: %d dials (%d connections accepted), want 1", late+1, d, a)
+	}
+}
