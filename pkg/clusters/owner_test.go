@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/clustergateway/cluster-gateway/internal/testgateways"
 	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 	"github.com/clustergateway/cluster-gateway/pkg/credentials"
 	"github.com/clustergateway/cluster-gateway/pkg/fairness"
@@ -423,7 +424,7 @@ providers:
 func TestExpiredWithoutAWriteIsNotLeased(t *testing.T) {
 	ctx := context.Background()
 	notAfter := time.Now().Add(15 * time.Second)
-	gw := x509Gateway(newTestCredential(t, time.Now().Add(-time.Hour), notAfter))
+	gw := testgateways.X509Gateway(testgateways.ClientCredential(t, time.Now().Add(-time.Hour), notAfter))
 	gw.Name, gw.Spec.Endpoint.ProxyURL = "c", ""
 	f := start(t, mustToSecret(t, gw, nil))
 	testpoll.Eventually(t, 10*time.Second, "a lease before the certificate expires", func() error {
