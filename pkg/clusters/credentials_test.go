@@ -21,12 +21,10 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/component-base/metrics"
 
+	"github.com/clustergateway/cluster-gateway/internal/testgateways"
 	"github.com/clustergateway/cluster-gateway/internal/testmetrics"
-	"github.com/clustergateway/cluster-gateway/internal/testpki"
 	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/credentials"
@@ -34,10 +32,7 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 )
 
-const (
-	sourceNamespace    = "capi-clusters"
-	forbiddenNamespace = "no-access"
-)
+const forbiddenNamespace = "no-access"
 
 // newOwner is the records over store (and providers, when set), as
 // pkg/apiserver wires them, before the store runs.
@@ -66,11 +61,7 @@ func startStore(t *testing.T, store *gateways.Store, owner *Owner) {
 // Secrets of namespace unlisted.
 func startStoreExcept(t *testing.T, store *gateways.Store, owner *Owner, unlisted string) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { store.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	testpoll.EventuallyTrue(t, 30*time.Second, "the store to sync and each gateway to have its record", func() bool {
+	testgateways.Run(t, store.Run, "the store to sync and each gateway to have its record", func() bool {
 		if !store.HasSynced() || !store.SourcesSynced(unlisted) {
 			return false
 		}
@@ -88,55 +79,6 @@ func mustToSecret(t *testing.T, gw *v1alpha1.ClusterGateway, _ *corev1.Secret) *
 	return s
 }
 
-type testCredential struct {
-	caPEM, certPEM, keyPEM []byte
-}
-
-// newCredential issues a certificate for the user "gateway" in
-// system:masters from a new CA; spec adds usages and validity.
-func newCredential(t testing.TB, spec testpki.Spec) testCredential {
-	t.Helper()
-	ca := testpki.MustCA(t, "test-ca")
-	spec.CommonName, spec.Organization = "gateway", []string{"system:masters"}
-	c := ca.MustIssue(t, spec)
-	return testCredential{caPEM: ca.CertPEM, certPEM: c.CertPEM, keyPEM: c.KeyPEM}
-}
-
-// newTestCredential is a client certificate valid from notBefore to notAfter.
-func newTestCredential(t testing.TB, notBefore, notAfter time.Time) testCredential {
-	t.Helper()
-	return newCredential(t, testpki.Spec{Client: true, NotBefore: notBefore, NotAfter: notAfter})
-}
-
-func validCredential(t testing.TB) testCredential {
-	t.Helper()
-	return newCredential(t, testpki.Spec{Client: true, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)})
-}
-
-func x509Gateway(c testCredential) *v1alpha1.ClusterGateway {
-	return &v1alpha1.ClusterGateway{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:        "c1",
-			Labels:      map[string]string{"env": "prod"},
-			Annotations: map[string]string{"team": "platform"},
-		},
-		Spec: v1alpha1.ClusterGatewaySpec{
-			Endpoint: v1alpha1.Endpoint{
-				Type:       v1alpha1.EndpointDirect,
-				Address:    "https://127.0.0.2:6443",
-				CABundle:   c.caPEM,
-				ServerName: "kubernetes",
-				ProxyURL:   "socks5://127.0.0.1:1080",
-			},
-			Credential: v1alpha1.Credential{
-				Type: v1alpha1.CredentialX509Certificate,
-				X509: &v1alpha1.X509Credential{Certificate: c.certPEM, PrivateKey: c.keyPEM},
-			},
-			Impersonation: v1alpha1.Impersonation{Mode: v1alpha1.ImpersonationCaller},
-		},
-	}
-}
-
 func refGateway(name string, ref v1alpha1.SecretReference, address string) *v1alpha1.ClusterGateway {
 	gw := &v1alpha1.ClusterGateway{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -147,31 +89,6 @@ func refGateway(name string, ref v1alpha1.SecretReference, address string) *v1al
 	}
 	v1alpha1.SetDefaults_ClusterGateway(gw)
 	return gw
-}
-
-// kubeconfigBytes is a Cluster API-style kubeconfig: server, CA and either a
-// token or a client certificate, all inline.
-func kubeconfigBytes(t testing.TB, server string, ca []byte, token string, cert, key []byte) []byte {
-	t.Helper()
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca, TLSServerName: "kubernetes"}
-	cfg.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: token, ClientCertificateData: cert, ClientKeyData: key}
-	cfg.Contexts["ctx"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
-	cfg.CurrentContext = "ctx"
-	raw, err := clientcmd.Write(*cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return raw
-}
-
-func capiSecret(name, rv string, kubeconfig []byte) *corev1.Secret {
-	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: sourceNamespace, ResourceVersion: rv,
-			Labels: map[string]string{"cluster.x-k8s.io/cluster-name": strings.TrimSuffix(name, "-kubeconfig")}},
-		Type: "cluster.x-k8s.io/secret",
-		Data: map[string][]byte{"value": kubeconfig},
-	}
 }
 
 // jwt is an unsigned JWT with exp: the gateway reads exp only to show it.
@@ -188,13 +105,13 @@ func jwt(exp time.Time) string {
 func TestSecretRefFollowsRotation(t *testing.T) {
 	ctx := t.Context()
 	notAfter := time.Now().Add(2 * time.Hour).Truncate(time.Second)
-	c := newTestCredential(t, time.Now().Add(-time.Hour), notAfter)
+	c := testgateways.ClientCredential(t, time.Now().Add(-time.Hour), notAfter)
 	exp := time.Now().Add(time.Hour).Truncate(time.Second)
-	src := capiSecret("prod-kubeconfig", "1", kubeconfigBytes(t, "https://10.0.0.7:6443", c.caPEM, jwt(exp), nil, nil))
-	gwSecret := mustToSecret(t, refGateway("prod", v1alpha1.SecretReference{Namespace: sourceNamespace, Name: "prod-kubeconfig"}, ""), nil)
+	src := testgateways.CAPISecret("prod-kubeconfig", "1", testgateways.KubeconfigBytes(t, "https://10.0.0.7:6443", c.CAPEM, jwt(exp), nil, nil))
+	gwSecret := mustToSecret(t, refGateway("prod", v1alpha1.SecretReference{Namespace: testgateways.SourceNamespace, Name: "prod-kubeconfig"}, ""), nil)
 	gwSecret.ResourceVersion = "1"
 	client := fake.NewClientset(src, gwSecret)
-	store := gateways.NewStore(client, ns, ns, sourceNamespace)
+	store := gateways.NewStore(client, ns, ns, testgateways.SourceNamespace)
 	owner := newOwner(t, store, nil)
 	reg := metrics.NewKubeRegistry()
 	store.Metrics().Register(reg)
@@ -208,7 +125,7 @@ func TestSecretRefFollowsRotation(t *testing.T) {
 		t.Fatalf("Get(prod) = %+v, %v; want Ready from its kubeconfig Secret", g, err)
 	}
 	if g.Conn.Endpoint.Address != "https://10.0.0.7:6443" || g.Address.Host != "10.0.0.7:6443" || g.Conn.Endpoint.ServerName != "kubernetes" ||
-		string(g.Conn.Endpoint.CABundle) != string(c.caPEM) || g.Conn.Token != jwt(exp) {
+		string(g.Conn.Endpoint.CABundle) != string(c.CAPEM) || g.Conn.Token != jwt(exp) {
 		t.Errorf("Conn = %+v; want the kubeconfig's server, CA, server name and token", g.Conn)
 	}
 	cred := g.Public().Status.Credential
@@ -225,8 +142,8 @@ func TestSecretRefFollowsRotation(t *testing.T) {
 	// The change reported for a rotation: the one whose new version is it.
 	rotate := func(rv string, kubeconfig []byte, isNew func(*gateways.Gateway) bool) change {
 		t.Helper()
-		upd := capiSecret("prod-kubeconfig", rv, kubeconfig)
-		if _, err := client.CoreV1().Secrets(sourceNamespace).Update(ctx, upd, metav1.UpdateOptions{}); err != nil {
+		upd := testgateways.CAPISecret("prod-kubeconfig", rv, kubeconfig)
+		if _, err := client.CoreV1().Secrets(testgateways.SourceNamespace).Update(ctx, upd, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		for {
@@ -240,14 +157,14 @@ func TestSecretRefFollowsRotation(t *testing.T) {
 			}
 		}
 	}
-	ch := rotate("2", kubeconfigBytes(t, "https://10.0.0.7:6443", c.caPEM, "new-token", nil, nil), func(g *gateways.Gateway) bool { return g.Conn.Token == "new-token" })
+	ch := rotate("2", testgateways.KubeconfigBytes(t, "https://10.0.0.7:6443", c.CAPEM, "new-token", nil, nil), func(g *gateways.Gateway) bool { return g.Conn.Token == "new-token" })
 	if !gateways.SameTransport(ch.old, ch.new) || ch.new.Conn.Token != "new-token" {
 		t.Errorf("a token rotation: SameTransport %v, token %q; want the same transport and the new token", gateways.SameTransport(ch.old, ch.new), ch.new.Conn.Token)
 	}
 	if g, _ := store.Get("prod"); g.Conn.Token != "new-token" {
 		t.Errorf("Get after the rotation sends %q, want new-token", g.Conn.Token)
 	}
-	ch = rotate("3", kubeconfigBytes(t, "https://10.0.0.7:6443", c.caPEM, "", c.certPEM, c.keyPEM), func(g *gateways.Gateway) bool { return len(g.Conn.Cert) > 0 })
+	ch = rotate("3", testgateways.KubeconfigBytes(t, "https://10.0.0.7:6443", c.CAPEM, "", c.CertPEM, c.KeyPEM), func(g *gateways.Gateway) bool { return len(g.Conn.Cert) > 0 })
 	if gateways.SameTransport(ch.old, ch.new) || !ch.new.Ready || ch.new.Public().Status.Credential.Subject == "" {
 		t.Errorf("a switch to a client certificate: SameTransport %v, Ready %v, status %+v; want a new transport and the certificate's subject",
 			gateways.SameTransport(ch.old, ch.new), ch.new.Ready, ch.new.Public().Status.Credential)
@@ -264,7 +181,7 @@ func TestSecretRefFollowsRotation(t *testing.T) {
 		t.Errorf("next expiry = %v, want the certificate's notAfter %d", got, notAfter.Unix())
 	}
 
-	if err := client.CoreV1().Secrets(sourceNamespace).Delete(ctx, "prod-kubeconfig", metav1.DeleteOptions{}); err != nil {
+	if err := client.CoreV1().Secrets(testgateways.SourceNamespace).Delete(ctx, "prod-kubeconfig", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	testpoll.EventuallyTrue(t, 30*time.Second, "the deleted source to make the gateway not Ready", func() bool {
@@ -288,23 +205,23 @@ func readyReason(g *gateways.Gateway) string {
 // Each way a source can be unusable is a Ready=False reason a user can act
 // on; the other gateways are untouched.
 func TestSecretRefProblems(t *testing.T) {
-	c := validCredential(t)
+	c := testgateways.ValidCredential(t)
 	expired := time.Now().Add(-time.Minute)
 	secrets := []*corev1.Secret{
-		{ObjectMeta: metav1.ObjectMeta{Name: "token", Namespace: sourceNamespace}, Data: map[string][]byte{"token": []byte("t0k"), "ca.crt": c.caPEM}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "tls", Namespace: sourceNamespace}, Type: corev1.SecretTypeTLS,
-			Data: map[string][]byte{"tls.crt": c.certPEM, "tls.key": c.keyPEM, "ca.crt": c.caPEM}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "expired", Namespace: sourceNamespace}, Data: map[string][]byte{"token": []byte(jwt(expired))}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "empty", Namespace: sourceNamespace}, Data: map[string][]byte{"other": []byte("x")}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "exec", Namespace: sourceNamespace}, Data: map[string][]byte{"kubeconfig": []byte(`apiVersion: v1
+		{ObjectMeta: metav1.ObjectMeta{Name: "token", Namespace: testgateways.SourceNamespace}, Data: map[string][]byte{"token": []byte("t0k"), "ca.crt": c.CAPEM}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "tls", Namespace: testgateways.SourceNamespace}, Type: corev1.SecretTypeTLS,
+			Data: map[string][]byte{"tls.crt": c.CertPEM, "tls.key": c.KeyPEM, "ca.crt": c.CAPEM}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "expired", Namespace: testgateways.SourceNamespace}, Data: map[string][]byte{"token": []byte(jwt(expired))}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "empty", Namespace: testgateways.SourceNamespace}, Data: map[string][]byte{"other": []byte("x")}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "exec", Namespace: testgateways.SourceNamespace}, Data: map[string][]byte{"kubeconfig": []byte(`apiVersion: v1
 kind: Config
 clusters: [{name: c, cluster: {server: "https://10.0.0.9"}}]
 users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: aws}}}]
 contexts: [{name: x, context: {cluster: c, user: u}}]
 current-context: x
 `)}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "badkey", Namespace: sourceNamespace}, Type: corev1.SecretTypeTLS,
-			Data: map[string][]byte{"tls.crt": c.certPEM, "tls.key": []byte("not a key")}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "badkey", Namespace: testgateways.SourceNamespace}, Type: corev1.SecretTypeTLS,
+			Data: map[string][]byte{"tls.crt": c.CertPEM, "tls.key": []byte("not a key")}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere", Namespace: "kube-system"}, Data: map[string][]byte{"token": []byte("t")}},
 	}
 	cases := []struct {
@@ -341,14 +258,14 @@ current-context: x
 	}
 	for i, tc := range cases {
 		if tc.ref.Namespace == "" {
-			tc.ref.Namespace = sourceNamespace
+			tc.ref.Namespace = testgateways.SourceNamespace
 		}
 		s := mustToSecret(t, refGateway(fmt.Sprintf("gw-%d", i), tc.ref, tc.address), nil)
 		if _, err := client.CoreV1().Secrets(ns).Create(t.Context(), s, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	store := gateways.NewStore(client, ns, ns, sourceNamespace, forbiddenNamespace)
+	store := gateways.NewStore(client, ns, ns, testgateways.SourceNamespace, forbiddenNamespace)
 	startStoreExcept(t, store, newOwner(t, store, nil), forbiddenNamespace)
 	for i, tc := range cases {
 		g, err := store.Get(fmt.Sprintf("gw-%d", i))
@@ -362,7 +279,7 @@ current-context: x
 			t.Errorf("the problem %q shows material", g.Problem)
 		}
 	}
-	if g, _ := store.Get("gw-1"); string(g.Conn.Endpoint.CABundle) != string(c.caPEM) || len(g.Conn.Cert) == 0 {
+	if g, _ := store.Get("gw-1"); string(g.Conn.Endpoint.CABundle) != string(c.CAPEM) || len(g.Conn.Cert) == 0 {
 		t.Errorf("a TLS Secret's ca.crt and key pair: Conn = %+v", g.Conn)
 	}
 }
@@ -409,7 +326,7 @@ providers:
 }
 
 func providerGateway(t *testing.T, name, provider string) *v1alpha1.ClusterGateway {
-	gw := x509Gateway(validCredential(t))
+	gw := testgateways.X509Gateway(testgateways.ValidCredential(t))
 	gw.Name = name
 	gw.Spec.Credential = v1alpha1.Credential{Type: v1alpha1.CredentialProvider, Provider: &v1alpha1.ProviderReference{
 		Name: provider, Config: &k8sruntime.RawExtension{Raw: []byte(`{"clusterName":"prod"}`)}}}
@@ -478,14 +395,14 @@ func TestProviderGateways(t *testing.T) {
 func TestProviderExpirationTime(t *testing.T) {
 	inHour := time.Now().Add(time.Hour).Truncate(time.Second).UTC()
 	inTwo := inHour.Add(time.Hour)
-	cred := validCredential(t)
+	cred := testgateways.ValidCredential(t)
 	pemJSON := func(b []byte) string { return strings.ReplaceAll(strings.TrimSpace(string(b)), "\n", `\n`) }
-	certStatus := `"clientCertificateData":"` + pemJSON(cred.certPEM) + `","clientKeyData":"` + pemJSON(cred.keyPEM) + `"`
+	certStatus := `"clientCertificateData":"` + pemJSON(cred.CertPEM) + `","clientKeyData":"` + pemJSON(cred.KeyPEM) + `"`
 	providers := testProviders(t,
 		"opaque", `{"token":"opaque-token","expirationTimestamp":"`+inTwo.Format(time.RFC3339)+`"}`,
 		"cert-expires", `{`+certStatus+`,"expirationTimestamp":"`+inHour.Format(time.RFC3339)+`"}`,
 		"cert", `{`+certStatus+`}`)
-	leaf, err := v1alpha1.ParseKeyPair(cred.certPEM, cred.keyPEM)
+	leaf, err := v1alpha1.ParseKeyPair(cred.CertPEM, cred.KeyPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -529,9 +446,9 @@ func TestProviderExpirationTime(t *testing.T) {
 // aliasBomb is a kubeconfig that is usable as far as client-go is
 // concerned, plus an extension of 2000 aliases to one 200 KiB string:
 // about 200 KiB that clientcmd.Load expands to over a GiB.
-func aliasBomb(t *testing.T, c testCredential) []byte {
+func aliasBomb(t *testing.T, c testgateways.Credential) []byte {
 	var b strings.Builder
-	b.Write(kubeconfigBytes(t, "https://10.0.0.7:6443", c.caPEM, "bomb-token", nil, nil))
+	b.Write(testgateways.KubeconfigBytes(t, "https://10.0.0.7:6443", c.CAPEM, "bomb-token", nil, nil))
 	fmt.Fprintf(&b, "extensions:\n- name: a\n  extension: &a \"%s\"\n- name: b\n  extension: [", strings.Repeat("x", 200<<10))
 	for i := range 2000 {
 		if i > 0 {
@@ -554,7 +471,7 @@ func heapAllocated(f func()) uint64 {
 }
 
 // sourceStore starts a store over secrets and one gateway per entry of
-// refs (gateway name -> Secret name in sourceNamespace).
+// refs (gateway name -> Secret name in testgateways.SourceNamespace).
 func sourceStore(t *testing.T, secrets []*corev1.Secret, refs map[string]string) (*gateways.Store, *Owner, *fake.Clientset) {
 	t.Helper()
 	var objs []k8sruntime.Object
@@ -562,12 +479,12 @@ func sourceStore(t *testing.T, secrets []*corev1.Secret, refs map[string]string)
 		objs = append(objs, s)
 	}
 	for gw, sec := range refs {
-		s := mustToSecret(t, refGateway(gw, v1alpha1.SecretReference{Namespace: sourceNamespace, Name: sec}, ""), nil)
+		s := mustToSecret(t, refGateway(gw, v1alpha1.SecretReference{Namespace: testgateways.SourceNamespace, Name: sec}, ""), nil)
 		s.ResourceVersion = "1"
 		objs = append(objs, s)
 	}
 	client := fake.NewClientset(objs...)
-	store := gateways.NewStore(client, ns, ns, sourceNamespace)
+	store := gateways.NewStore(client, ns, ns, testgateways.SourceNamespace)
 	return store, newOwner(t, store, nil), client
 }
 
@@ -576,14 +493,14 @@ func sourceStore(t *testing.T, secrets []*corev1.Secret, refs map[string]string)
 // allocates a small multiple of its size; so does one over the byte cap.
 // The gateway next to them, on a good Secret, stays Ready.
 func TestKubeconfigAliasBombOnlyItsGateway(t *testing.T) {
-	c := validCredential(t)
+	c := testgateways.ValidCredential(t)
 	bomb := aliasBomb(t, c)
-	big := append(kubeconfigBytes(t, "https://10.0.0.8:6443", c.caPEM, "big-token", nil, nil),
+	big := append(testgateways.KubeconfigBytes(t, "https://10.0.0.8:6443", c.CAPEM, "big-token", nil, nil),
 		[]byte("extensions:\n- name: pad\n  extension: \""+strings.Repeat("y", gateways.KubeconfigMaxBytes)+"\"\n")...)
 	store, owner, _ := sourceStore(t, []*corev1.Secret{
-		capiSecret("bomb-kubeconfig", "1", bomb),
-		capiSecret("big-kubeconfig", "1", big),
-		capiSecret("good-kubeconfig", "1", kubeconfigBytes(t, "https://10.0.0.9:6443", c.caPEM, "good-token", nil, nil)),
+		testgateways.CAPISecret("bomb-kubeconfig", "1", bomb),
+		testgateways.CAPISecret("big-kubeconfig", "1", big),
+		testgateways.CAPISecret("good-kubeconfig", "1", testgateways.KubeconfigBytes(t, "https://10.0.0.9:6443", c.CAPEM, "good-token", nil, nil)),
 	}, map[string]string{"bomb": "bomb-kubeconfig", "big": "big-kubeconfig", "good": "good-kubeconfig"})
 	startStore(t, store, owner)
 
@@ -624,13 +541,13 @@ func TestKubeconfigAliasBombOnlyItsGateway(t *testing.T) {
 // that changes only the Secret's metadata, or the same version handed over
 // again (an informer's relist), parses nothing.
 func TestSourceParsedOncePerVersion(t *testing.T) {
-	c := validCredential(t)
+	c := testgateways.ValidCredential(t)
 	const nGateways, subscribers = 3, 8
 	// A kubeconfig that takes a while to parse, so that subscribers
 	// resolving at once would overlap if each parsed its own.
 	kubeconfig := func(token string) []byte {
 		var b strings.Builder
-		b.Write(kubeconfigBytes(t, "https://10.0.0.7:6443", c.caPEM, token, nil, nil))
+		b.Write(testgateways.KubeconfigBytes(t, "https://10.0.0.7:6443", c.CAPEM, token, nil, nil))
 		b.WriteString("extensions:\n")
 		for i := range 1000 { // 7 nodes each, within the node budget
 			fmt.Fprintf(&b, "- {name: e%d, extension: {k: v}}\n", i)
@@ -641,7 +558,7 @@ func TestSourceParsedOncePerVersion(t *testing.T) {
 	for i := range nGateways {
 		refs[fmt.Sprintf("gw-%d", i)] = "shared-kubeconfig"
 	}
-	store, owner, client := sourceStore(t, []*corev1.Secret{capiSecret("shared-kubeconfig", "1", kubeconfig("token-1"))}, refs)
+	store, owner, client := sourceStore(t, []*corev1.Secret{testgateways.CAPISecret("shared-kubeconfig", "1", kubeconfig("token-1"))}, refs)
 
 	var mu sync.Mutex
 	seen := make([]map[string]string, subscribers) // subscriber -> gateway -> token last seen
@@ -696,9 +613,9 @@ func TestSourceParsedOncePerVersion(t *testing.T) {
 
 	update := func(rv string, kubeconfig []byte, labels map[string]string) {
 		t.Helper()
-		s := capiSecret("shared-kubeconfig", rv, kubeconfig)
+		s := testgateways.CAPISecret("shared-kubeconfig", rv, kubeconfig)
 		s.Labels = labels
-		if _, err := client.CoreV1().Secrets(sourceNamespace).Update(t.Context(), s, metav1.UpdateOptions{}); err != nil {
+		if _, err := client.CoreV1().Secrets(testgateways.SourceNamespace).Update(t.Context(), s, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -3,8 +3,6 @@ package clusters
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/clustergateway/cluster-gateway/internal/testgateways"
 	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 	"github.com/clustergateway/cluster-gateway/pkg/credentials"
 	"github.com/clustergateway/cluster-gateway/pkg/fairness"
@@ -356,50 +355,15 @@ func TestLeaseAfterTheDeletionStepPassed(t *testing.T) {
 // provider's files) is released in its record's deletion step. (Moved from
 // pkg/gateways' TestProviderGateways with the release it tested.)
 func TestDeletionReleasesTheProviderState(t *testing.T) {
-	dir := t.TempDir()
-	ok := filepath.Join(dir, "ok")
-	if err := os.WriteFile(ok, []byte("#!/bin/sh\nprintf '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\"status\":{\"token\":\"tok-1\"}}'\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(dir, "providers.yaml")
-	if err := os.WriteFile(file, []byte(fmt.Sprintf(`apiVersion: gateway.clustergateway.io/v1alpha1
-kind: CredentialProviderConfig
-providers:
-- name: ok
-  exec: {apiVersion: client.authentication.k8s.io/v1, command: %s}
-`, ok)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := credentials.LoadConfig(file, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	providers, err := credentials.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = providers.Close() })
-
+	providers := testProviders(t)
 	s := gatewaySecret("good", "https://127.0.0.1:6443", "")
 	s.Data[gateways.KeyCredentialType] = []byte("Provider")
 	s.Data[gateways.KeyProvider] = []byte("ok")
 	delete(s.Data, gateways.KeyToken)
 	client := fake.NewClientset(s)
 	store := gateways.NewStore(client, ns)
-	pl, err := pool.New(*pool.NewOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pl.Close)
-	owner, err := New(Config{Store: store, Pool: pl, Providers: providers})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { store.Run(ctx) })
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	testpoll.EventuallyTrue(t, 30*time.Second, "the store syncs", store.HasSynced)
+	owner := newOwner(t, store, providers)
+	testgateways.Run(t, store.Run, "the store syncs", store.HasSynced)
 
 	g, err := owner.GetForRequest(context.Background(), "good")
 	if err != nil || !g.Ready || g.Conn.Token != "tok-1" {
@@ -423,7 +387,7 @@ providers:
 func TestExpiredWithoutAWriteIsNotLeased(t *testing.T) {
 	ctx := context.Background()
 	notAfter := time.Now().Add(15 * time.Second)
-	gw := x509Gateway(newTestCredential(t, time.Now().Add(-time.Hour), notAfter))
+	gw := testgateways.X509Gateway(testgateways.ClientCredential(t, time.Now().Add(-time.Hour), notAfter))
 	gw.Name, gw.Spec.Endpoint.ProxyURL = "c", ""
 	f := start(t, mustToSecret(t, gw, nil))
 	testpoll.Eventually(t, 10*time.Second, "a lease before the certificate expires", func() error {

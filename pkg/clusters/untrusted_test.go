@@ -10,27 +10,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/clustergateway/cluster-gateway/internal/testgateways"
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
-
-// kubeconfigWith is a Cluster API-style kubeconfig with extra lines in its
-// user (indented under it).
-func kubeconfigWith(user string) []byte {
-	return []byte(`apiVersion: v1
-kind: Config
-clusters:
-- name: c
-  cluster: {server: "https://10.0.0.7:6443"}
-contexts:
-- name: x
-  context: {cluster: c, user: u}
-current-context: x
-users:
-- name: u
-  user:
-    token: kubeconfig-token
-` + user)
-}
 
 // A kubeconfig whose user impersonates is refused: the gateway does not
 // apply it, and ignoring it would act as the kubeconfig's own, more
@@ -44,9 +26,9 @@ func TestKubeconfigImpersonationRefused(t *testing.T) {
 	}
 	var secrets []*corev1.Secret
 	refs := map[string]string{"plain": "plain-kubeconfig"}
-	secrets = append(secrets, capiSecret("plain-kubeconfig", "1", kubeconfigWith("")))
+	secrets = append(secrets, testgateways.CAPISecret("plain-kubeconfig", "1", testgateways.KubeconfigWith("")))
 	for field, line := range cases {
-		secrets = append(secrets, capiSecret(field+"-kubeconfig", "1", kubeconfigWith(line)))
+		secrets = append(secrets, testgateways.CAPISecret(field+"-kubeconfig", "1", testgateways.KubeconfigWith(line)))
 		refs[field] = field + "-kubeconfig"
 	}
 	store, owner, _ := sourceStore(t, secrets, refs)
@@ -90,7 +72,7 @@ users:
     token: kubeconfig-token
     extensions: [{name: user, extension: {}}]
 `)
-	store, owner, _ := sourceStore(t, []*corev1.Secret{capiSecret("k-kubeconfig", "1", raw)}, map[string]string{"k": "k-kubeconfig"})
+	store, owner, _ := sourceStore(t, []*corev1.Secret{testgateways.CAPISecret("k-kubeconfig", "1", raw)}, map[string]string{"k": "k-kubeconfig"})
 	startStore(t, store, owner)
 	g, err := store.Get("k")
 	if err != nil || !g.Ready || g.Conn.Token != "kubeconfig-token" || g.Conn.Endpoint.Address != "https://10.0.0.7:6443" {
@@ -121,7 +103,7 @@ users: [{name: u, user: {token: ` + tok1 + `}}, {name: u, user: {token: ` + tok2
 	refs := map[string]string{}
 	i := 0
 	for name, tc := range cases {
-		secrets = append(secrets, capiSecret(fmt.Sprintf("k%d", i), "1", []byte(tc.raw)))
+		secrets = append(secrets, testgateways.CAPISecret(fmt.Sprintf("k%d", i), "1", []byte(tc.raw)))
 		refs[strings.ReplaceAll(name, " ", "-")] = fmt.Sprintf("k%d", i)
 		i++
 	}

@@ -8,6 +8,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/clustergateway/cluster-gateway/internal/testgateways"
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
 
@@ -16,13 +17,13 @@ import (
 // when its notBefore passes. The store's clock is a fake one.
 func TestCachedGatewayFollowsValidity(t *testing.T) {
 	t0 := time.Now().Truncate(time.Second)
-	expiring := newTestCredential(t, t0.Add(-time.Hour), t0.Add(time.Hour))
-	s := mustToSecret(t, x509Gateway(expiring), nil)
+	expiring := testgateways.ClientCredential(t, t0.Add(-time.Hour), t0.Add(time.Hour))
+	s := mustToSecret(t, testgateways.X509Gateway(expiring), nil)
 	s.ResourceVersion = "1"
 	written := metav1.NewTime(t0.Add(-time.Minute))
 	s.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "a", Time: &metav1.Time{Time: written.Add(-time.Hour)}}, {Manager: "b", Time: &written}}
-	early := newTestCredential(t, t0.Add(time.Hour), t0.Add(3*time.Hour))
-	s2 := mustToSecret(t, x509Gateway(early), nil)
+	early := testgateways.ClientCredential(t, t0.Add(time.Hour), t0.Add(3*time.Hour))
+	s2 := mustToSecret(t, testgateways.X509Gateway(early), nil)
 	s2.Name, s2.ResourceVersion = "early", "2"
 
 	clk := testingclock.NewFakePassiveClock(t0)

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/clustergateway/cluster-gateway/internal/testgateways"
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/boundedyaml"
 )
@@ -39,15 +40,15 @@ const (
 // Fuzz it with: go test -run '^$' -fuzz FuzzFromSecret -fuzztime 1m -fuzzminimizetime 5s ./pkg/gateways/
 // (minimizing a new input with 14 arguments takes long: 0 execs/sec meanwhile is not a hang).
 func FuzzFromSecret(f *testing.F) {
-	c := validCredential(f)
+	c := testgateways.ValidCredential(f)
 	seed := func(epType, endpoint string, ca []byte, insecure, proxy, credType string, cert, key []byte, token, imp, managedFields, lastApplied, labels string) {
 		f.Add(epType, endpoint, ca, "", insecure, proxy, credType, cert, key, token, imp, managedFields, lastApplied, labels)
 	}
-	seed("", "https://127.0.0.2:6443", c.caPEM, "", "", "X509Certificate", c.certPEM, c.keyPEM, "", "", "", "", `{"env":"prod"}`)
+	seed("", "https://127.0.0.2:6443", c.CAPEM, "", "", "X509Certificate", c.CertPEM, c.KeyPEM, "", "", "", "", `{"env":"prod"}`)
 	seed("Direct", " https://127.0.0.2:6443\n", nil, "true", "socks5://127.0.0.1:1080", "BearerToken", nil, nil, " tok\n", "Caller", `[{"manager":"kubectl"}]`, `{"kubectl.kubernetes.io/last-applied-configuration":"{\"spec\":{\"credential\":{\"bearerToken\":\"x\"}}}"}`, "{}")
-	seed("Konnectivity", "https://10.0.0.1", c.caPEM, "maybe", "http://user:pw@proxy:3128", "X509Certificate", c.certPEM, nil, "tok", "None", "{[", "{not json", `{"a":1}`)
-	seed("Tunnel", "http://x", []byte("not pem"), "1", "ftp://x", "", []byte("-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n"), c.keyPEM, "", "Everyone", "", "", `["argocd.argoproj.io/secret-type"]`)
-	seed("Direct", "https://127.0.0.2:6443", c.caPEM, "", "http://u:proxy-secret@127.0.0.1:3128", "BearerToken", nil, nil, "tok with space", "Caller", `[{"manager":"m","fieldsV1":{"f:spec":{}}}]`, `{"x":"y"}`, `{"argocd.argoproj.io/secret-type":"cluster"}`)
+	seed("Konnectivity", "https://10.0.0.1", c.CAPEM, "maybe", "http://user:pw@proxy:3128", "X509Certificate", c.CertPEM, nil, "tok", "None", "{[", "{not json", `{"a":1}`)
+	seed("Tunnel", "http://x", []byte("not pem"), "1", "ftp://x", "", []byte("-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n"), c.KeyPEM, "", "Everyone", "", "", `["argocd.argoproj.io/secret-type"]`)
+	seed("Direct", "https://127.0.0.2:6443", c.CAPEM, "", "http://u:proxy-secret@127.0.0.1:3128", "BearerToken", nil, nil, "tok with space", "Caller", `[{"manager":"m","fieldsV1":{"f:spec":{}}}]`, `{"x":"y"}`, `{"argocd.argoproj.io/secret-type":"cluster"}`)
 
 	f.Fuzz(func(t *testing.T, epType, endpoint string, ca []byte, serverName, insecure, proxy, credType string, cert, key []byte, token, imp, managedFields, annotations, labels string) {
 		// A canary in the middle of any token: whatever else the token is,
@@ -183,14 +184,14 @@ func FuzzFromSecret(f *testing.F) {
 // client-certificate-data, as text or as the list of bytes fmt prints.
 // Fuzz it with: go test -run '^$' -fuzz FuzzKubeconfig -fuzztime 1m ./pkg/gateways/
 func FuzzKubeconfig(f *testing.F) {
-	c := validCredential(f)
-	f.Add(kubeconfigBytes(f, "https://10.0.0.7:6443", c.caPEM, "fuzz-token-value", nil, nil))
-	f.Add(kubeconfigBytes(f, "https://10.0.0.7:6443", c.caPEM, "", c.certPEM, c.keyPEM))
+	c := testgateways.ValidCredential(f)
+	f.Add(testgateways.KubeconfigBytes(f, "https://10.0.0.7:6443", c.CAPEM, "fuzz-token-value", nil, nil))
+	f.Add(testgateways.KubeconfigBytes(f, "https://10.0.0.7:6443", c.CAPEM, "", c.CertPEM, c.KeyPEM))
 	f.Add([]byte("users: [{name: u, user: {token: first-secret-token}}, {name: u, user: {token: second-secret-token, client-key-data: c2VjcmV0LWtleQ==}}]\n"))
 	f.Add([]byte("clusters: [{name: c, cluster: {server: first-secret-server}}, {name: c, cluster: {server: x}}]\n"))
 	f.Add([]byte("users: [{name: u, user: {token: !!int secret-token-value}}]\n"))
 	f.Add([]byte("a: &a [1]\nb: *a\n"))
-	f.Add(kubeconfigWith("    as: limited-user\n"))
+	f.Add(testgateways.KubeconfigWith("    as: limited-user\n"))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		m := &Material{}
 		problem := fromKubeconfig(m, raw)

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/clustergateway/cluster-gateway/internal/testgateways"
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
 
@@ -17,7 +18,7 @@ import (
 // 10,000 gateways cached, the Secrets' metadata and data maps were a quarter
 // of the cache's memory. Writes read the Secret from the hub (GetCurrent).
 func TestParsedGatewayDoesNotKeepItsSecret(t *testing.T) {
-	sec := mustToSecret(t, x509Gateway(validCredential(t)), nil)
+	sec := mustToSecret(t, testgateways.X509Gateway(testgateways.ValidCredential(t)), nil)
 	sec.ResourceVersion = "7"
 	ref := weak.Make(sec)
 	g := Parse(sec)
@@ -45,7 +46,7 @@ func TestParsedGatewayDoesNotKeepItsSecret(t *testing.T) {
 // phase is computed from what the Secret showed, not from the Secret.
 func TestLaterPhaseKeepsTheSecretsProblems(t *testing.T) {
 	t0 := time.Now().Truncate(time.Second)
-	sec := mustToSecret(t, x509Gateway(newTestCredential(t, t0.Add(-time.Hour), t0.Add(time.Hour))), nil)
+	sec := mustToSecret(t, testgateways.X509Gateway(testgateways.ClientCredential(t, t0.Add(-time.Hour), t0.Add(time.Hour))), nil)
 	sec.Data[KeyInsecure] = []byte("maybe")
 	g := parseAt(sec, t0)
 	later := g.at(t0.Add(2 * time.Hour))
@@ -68,9 +69,9 @@ func TestLaterPhaseKeepsTheSecretsProblems(t *testing.T) {
 // gateway that cannot be used, saying what to write; a well-formed one
 // read with it is unaffected.
 func TestStoredOtherIPv4FormIsNotReady(t *testing.T) {
-	address := mustToSecret(t, tokenGateway("t"), nil)
+	address := mustToSecret(t, testgateways.TokenGateway("t"), nil)
 	address.Data[KeyEndpoint] = []byte("https://127.1:6443")
-	proxy := mustToSecret(t, tokenGateway("t"), nil)
+	proxy := mustToSecret(t, testgateways.TokenGateway("t"), nil)
 	proxy.Data[KeyProxyURL] = []byte("socks5://0x7f000001:1080")
 	for name, sec := range map[string]*corev1.Secret{"spec.endpoint.address": address, "spec.endpoint.proxyURL": proxy} {
 		g := Parse(sec)
@@ -84,7 +85,7 @@ func TestStoredOtherIPv4FormIsNotReady(t *testing.T) {
 			t.Errorf("%s: Problem %q, want the condition's message", name, g.Problem)
 		}
 	}
-	if g := Parse(mustToSecret(t, tokenGateway("t"), nil)); !g.Ready {
+	if g := Parse(mustToSecret(t, testgateways.TokenGateway("t"), nil)); !g.Ready {
 		t.Errorf("a well-formed gateway is not ready: %s", g.Problem)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/clustergateway/cluster-gateway/internal/testgateways"
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
 )
 
@@ -35,8 +36,8 @@ func TestHeapPerStoredGateway(t *testing.T) {
 	if testing.Short() {
 		t.Skip("parses 10,000 Secrets")
 	}
-	c, c2 := validCredential(t), validCredential(t)
-	wires := [][]byte{benchWire(t, c.caPEM, c.certPEM, c.keyPEM, "true"), benchWire(t, c2.caPEM, c2.certPEM, c2.keyPEM, "true")}
+	c, c2 := testgateways.ValidCredential(t), testgateways.ValidCredential(t)
+	wires := [][]byte{benchWire(t, c.CAPEM, c.CertPEM, c.KeyPEM, "true"), benchWire(t, c2.CAPEM, c2.CertPEM, c2.KeyPEM, "true")}
 	per := heapPerGateway(t, 10000, func(i int) []byte { return wires[i%2] })
 	t.Logf("live heap per stored gateway: %d bytes", per)
 	if per > maxHeapPerStoredGateway {
@@ -51,11 +52,11 @@ func TestHeapPerDistinctGateway(t *testing.T) {
 		t.Skip("issues 2,000 CAs")
 	}
 	const n = 2000
-	c := validCredential(t)
+	c := testgateways.ValidCredential(t)
 	wires := make([][]byte, n)
 	for i := range wires {
 		ca := testpki.MustCA(t, "ca-"+strconv.Itoa(i))
-		wires[i] = benchWire(t, ca.CertPEM, c.certPEM, c.keyPEM, strconv.Itoa(i))
+		wires[i] = benchWire(t, ca.CertPEM, c.CertPEM, c.KeyPEM, strconv.Itoa(i))
 	}
 	per := heapPerGateway(t, n, func(i int) []byte { return wires[i] })
 	t.Logf("live heap per stored gateway, none alike: %d bytes", per)

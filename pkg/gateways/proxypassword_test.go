@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/clustergateway/cluster-gateway/internal/testgateways"
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
 
@@ -23,7 +24,7 @@ func TestProxyPasswordWithSlashNotShown(t *testing.T) {
 		"http://proxyuser:" + secret + "/x@proxy.example:3128",    // does not parse: "invalid port" names the password
 	} {
 		t.Run(proxyURL, func(t *testing.T) {
-			tok := tokenGateway("stored-token")
+			tok := testgateways.TokenGateway("stored-token")
 			tok.Spec.Endpoint.ProxyURL = proxyURL
 			sec := &corev1.Secret{
 				ObjectMeta: metav1.ObjectMeta{Name: "c2", Namespace: testNamespace, Labels: map[string]string{LabelGateway: "true"}},

@@ -11,46 +11,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/clustergateway/cluster-gateway/internal/testgateways"
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
 
 const testNamespace = "cluster-gateway-system"
-
-func x509Gateway(c testCredential) *v1alpha1.ClusterGateway {
-	return &v1alpha1.ClusterGateway{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:        "c1",
-			Labels:      map[string]string{"env": "prod"},
-			Annotations: map[string]string{"team": "platform"},
-		},
-		Spec: v1alpha1.ClusterGatewaySpec{
-			Endpoint: v1alpha1.Endpoint{
-				Type:       v1alpha1.EndpointDirect,
-				Address:    "https://127.0.0.2:6443",
-				CABundle:   c.caPEM,
-				ServerName: "kubernetes",
-				ProxyURL:   "socks5://127.0.0.1:1080",
-			},
-			Credential: v1alpha1.Credential{
-				Type: v1alpha1.CredentialX509Certificate,
-				X509: &v1alpha1.X509Credential{Certificate: c.certPEM, PrivateKey: c.keyPEM},
-			},
-			Impersonation: v1alpha1.Impersonation{Mode: v1alpha1.ImpersonationCaller},
-		},
-	}
-}
-
-func tokenGateway(token string) *v1alpha1.ClusterGateway {
-	return &v1alpha1.ClusterGateway{
-		ObjectMeta: metav1.ObjectMeta{Name: "c2"},
-		Spec: v1alpha1.ClusterGatewaySpec{
-			Endpoint:      v1alpha1.Endpoint{Type: v1alpha1.EndpointDirect, Address: "https://127.0.0.3:6443", InsecureSkipTLSVerify: true},
-			Credential:    v1alpha1.Credential{Type: v1alpha1.CredentialBearerToken, BearerToken: token},
-			Impersonation: v1alpha1.Impersonation{Mode: v1alpha1.ImpersonationNone},
-		},
-	}
-}
 
 func mustToSecret(t *testing.T, gw *v1alpha1.ClusterGateway, existing *corev1.Secret) *corev1.Secret {
 	t.Helper()
@@ -75,8 +41,8 @@ func ready(t *testing.T, gw *v1alpha1.ClusterGateway) metav1.Condition {
 // What is written to the Secret reads back as the same gateway, and the
 // Secret's own label stays internal.
 func TestSecretRoundTrip(t *testing.T) {
-	c := validCredential(t)
-	for _, gw := range []*v1alpha1.ClusterGateway{x509Gateway(c), tokenGateway("s3cr3t-token")} {
+	c := testgateways.ValidCredential(t)
+	for _, gw := range []*v1alpha1.ClusterGateway{testgateways.X509Gateway(c), testgateways.TokenGateway("s3cr3t-token")} {
 		t.Run(gw.Name, func(t *testing.T) {
 			s := mustToSecret(t, gw, nil)
 			if s.Namespace != testNamespace || s.Name != gw.Name || s.Labels[LabelGateway] != "true" || s.Type != corev1.SecretTypeOpaque {
@@ -103,11 +69,11 @@ func TestSecretRoundTrip(t *testing.T) {
 // Rewriting a Secret keeps keys the gateway does not model, and switching the
 // credential type leaves no stale material behind.
 func TestToSecretKeepsUnknownKeysDropsStaleMaterial(t *testing.T) {
-	c := validCredential(t)
-	s := mustToSecret(t, x509Gateway(c), nil)
+	c := testgateways.ValidCredential(t)
+	s := mustToSecret(t, testgateways.X509Gateway(c), nil)
 	s.Data["note"] = []byte("kept")
 	s.StringData = map[string]string{KeyToken: "stale"}
-	gw := tokenGateway("new-token")
+	gw := testgateways.TokenGateway("new-token")
 	gw.Name = s.Name
 	s2 := mustToSecret(t, gw, s)
 	if string(s2.Data["note"]) != "kept" {
@@ -129,10 +95,10 @@ func TestToSecretKeepsUnknownKeysDropsStaleMaterial(t *testing.T) {
 // Credential material never comes back out: not in the redacted object, not
 // in kubectl's last-applied annotation stored beside it.
 func TestRedaction(t *testing.T) {
-	c := validCredential(t)
+	c := testgateways.ValidCredential(t)
 	const token = "tok-ABCDEFGH-123456"
-	gw := x509Gateway(c)
-	applied := x509Gateway(c)
+	gw := testgateways.X509Gateway(c)
+	applied := testgateways.X509Gateway(c)
 	applied.Spec.Credential.BearerToken = token // whatever a client sent
 	raw, err := json.Marshal(applied)
 	if err != nil {
@@ -164,7 +130,7 @@ func TestRedaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, needle := range needles(token, c.certPEM, c.keyPEM) {
+	for _, needle := range needles(token, c.CertPEM, c.KeyPEM) {
 		if strings.Contains(string(js), needle) {
 			t.Errorf("redacted gateway contains credential material %q:\n%s", needle, js)
 		}
@@ -204,12 +170,12 @@ func keys(m map[string][]byte) []string {
 // A Secret written by hand may hold anything: it still reads as a gateway,
 // Ready=False says what is wrong, and nothing panics.
 func TestMalformedSecrets(t *testing.T) {
-	c := validCredential(t)
-	expired := newTestCredential(t, time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour))
+	c := testgateways.ValidCredential(t)
+	expired := testgateways.ClientCredential(t, time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour))
 	good := func() map[string][]byte {
 		return map[string][]byte{
-			KeyEndpoint: []byte("https://127.0.0.2:6443"), KeyCABundle: c.caPEM,
-			KeyCredentialType: []byte(v1alpha1.CredentialX509Certificate), KeyCertificate: c.certPEM, KeyPrivateKey: c.keyPEM,
+			KeyEndpoint: []byte("https://127.0.0.2:6443"), KeyCABundle: c.CAPEM,
+			KeyCredentialType: []byte(v1alpha1.CredentialX509Certificate), KeyCertificate: c.CertPEM, KeyPrivateKey: c.KeyPEM,
 		}
 	}
 	with := func(k string, v []byte) map[string][]byte {
@@ -235,7 +201,7 @@ func TestMalformedSecrets(t *testing.T) {
 		{name: "certificate without key", data: with(KeyPrivateKey, nil), reason: v1alpha1.ReasonInvalidSecret, want: "privateKey"},
 		{name: "key without certificate", data: with(KeyCertificate, nil), reason: v1alpha1.ReasonInvalidSecret, want: "certificate"},
 		{name: "garbage PEM", data: with(KeyCertificate, []byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")), reason: v1alpha1.ReasonInvalidSecret, want: "x509"},
-		{name: "mismatched key", data: with(KeyPrivateKey, expired.keyPEM), reason: v1alpha1.ReasonInvalidSecret, want: "x509"},
+		{name: "mismatched key", data: with(KeyPrivateKey, expired.KeyPEM), reason: v1alpha1.ReasonInvalidSecret, want: "x509"},
 		{name: "CA bundle without certificates", data: with(KeyCABundle, []byte("not pem")), reason: v1alpha1.ReasonInvalidSecret, want: "caBundle"},
 		{name: "CA bundle and insecure", data: with(KeyInsecure, []byte("true")), reason: v1alpha1.ReasonInvalidSecret, want: "insecureSkipTLSVerify"},
 		{name: "unknown endpoint type", data: with(KeyEndpointType, []byte("Tunnel")), reason: v1alpha1.ReasonInvalidSecret, want: "spec.endpoint.type"},
@@ -259,7 +225,7 @@ func TestMalformedSecrets(t *testing.T) {
 		{name: "provider arg with NUL", data: providerData(KeyProviderArgs, `["a\u0000b"]`), reason: v1alpha1.ReasonInvalidSecret, want: "additionalArgs[0]"},
 		{name: "expired certificate", data: map[string][]byte{
 			KeyEndpoint: []byte("https://127.0.0.2:6443"), KeyCredentialType: []byte(v1alpha1.CredentialX509Certificate),
-			KeyCertificate: expired.certPEM, KeyPrivateKey: expired.keyPEM,
+			KeyCertificate: expired.CertPEM, KeyPrivateKey: expired.KeyPEM,
 		}, reason: v1alpha1.ReasonCertExpired, want: "expired"},
 		{name: "managed fields not JSON", data: with(KeyManagedFields, []byte("{[")), reason: v1alpha1.ReasonValid},
 		{name: "Secret annotations are not the gateway's", data: good(), ann: map[string]string{"anything": "{["}, reason: v1alpha1.ReasonValid},
@@ -274,15 +240,15 @@ func TestMalformedSecrets(t *testing.T) {
 			return d
 		}(), reason: v1alpha1.ReasonInvalidSecret, want: "control characters"},
 		{name: "server-only certificate", data: func() map[string][]byte {
-			so := newCredential(t, testpki.Spec{Server: true})
-			d := with(KeyCertificate, so.certPEM)
-			d[KeyPrivateKey] = so.keyPEM
+			so := testgateways.NewCredential(t, testpki.Spec{Server: true})
+			d := with(KeyCertificate, so.CertPEM)
+			d[KeyPrivateKey] = so.KeyPEM
 			return d
 		}(), reason: v1alpha1.ReasonInvalidSecret, want: "clientAuth"},
 		{name: "certificate not valid yet", data: func() map[string][]byte {
-			future := newTestCredential(t, time.Now().Add(time.Hour), time.Now().Add(2*time.Hour))
-			d := with(KeyCertificate, future.certPEM)
-			d[KeyPrivateKey] = future.keyPEM
+			future := testgateways.ClientCredential(t, time.Now().Add(time.Hour), time.Now().Add(2*time.Hour))
+			d := with(KeyCertificate, future.CertPEM)
+			d[KeyPrivateKey] = future.KeyPEM
 			return d
 		}(), reason: v1alpha1.ReasonCertNotYetValid, want: "not valid before"},
 	}
@@ -315,7 +281,7 @@ func TestMalformedSecrets(t *testing.T) {
 
 // A usable gateway has its address and proxy URL parsed once, here.
 func TestParseGatewayParsesAddresses(t *testing.T) {
-	g := Parse(mustToSecret(t, x509Gateway(validCredential(t)), nil))
+	g := Parse(mustToSecret(t, testgateways.X509Gateway(testgateways.ValidCredential(t)), nil))
 	if !g.Ready || g.Address == nil || g.Address.Host != "127.0.0.2:6443" || g.ProxyURL == nil || g.ProxyURL.Scheme != "socks5" {
 		t.Fatalf("Ready=%v problem %q address %v proxy %v", g.Ready, g.Problem, g.Address, g.ProxyURL)
 	}
@@ -325,7 +291,7 @@ func TestParseGatewayParsesAddresses(t *testing.T) {
 // when the gateway is Ready, and part of how the gateway reaches its
 // cluster (SameTransport).
 func TestAdditionalAddressesRoundTrip(t *testing.T) {
-	gw := x509Gateway(validCredential(t))
+	gw := testgateways.X509Gateway(testgateways.ValidCredential(t))
 	gw.Spec.Endpoint.AdditionalAddresses = []string{"https://127.0.0.3:6443", "https://127.0.0.4:6443"}
 	s := mustToSecret(t, gw, nil)
 	if got := string(s.Data[KeyMoreEndpoints]); got != "https://127.0.0.3:6443\nhttps://127.0.0.4:6443" {
@@ -360,7 +326,7 @@ func providerData(key, value string) map[string][]byte {
 // ClusterProfile extensions) are stored and read back as written; without
 // them the Secret has neither key.
 func TestProviderAdditionalArgsAndEnvRoundTrip(t *testing.T) {
-	gw := x509Gateway(validCredential(t))
+	gw := testgateways.X509Gateway(testgateways.ValidCredential(t))
 	gw.Spec.Credential = v1alpha1.Credential{Type: v1alpha1.CredentialProvider, Provider: &v1alpha1.ProviderReference{Name: "eks",
 		AdditionalArgs: []string{"--cluster", "prod"},
 		AdditionalEnv:  []v1alpha1.ProviderEnvVar{{Name: "REGION", Value: "eu-west-1"}, {Name: "AWS_PROFILE", Value: "fleet"}}}}

@@ -1,7 +1,6 @@
 package gateways
 
 import (
-	"context"
 	"net/url"
 	"strings"
 	"syscall"
@@ -16,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/clustergateway/cluster-gateway/internal/testgateways"
 	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 )
 
@@ -24,8 +24,8 @@ import (
 // (goleak in TestMain checks that).
 func TestCache(t *testing.T) {
 	ctx := t.Context()
-	c := validCredential(t)
-	s := mustToSecret(t, x509Gateway(c), nil)
+	c := testgateways.ValidCredential(t)
+	s := mustToSecret(t, testgateways.X509Gateway(c), nil)
 	// The fake clientset keeps resourceVersions as given; the cache relies
 	// on them changing, as a real hub's do.
 	s.ResourceVersion = "1"
@@ -93,8 +93,8 @@ func TestCache(t *testing.T) {
 // from the cache go on.
 func TestWriteWhileTheHubIsDown(t *testing.T) {
 	ctx := t.Context()
-	c := validCredential(t)
-	s := mustToSecret(t, x509Gateway(c), nil)
+	c := testgateways.ValidCredential(t)
+	s := mustToSecret(t, testgateways.X509Gateway(c), nil)
 	s.ResourceVersion = "1"
 	client := fake.NewClientset(s)
 	store := NewStore(client, testNamespace)
@@ -110,7 +110,7 @@ func TestWriteWhileTheHubIsDown(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a read from the cache while the hub is down: %v", err)
 	}
-	gw := x509Gateway(c)
+	gw := testgateways.X509Gateway(c)
 	gw.Name = "new"
 	_, createErr := store.Create(ctx, gw, nil)
 	_, updateErr := store.Update(ctx, existing.Object, &Current{Gateway: existing, secret: s}, nil)
@@ -133,7 +133,7 @@ func TestWriteWhileTheHubIsDown(t *testing.T) {
 // model survive an update, and so do the hub's labels and annotations.
 func TestUpdateStartsFromTheHubsSecret(t *testing.T) {
 	ctx := t.Context()
-	s := mustToSecret(t, x509Gateway(validCredential(t)), nil)
+	s := mustToSecret(t, testgateways.X509Gateway(testgateways.ValidCredential(t)), nil)
 	s.ResourceVersion = "1"
 	s.Data["x-extra"] = []byte("kept")
 	s.Labels["team"] = "platform"
@@ -173,11 +173,7 @@ func startStore(t *testing.T, store *Store) {
 // Secrets of namespace unlisted.
 func startStoreExcept(t *testing.T, store *Store, unlisted string) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { store.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	testpoll.EventuallyTrue(t, 30*time.Second, "the store to sync", func() bool {
+	testgateways.Run(t, store.Run, "the store to sync", func() bool {
 		if !store.HasSynced() {
 			return false
 		}

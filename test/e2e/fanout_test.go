@@ -21,6 +21,23 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/multicluster"
 )
 
+// newFleet creates a gateway for each of names, the i-th reading managed
+// cluster i%2, and after them one named down at an address where nothing
+// listens, all labelled fleet=<a new label>, which it returns.
+func newFleet(t *testing.T, down string, names ...string) string {
+	t.Helper()
+	label := uniqueName(t, "fleet")
+	for i, name := range append(append([]string{}, names...), down) {
+		gw := directGateway(name, i%2)
+		if name == down {
+			gw.Spec.Endpoint.Address = "https://127.0.0.200:1" // nothing listens
+		}
+		gw.Labels = map[string]string{"fleet": label}
+		createGateway(t, gw)
+	}
+	return label
+}
+
 // TestFanout: a set of clusters through one kubeconfig (kubectl cgw
 // kubeconfig -l), read by unchanged kubectl through the hub as a user whose
 // hub RBAC lets it use the proxy of two of the set's clusters and of a
@@ -30,16 +47,8 @@ import (
 // change made on each cluster.
 func TestFanout(t *testing.T) {
 	requireGateway(t)
-	label := uniqueName(t, "fleet")
 	a, b, hidden, down := uniqueName(t, "fo-a"), uniqueName(t, "fo-b"), uniqueName(t, "fo-hidden"), uniqueName(t, "fo-down")
-	for i, name := range []string{a, b, hidden, down} {
-		gw := directGateway(name, i%2)
-		if name == down {
-			gw.Spec.Endpoint.Address = "https://127.0.0.200:1" // nothing listens
-		}
-		gw.Labels = map[string]string{"fleet": label}
-		createGateway(t, gw)
-	}
+	label := newFleet(t, down, a, b, hidden)
 	user := newHubUser(t, "fanout")
 	role := uniqueName(t, "fanout")
 	kubectlStdin(t, env.Hub.Kubeconfig, fmt.Sprintf(`{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRole","metadata":{"name":%q},"rules":[
@@ -200,16 +209,8 @@ func TestFanout(t *testing.T) {
 // returns every object of every cluster exactly once, each page at most 2.
 func TestFanoutPaging(t *testing.T) {
 	requireGateway(t)
-	label := uniqueName(t, "fleet")
 	p1, p2, p3, down := uniqueName(t, "fp-a"), uniqueName(t, "fp-b"), uniqueName(t, "fp-c"), uniqueName(t, "fp-down")
-	for i, name := range []string{p1, p2, p3, down} {
-		gw := directGateway(name, i%2)
-		if name == down {
-			gw.Spec.Endpoint.Address = "https://127.0.0.200:1" // nothing listens
-		}
-		gw.Labels = map[string]string{"fleet": label}
-		createGateway(t, gw)
-	}
+	label := newFleet(t, down, p1, p2, p3)
 	// Uneven: 5 on managed cluster 0 (read by p1 and p3), 3 on cluster 1 (p2).
 	mark := uniqueName(t, "fp")
 	var want []string

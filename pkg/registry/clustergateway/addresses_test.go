@@ -6,6 +6,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/clustergateway/cluster-gateway/internal/testgateways"
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
 	"github.com/clustergateway/cluster-gateway/pkg/health"
@@ -18,7 +19,7 @@ func TestEndpointPolicyJudgesAdditionalAddresses(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &REST{policy: policy}
-	gw := tokenGateway("t")
+	gw := testgateways.TokenGateway("t")
 	gw.Spec.Endpoint.AdditionalAddresses = []string{"https://127.0.0.4:6443", "https://169.254.169.254:443"}
 	errs := r.validateWrite(gw, gw.Spec.Credential)
 	if len(errs) != 1 || errs[0].Field != "spec.endpoint.additionalAddresses[1]" {
@@ -44,7 +45,7 @@ func TestStatusShowsEachAddress(t *testing.T) {
 		{AddressOutcome: health.AddressOutcome{Address: "https://127.0.0.2:6443", Reason: v1alpha1.ReasonReachable}, LastProbeTime: now},
 		{AddressOutcome: health.AddressOutcome{Address: "https://127.0.0.3:6443", Reason: v1alpha1.ReasonDialFailed, Message: "refused"}, LastProbeTime: now},
 	}}
-	gw := (&REST{health: fixedReachability{res}}).withReachability(tokenGateway("t"))
+	gw := (&REST{health: fixedReachability{res}}).withReachability(testgateways.TokenGateway("t"))
 	st := gw.Status.Reachability
 	if st == nil || len(st.Addresses) != 2 {
 		t.Fatalf("status.reachability %+v, want two addresses", st)

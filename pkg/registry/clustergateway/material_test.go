@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/clustergateway/cluster-gateway/internal/testgateways"
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
 
@@ -12,9 +13,9 @@ import (
 // for changes: a writer who does not hold the credential can neither move it
 // nor widen its use.
 func TestKeepMaterial(t *testing.T) {
-	c := validCredential(t)
+	c := testgateways.ValidCredential(t)
 	stored := func() *v1alpha1.ClusterGateway {
-		gw := x509Gateway(c)
+		gw := testgateways.X509Gateway(c)
 		gw.Spec.Endpoint.ProxyURL = "http://proxyuser:proxypass@127.0.0.1:3128"
 		return gw
 	}
@@ -81,7 +82,7 @@ func TestKeepMaterial(t *testing.T) {
 	}
 
 	// A token gateway switched from Caller to None would act as the stored token.
-	tok := tokenGateway("stored-token")
+	tok := testgateways.TokenGateway("stored-token")
 	tok.Spec.Impersonation.Mode = v1alpha1.ImpersonationCaller
 	upd := redact(tok)
 	upd.Spec.Impersonation.Mode = v1alpha1.ImpersonationNone

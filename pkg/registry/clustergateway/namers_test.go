@@ -3,7 +3,6 @@ package clustergateway
 import (
 	"context"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -11,7 +10,7 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/clustergateway/cluster-gateway/internal/testpoll"
+	"github.com/clustergateway/cluster-gateway/internal/testgateways"
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
@@ -39,11 +38,7 @@ func namers(_ context.Context, a authorizer.Attributes) (authorizer.Decision, st
 func restReadingSources(t *testing.T, client *fake.Clientset) *REST {
 	t.Helper()
 	store := gateways.NewStore(client, writerTestNamespace, writerTestNamespace, otherSourceNamespace)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { store.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	testpoll.EventuallyTrue(t, 30*time.Second, "the store to sync", store.HasSynced)
+	testgateways.Run(t, store.Run, "the store to sync", store.HasSynced)
 	policy, _ := endpointpolicy.NewOptions().Policy()
 	return NewREST(store, policy, nil, authorizer.AuthorizerFunc(namers))
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/clustergateway/cluster-gateway/internal/testgateways"
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
 
@@ -23,7 +24,7 @@ import (
 // update must carry the material again. Each row changes one field, so a
 // comparison that forgets any one of them fails its row.
 func TestEveryRouteFieldNeedsTheNamingPermission(t *testing.T) {
-	ca := validCredential(t).caPEM
+	ca := testgateways.ValidCredential(t).CAPEM
 	const token = "stored-token-0123456789abcdef"
 	const proxy = "http://puser:ppass@127.0.0.1:3128"
 	config := func(s string) *runtime.RawExtension { return &runtime.RawExtension{Raw: []byte(s)} }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,7 +14,7 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/clustergateway/cluster-gateway/internal/testpoll"
+	"github.com/clustergateway/cluster-gateway/internal/testgateways"
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
@@ -135,11 +134,7 @@ func TestWriterCannotMoveStoredToken(t *testing.T) {
 func restOver(t *testing.T, client *fake.Clientset) *REST {
 	t.Helper()
 	store := gateways.NewStore(client, writerTestNamespace)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { store.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	testpoll.EventuallyTrue(t, 30*time.Second, "the store to sync", store.HasSynced)
+	testgateways.Run(t, store.Run, "the store to sync", store.HasSynced)
 	policy, _ := endpointpolicy.NewOptions().Policy()
 	return NewREST(store, policy, nil, nil)
 }
