@@ -167,11 +167,17 @@ func (f *FanOut) list(w http.ResponseWriter, req *http.Request, set string, clus
 		}
 	}
 	var deferred []*openCluster // read again once the answer has begun
+	begun := false
 	inflight := 0
 	start := func() {
 		for inflight < conc && len(queue) > 0 {
 			c := queue[0]
 			quota := f.pageSize
+			if !begun && !c.read {
+				// Before the answer begins, a first page: the answer
+				// begins once one has come.
+				quota = firstPageSize(f.pageSize)
+			}
 			if limit > 0 {
 				if budget < minQuota {
 					return
@@ -213,7 +219,6 @@ func (f *FanOut) list(w http.ResponseWriter, req *http.Request, set string, clus
 
 	out := &listWriter{w: w, table: table, rvs: st.RVs}
 	var buffered []*result
-	begun := false
 	failed, read := 0, 0
 	var notFound bool
 	// begin starts the answer; false: it answered an error instead.
@@ -229,10 +234,16 @@ func (f *FanOut) list(w http.ResponseWriter, req *http.Request, set string, clus
 			writeStatus(w, req, apierrors.NewNotFound(schemaGR(in.APIGroup, in.Resource), in.Name))
 			return false
 		}
+		// Compressed as the generic API server compresses a list: when
+		// the client accepts it and the answer is over its threshold, or
+		// not all read yet (its size unknown, a list's usually large).
+		size := 0
 		for _, r := range buffered {
 			out.kindFrom(r.page)
+			size += len(r.page.items)
 		}
-		out.begin()
+		more := len(queue) > 0 || len(deferred) > 0 || inflight > 0
+		out.begin(acceptsGzip(req) && (more || size > gzipThreshold))
 		for _, r := range buffered {
 			out.page(r.cluster, r.page)
 			r.page.release()
@@ -343,6 +354,12 @@ func (f *FanOut) list(w http.ResponseWriter, req *http.Request, set string, clus
 	out.cont = st.next()
 	out.end()
 }
+
+// firstPageSize is the page each cluster's first read asks before a list
+// without limit begins its answer: a tenth of the gateway's page, so that
+// the first rows come after a small read, not a whole page of each
+// cluster read at once.
+func firstPageSize(pageSize int) int { return max(1, pageSize/10) }
 
 func (f *FanOut) readPage(ctx context.Context, req *http.Request, cluster, subpath, rawQuery, accept string, get bool) result {
 	if t := f.opts.ClusterTimeout; t > 0 {

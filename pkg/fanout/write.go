@@ -1,12 +1,15 @@
 package fanout
 
 import (
+	"compress/gzip"
 	"encoding/json"
 	"net/http"
 	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
+	"k8s.io/apiserver/pkg/features"
 )
 
 func schemaGR(group, resource string) schema.GroupResource {
@@ -22,6 +25,7 @@ var clusterColumn = metav1.TableColumnDefinition{Name: "Cluster", Type: "string"
 // which JSON allows and which lets rows go out before every cluster is read.
 type listWriter struct {
 	w     http.ResponseWriter
+	gz    *gzip.Writer // the answer's compression (nil: none)
 	table bool
 	kind  string
 	apiV  string
@@ -41,12 +45,36 @@ func (l *listWriter) kindFrom(p *page) {
 }
 
 func (l *listWriter) write(b []byte) {
-	if l.err == nil {
+	switch {
+	case l.err != nil:
+	case l.gz != nil:
+		_, l.err = l.gz.Write(b)
+	default:
 		_, l.err = l.w.Write(b)
 	}
 }
 
-func (l *listWriter) begin() {
+// gzipThreshold is the generic API server's: it compresses an answer whose
+// first write (a kube-apiserver's list buffers that much) is larger.
+const gzipThreshold = 128 << 10
+
+var gzipWriters = responsewriters.NewGzipWriterPoolOrDie()
+
+// acceptsGzip tells whether the answer to req may be compressed, as the
+// generic API server decides it (Accept-Encoding, APIResponseCompression).
+func acceptsGzip(req *http.Request) bool {
+	return responsewriters.ContentEncodingSupported(req, features.APIResponseCompression) == "gzip"
+}
+
+// begin writes the answer's status and head; compressed, with gzip (at the
+// generic API server's level), for a client that accepts it.
+func (l *listWriter) begin(compressed bool) {
+	if compressed {
+		l.w.Header().Set("Content-Encoding", "gzip")
+		l.w.Header().Add("Vary", "Accept-Encoding")
+		l.gz = gzipWriters.Get().(*gzip.Writer)
+		l.gz.Reset(l.w)
+	}
 	l.w.Header().Set("Content-Type", "application/json")
 	l.w.WriteHeader(http.StatusOK)
 	if l.table {
@@ -138,7 +166,11 @@ func inOrder(place []int) bool {
 	return true
 }
 
+// flush sends what was written: the rows so far reach the client.
 func (l *listWriter) flush() {
+	if l.err == nil && l.gz != nil {
+		l.err = l.gz.Flush()
+	}
 	if l.err == nil {
 		_ = http.NewResponseController(l.w).Flush()
 	}
@@ -159,6 +191,14 @@ func (l *listWriter) end() {
 	l.write([]byte(`,"metadata":`))
 	l.write(meta)
 	l.write([]byte("}\n"))
+	if l.gz != nil {
+		if err := l.gz.Close(); l.err == nil {
+			l.err = err
+		}
+		l.gz.Reset(nil)
+		gzipWriters.Put(l.gz)
+		l.gz = nil
+	}
 }
 
 // editMeta changes obj's metadata with edit.
