@@ -3,6 +3,7 @@ package fanout
 import (
 	"bytes"
 	"compress/gzip"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -27,6 +28,10 @@ func (fx *fixture) getEncoded(t *testing.T, path, acceptEncoding string) (string
 	b, err := io.ReadAll(resp.Body)
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d (%v): %s", resp.StatusCode, err, b)
+	}
+	// client-go picks its decoder by the Content-Type, compressed or not.
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type %q (Content-Encoding %q), want application/json", ct, resp.Header.Get("Content-Encoding"))
 	}
 	return resp.Header.Get("Content-Encoding"), b
 }
@@ -111,5 +116,49 @@ func TestFirstReadIsATenthOfThePage(t *testing.T) {
 	}
 	if want := []string{"1", "10", "10", "10"}; !slices.Equal(limits, want) {
 		t.Errorf("the cluster was read with limits %v, want %v (a tenth of --fanout-page-size first)", limits, want)
+	}
+}
+
+// A gzipStream of segments compressed alone, writes compressed in the
+// stream, flushes and empty pieces is one gzip member that decompresses to
+// everything in order, its checksum and size right (gzip.Reader checks
+// them).
+func TestGzipStreamIsOneMember(t *testing.T) {
+	var want, out bytes.Buffer
+	g := newGzipStream(&out)
+	piece := func(i int) []byte {
+		b := bytes.Repeat([]byte(fmt.Sprintf(`{"i":%d,"x":"%x"},`, i, i*7919)), i%50)
+		if i%7 == 0 {
+			b = append(b, make([]byte, 70<<10)...) // over a deflate window
+		}
+		return b
+	}
+	for i := range 300 {
+		b := piece(i)
+		want.Write(b)
+		switch i % 4 {
+		case 0:
+			if err := g.segment(b, compressSegment(nil, b)); err != nil {
+				t.Fatal(err)
+			}
+		case 1:
+			_, _ = g.Write(b)
+		case 2:
+			_, _ = g.Write(b)
+			_ = g.Flush()
+		case 3:
+			_ = g.segment(nil, nil)
+			_, _ = g.Write(b)
+		}
+	}
+	if _, err := g.Write(bytes.Repeat([]byte("y"), maxPending+1)); err != nil {
+		t.Fatal(err)
+	}
+	want.Write(bytes.Repeat([]byte("y"), maxPending+1))
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := gunzip(t, out.Bytes()); !bytes.Equal(got, want.Bytes()) {
+		t.Fatalf("decompressed %d bytes, want the %d written", len(got), want.Len())
 	}
 }

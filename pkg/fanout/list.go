@@ -49,6 +49,9 @@ type page struct {
 	// irregular: a row's cells do not match the page's columns; the rows
 	// are placed one by one when written.
 	irregular bool
+	// gz is items compressed alone (compressSegment), for an answer in
+	// gzip; nil: not compressed.
+	gz []byte
 }
 
 type row struct {
@@ -133,6 +136,7 @@ func (f *FanOut) list(w http.ResponseWriter, req *http.Request, set string, clus
 		q.Del(k)
 	}
 	table := wantsTable(req)
+	compress := acceptsGzip(req)
 	accept := acceptJSON
 	if table {
 		accept = acceptTable
@@ -204,7 +208,7 @@ func (f *FanOut) list(w http.ResponseWriter, req *http.Request, set string, clus
 			c.read = true
 			rawQuery := cq.Encode()
 			wg.Go(func() {
-				r := f.readPage(ctx, req, c.Name, subpath, rawQuery, accept, get)
+				r := f.readPage(ctx, req, c.Name, subpath, rawQuery, accept, get, compress)
 				r.c, r.quota, r.first = c, quota, first
 				select {
 				case results <- r:
@@ -243,7 +247,7 @@ func (f *FanOut) list(w http.ResponseWriter, req *http.Request, set string, clus
 			size += len(r.page.items)
 		}
 		more := len(queue) > 0 || len(deferred) > 0 || inflight > 0
-		out.begin(acceptsGzip(req) && (more || size > gzipThreshold))
+		out.begin(compress && (more || size > gzipThreshold))
 		for _, r := range buffered {
 			out.page(r.cluster, r.page)
 			r.page.release()
@@ -361,7 +365,9 @@ func (f *FanOut) list(w http.ResponseWriter, req *http.Request, set string, clus
 // cluster read at once.
 func firstPageSize(pageSize int) int { return max(1, pageSize/10) }
 
-func (f *FanOut) readPage(ctx context.Context, req *http.Request, cluster, subpath, rawQuery, accept string, get bool) result {
+// readPage reads one page of cluster; compress: its items are compressed
+// too (in this goroutine), for an answer in gzip.
+func (f *FanOut) readPage(ctx context.Context, req *http.Request, cluster, subpath, rawQuery, accept string, get, compress bool) result {
 	if t := f.opts.ClusterTimeout; t > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, t)
@@ -390,6 +396,9 @@ func (f *FanOut) readPage(ctx context.Context, req *http.Request, cluster, subpa
 		return result{cluster: cluster, err: timedOut(f.opts.ClusterTimeout)}
 	case err != nil:
 		return result{cluster: cluster, err: err.Error()}
+	}
+	if compress && !p.irregular && p.n > 0 {
+		p.gz = compressSegment(takeBuffer(), p.items)
 	}
 	return result{cluster: cluster, page: p}
 }
@@ -504,7 +513,8 @@ func readBuffer(r io.Reader) ([]byte, error) {
 // release gives p's buffer back once p is written; its items are not read after.
 func (p *page) release() {
 	putBuffer(p.items)
-	p.items = nil
+	putBuffer(p.gz)
+	p.items, p.gz = nil, nil
 }
 
 func readError(err error) error {

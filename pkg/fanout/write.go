@@ -1,7 +1,6 @@
 package fanout
 
 import (
-	"compress/gzip"
 	"encoding/json"
 	"net/http"
 	"slices"
@@ -25,7 +24,7 @@ var clusterColumn = metav1.TableColumnDefinition{Name: "Cluster", Type: "string"
 // which JSON allows and which lets rows go out before every cluster is read.
 type listWriter struct {
 	w     http.ResponseWriter
-	gz    *gzip.Writer // the answer's compression (nil: none)
+	gz    *gzipStream // the answer's compression (nil: none)
 	table bool
 	kind  string
 	apiV  string
@@ -58,8 +57,6 @@ func (l *listWriter) write(b []byte) {
 // first write (a kube-apiserver's list buffers that much) is larger.
 const gzipThreshold = 128 << 10
 
-var gzipWriters = responsewriters.NewGzipWriterPoolOrDie()
-
 // acceptsGzip tells whether the answer to req may be compressed, as the
 // generic API server decides it (Accept-Encoding, APIResponseCompression).
 func acceptsGzip(req *http.Request) bool {
@@ -72,11 +69,14 @@ func (l *listWriter) begin(compressed bool) {
 	if compressed {
 		l.w.Header().Set("Content-Encoding", "gzip")
 		l.w.Header().Add("Vary", "Accept-Encoding")
-		l.gz = gzipWriters.Get().(*gzip.Writer)
-		l.gz.Reset(l.w)
 	}
 	l.w.Header().Set("Content-Type", "application/json")
 	l.w.WriteHeader(http.StatusOK)
+	if compressed {
+		// After the header: the gzip header written before it would make
+		// the server sniff the Content-Type (application/x-gzip).
+		l.gz = newGzipStream(l.w)
+	}
 	if l.table {
 		l.write([]byte(`{"kind":"Table","apiVersion":"meta.k8s.io/v1","rows":[`))
 		return
@@ -93,7 +93,10 @@ func (l *listWriter) begin(compressed bool) {
 }
 
 // block writes n items, comma-separated.
-func (l *listWriter) block(b []byte, n int) {
+func (l *listWriter) block(b []byte, n int) { l.blockOf(b, nil, n) }
+
+// blockOf is block, with b compressed alone as seg (nil: none).
+func (l *listWriter) blockOf(b, seg []byte, n int) {
 	if n == 0 {
 		return
 	}
@@ -101,6 +104,12 @@ func (l *listWriter) block(b []byte, n int) {
 		l.write([]byte{','})
 	}
 	l.n += n
+	if l.gz != nil && seg != nil {
+		if l.err == nil {
+			l.err = l.gz.segment(b, seg)
+		}
+		return
+	}
 	l.write(b)
 }
 
@@ -109,7 +118,7 @@ func (l *listWriter) page(cluster string, p *page) {
 		l.rows(cluster, p)
 		return
 	}
-	l.block(p.items, p.n)
+	l.blockOf(p.items, p.gz, p.n)
 }
 
 // rows writes a Table page's rows with the cluster first. The first page
@@ -121,7 +130,7 @@ func (l *listWriter) rows(cluster string, p *page) {
 	}
 	place := columnPlaces(l.cols[1:], p.ColumnDefinitions)
 	if !p.irregular && len(place) == len(l.cols)-1 && inOrder(place) {
-		l.block(p.items, p.n) // the same columns: the rows as they were stored
+		l.blockOf(p.items, p.gz, p.n) // the same columns: the rows as they were stored
 		return
 	}
 	var rows []row
@@ -191,13 +200,8 @@ func (l *listWriter) end() {
 	l.write([]byte(`,"metadata":`))
 	l.write(meta)
 	l.write([]byte("}\n"))
-	if l.gz != nil {
-		if err := l.gz.Close(); l.err == nil {
-			l.err = err
-		}
-		l.gz.Reset(nil)
-		gzipWriters.Put(l.gz)
-		l.gz = nil
+	if l.gz != nil && l.err == nil {
+		l.err = l.gz.Close()
 	}
 }
 
