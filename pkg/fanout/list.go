@@ -547,27 +547,6 @@ func (p *page) add(appendItem func([]byte) []byte) {
 	p.n++
 }
 
-// eachElement calls each for every element of the array dec is at (null:
-// none).
-func eachElement(dec *json.Decoder, each func() error) error {
-	t, err := dec.Token()
-	switch {
-	case err != nil:
-		return err
-	case t == nil:
-		return nil
-	case t != json.Delim('['):
-		return errNotList
-	}
-	for dec.More() {
-		if err := each(); err != nil {
-			return err
-		}
-	}
-	_, err = dec.Token() // ']'
-	return err
-}
-
 // appendRow appends a Table row with the cell first (the cluster's) first,
 // and its object marked with m (nil: as it is).
 func appendRow(dst, first []byte, cells []json.RawMessage, conditions, object []byte, m *mark) []byte {
