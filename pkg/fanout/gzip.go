@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"io"
+	"runtime"
 	"sync"
 )
 
@@ -110,9 +111,16 @@ func (a *appender) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// compressing bounds the segments compressed at once, and so the flate
+// writers (about 600 KiB each at this level) the gateway holds, to the
+// CPUs: more at once would not compress faster.
+var compressing = make(chan struct{}, runtime.GOMAXPROCS(0))
+
 // compressSegment appends raw to dst compressed alone, as deflate blocks
 // that end byte-aligned and not final: one segment of a gzipStream.
 func compressSegment(dst, raw []byte) []byte {
+	compressing <- struct{}{}
+	defer func() { <-compressing }()
 	fw := flateWriters.Get().(*flate.Writer)
 	a := &appender{b: dst}
 	fw.Reset(a)
