@@ -62,14 +62,26 @@ const (
 	fanoutWatches, fanoutWatchSet = 1000, 10
 )
 
-// fanoutCPU is what the bench (the client) and the gateway used of the CPUs
-// while reading every cluster one way.
-type fanoutCPU struct{ Client, Gateway time.Duration }
+// fanoutCPU is what the bench (the client), the gateway, the hub, the
+// managed kube-apiservers (together) and etcd used of the CPUs while
+// reading every cluster one way.
+type fanoutCPU struct{ Client, Gateway, Hub, Managed, Etcd time.Duration }
 
-// fanoutCPU runs f and returns the bench's and the gateway's CPU meanwhile.
+// fanoutCPU runs f and returns the bench's and the other processes' CPU
+// meanwhile.
 func (s *session) fanoutCPU(f func() error) (fanoutCPU, error) {
-	c, err := cpuDuring(map[string]int{"gateway": s.env.Gateway.Process.Pid()}, f)
-	return fanoutCPU{c["bench"], c["gateway"]}, err
+	pids := map[string]int{"gateway": s.env.Gateway.Process.Pid(), "hub": s.env.Hub.Process.Pid(), "etcd": s.env.Etcd.Pid()}
+	for i, m := range s.env.Managed[:min(fanoutApiservers, len(s.env.Managed))] {
+		pids[fmt.Sprintf("managed-%d", i)] = m.Process.Pid()
+	}
+	c, err := cpuDuring(pids, f)
+	var managed time.Duration
+	for i := range fanoutApiservers {
+		managed += c[fmt.Sprintf("managed-%d", i)]
+	}
+	cpu := fanoutCPU{Client: c["bench"], Gateway: c["gateway"], Hub: c["hub"], Managed: managed, Etcd: c["etcd"]}
+	logf("fanout: CPU client %s, gateway %s, hub %s, managed kube-apiservers %s, etcd %s", fmtDur(cpu.Client), fmtDur(cpu.Gateway), fmtDur(cpu.Hub), fmtDur(cpu.Managed), fmtDur(cpu.Etcd))
+	return cpu, err
 }
 
 // fanoutList is one list through the set.

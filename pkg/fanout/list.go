@@ -49,6 +49,9 @@ type page struct {
 	// irregular: a row's cells do not match the page's columns; the rows
 	// are placed one by one when written.
 	irregular bool
+	// gz is items compressed alone (compressSegment), for an answer in
+	// gzip; nil: not compressed.
+	gz []byte
 }
 
 type row struct {
@@ -133,6 +136,7 @@ func (f *FanOut) list(w http.ResponseWriter, req *http.Request, set string, clus
 		q.Del(k)
 	}
 	table := wantsTable(req)
+	compress := acceptsGzip(req)
 	accept := acceptJSON
 	if table {
 		accept = acceptTable
@@ -167,11 +171,17 @@ func (f *FanOut) list(w http.ResponseWriter, req *http.Request, set string, clus
 		}
 	}
 	var deferred []*openCluster // read again once the answer has begun
+	begun := false
 	inflight := 0
 	start := func() {
 		for inflight < conc && len(queue) > 0 {
 			c := queue[0]
 			quota := f.pageSize
+			if !begun && !c.read {
+				// Before the answer begins, a first page: the answer
+				// begins once one has come.
+				quota = firstPageSize(f.pageSize)
+			}
 			if limit > 0 {
 				if budget < minQuota {
 					return
@@ -198,7 +208,7 @@ func (f *FanOut) list(w http.ResponseWriter, req *http.Request, set string, clus
 			c.read = true
 			rawQuery := cq.Encode()
 			wg.Go(func() {
-				r := f.readPage(ctx, req, c.Name, subpath, rawQuery, accept, get)
+				r := f.readPage(ctx, req, c.Name, subpath, rawQuery, accept, get, compress)
 				r.c, r.quota, r.first = c, quota, first
 				select {
 				case results <- r:
@@ -213,7 +223,6 @@ func (f *FanOut) list(w http.ResponseWriter, req *http.Request, set string, clus
 
 	out := &listWriter{w: w, table: table, rvs: st.RVs}
 	var buffered []*result
-	begun := false
 	failed, read := 0, 0
 	var notFound bool
 	// begin starts the answer; false: it answered an error instead.
@@ -229,10 +238,16 @@ func (f *FanOut) list(w http.ResponseWriter, req *http.Request, set string, clus
 			writeStatus(w, req, apierrors.NewNotFound(schemaGR(in.APIGroup, in.Resource), in.Name))
 			return false
 		}
+		// Compressed as the generic API server compresses a list: when
+		// the client accepts it and the answer is over its threshold, or
+		// not all read yet (its size unknown, a list's usually large).
+		size := 0
 		for _, r := range buffered {
 			out.kindFrom(r.page)
+			size += len(r.page.items)
 		}
-		out.begin()
+		more := len(queue) > 0 || len(deferred) > 0 || inflight > 0
+		out.begin(compress && (more || size > gzipThreshold))
 		for _, r := range buffered {
 			out.page(r.cluster, r.page)
 			r.page.release()
@@ -344,7 +359,15 @@ func (f *FanOut) list(w http.ResponseWriter, req *http.Request, set string, clus
 	out.end()
 }
 
-func (f *FanOut) readPage(ctx context.Context, req *http.Request, cluster, subpath, rawQuery, accept string, get bool) result {
+// firstPageSize is the page each cluster's first read asks before a list
+// without limit begins its answer: a tenth of the gateway's page, so that
+// the first rows come after a small read, not a whole page of each
+// cluster read at once.
+func firstPageSize(pageSize int) int { return max(1, pageSize/10) }
+
+// readPage reads one page of cluster; compress: its items are compressed
+// too (in this goroutine), for an answer in gzip.
+func (f *FanOut) readPage(ctx context.Context, req *http.Request, cluster, subpath, rawQuery, accept string, get, compress bool) result {
 	if t := f.opts.ClusterTimeout; t > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, t)
@@ -373,6 +396,9 @@ func (f *FanOut) readPage(ctx context.Context, req *http.Request, cluster, subpa
 		return result{cluster: cluster, err: timedOut(f.opts.ClusterTimeout)}
 	case err != nil:
 		return result{cluster: cluster, err: err.Error()}
+	}
+	if compress && !p.irregular && p.n > 0 {
+		p.gz = compressSegment(takeBuffer(), p.items)
 	}
 	return result{cluster: cluster, page: p}
 }
@@ -487,7 +513,8 @@ func readBuffer(r io.Reader) ([]byte, error) {
 // release gives p's buffer back once p is written; its items are not read after.
 func (p *page) release() {
 	putBuffer(p.items)
-	p.items = nil
+	putBuffer(p.gz)
+	p.items, p.gz = nil, nil
 }
 
 func readError(err error) error {
@@ -518,27 +545,6 @@ func (p *page) add(appendItem func([]byte) []byte) {
 	}
 	p.items = appendItem(p.items)
 	p.n++
-}
-
-// eachElement calls each for every element of the array dec is at (null:
-// none).
-func eachElement(dec *json.Decoder, each func() error) error {
-	t, err := dec.Token()
-	switch {
-	case err != nil:
-		return err
-	case t == nil:
-		return nil
-	case t != json.Delim('['):
-		return errNotList
-	}
-	for dec.More() {
-		if err := each(); err != nil {
-			return err
-		}
-	}
-	_, err = dec.Token() // ']'
-	return err
 }
 
 // appendRow appends a Table row with the cell first (the cluster's) first,

@@ -49,7 +49,7 @@ func benchPages(n, m int, table bool) [][]byte {
 // read from its own cluster's body.
 func mergePages(w http.ResponseWriter, pages [][]byte, table bool) error {
 	out := &listWriter{w: w, table: table, rvs: map[string]string{}}
-	out.begin()
+	out.begin(false)
 	for i, b := range pages {
 		c := fmt.Sprintf("cluster-%d", i)
 		p, err := decodeBody(bytes.NewReader(b), c, false)

@@ -1,7 +1,6 @@
 package fanout
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -252,33 +251,39 @@ func readEvents(ctx context.Context, cluster string, a *answer, events chan<- ev
 }
 
 // tableEvent is a Table watch event's object with the cluster column: the
-// list's splice (appendRow, appendAnnotated) applied to the event's rows,
-// every other member passed on as the cluster wrote it. The column
-// definitions go in the set's first event only (headers).
+// list's walk (scan.go) applied to the event's rows (the cluster's cell
+// first, each row's object marked), every other member passed on as the
+// cluster wrote it. The column definitions go in the set's first event only
+// (headers).
 func tableEvent(obj json.RawMessage, cluster string, headers bool) ([]byte, error) {
-	open := skipWS(obj, 0)
-	if !json.Valid(obj) || open >= len(obj) || obj[open] != '{' {
+	w := walkers.Get().(*walker)
+	defer func() { w.b = nil; walkers.Put(w) }()
+	w.b, w.depth, w.edits = obj, 0, w.edits[:0]
+	open := w.ws(0)
+	if open >= len(obj) || obj[open] != '{' {
 		return nil, errNotObject
 	}
 	var cols, rows span
 	hasCols, hasRows := false, false
 	var members []span // key through value, of the members kept as they are
-	_, _, err := scanObject(obj, open, func(key []byte, v span) {
+	_, end, err := w.object(open, func(key span, v int) (int, error) {
+		e, err := w.value(v)
 		switch {
-		case keyIs(key, "columnDefinitions"):
-			cols, hasCols = v, true
-		case keyIs(key, "rows"):
-			rows, hasRows = v, true
+		case err != nil:
+		case w.is(key, "columnDefinitions"):
+			cols, hasCols = span{v, e}, true
+		case w.is(key, "rows"):
+			rows, hasRows = span{v, e}, true // the last, as a decoder keeps
 		default:
-			start := v.start - 1
-			for start > 0 && obj[start] != '"' { // back over ':' and blanks to the key's end
-				start--
-			}
-			members = append(members, span{start + 1 - len(key), v.end})
+			members = append(members, span{key.start, e})
 		}
+		return e, err
 	})
 	if err != nil {
 		return nil, err
+	}
+	if w.ws(end) != len(obj) {
+		return nil, errBadJSON
 	}
 	m := newMark(cluster)
 	out := []byte{'{'}
@@ -293,7 +298,7 @@ func tableEvent(obj json.RawMessage, cluster string, headers bool) ([]byte, erro
 	}
 	if headers {
 		var defs []metav1.TableColumnDefinition
-		if hasCols && !isNull(obj, cols) {
+		if hasCols && !w.isNull(cols) {
 			if err := json.Unmarshal(obj[cols.start:cols.end], &defs); err != nil {
 				return nil, err
 			}
@@ -306,27 +311,25 @@ func tableEvent(obj json.RawMessage, cluster string, headers bool) ([]byte, erro
 		out = append(append(out, `"columnDefinitions":`...), b...)
 	}
 	sep()
-	if !hasRows || isNull(obj, rows) {
+	if !hasRows || w.isNull(rows) {
 		return append(out, `"rows":null}`...), nil
 	}
 	if obj[rows.start] != '[' {
 		return nil, errors.New("its rows are not a JSON array")
 	}
 	out = append(out, `"rows":[`...)
-	dec := json.NewDecoder(bytes.NewReader(obj[rows.start:rows.end]))
-	var r row
 	n := 0
-	err = eachElement(dec, func() error {
-		r.Cells, r.Conditions, r.Object = r.Cells[:0], r.Conditions[:0], r.Object[:0]
-		if err := dec.Decode(&r); err != nil {
-			return err
+	_, _, err = w.array(rows.start, func(v int) (int, error) {
+		e, _, err := w.row(v, &m)
+		if err != nil {
+			return 0, err
 		}
 		if n > 0 {
 			out = append(out, ',')
 		}
 		n++
-		out = appendRow(out, m.value, r.Cells, r.Conditions, r.Object, &m)
-		return nil
+		out = w.applyEdits(out, v, e)
+		return e, nil
 	})
 	if err != nil {
 		return nil, err

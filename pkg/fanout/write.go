@@ -7,6 +7,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
+	"k8s.io/apiserver/pkg/features"
 )
 
 func schemaGR(group, resource string) schema.GroupResource {
@@ -22,6 +24,7 @@ var clusterColumn = metav1.TableColumnDefinition{Name: "Cluster", Type: "string"
 // which JSON allows and which lets rows go out before every cluster is read.
 type listWriter struct {
 	w     http.ResponseWriter
+	gz    *gzipStream // the answer's compression (nil: none)
 	table bool
 	kind  string
 	apiV  string
@@ -41,14 +44,39 @@ func (l *listWriter) kindFrom(p *page) {
 }
 
 func (l *listWriter) write(b []byte) {
-	if l.err == nil {
+	switch {
+	case l.err != nil:
+	case l.gz != nil:
+		_, l.err = l.gz.Write(b)
+	default:
 		_, l.err = l.w.Write(b)
 	}
 }
 
-func (l *listWriter) begin() {
+// gzipThreshold is the generic API server's: it compresses an answer whose
+// first write (a kube-apiserver's list buffers that much) is larger.
+const gzipThreshold = 128 << 10
+
+// acceptsGzip tells whether the answer to req may be compressed, as the
+// generic API server decides it (Accept-Encoding, APIResponseCompression).
+func acceptsGzip(req *http.Request) bool {
+	return responsewriters.ContentEncodingSupported(req, features.APIResponseCompression) == "gzip"
+}
+
+// begin writes the answer's status and head; compressed, with gzip (at the
+// generic API server's level), for a client that accepts it.
+func (l *listWriter) begin(compressed bool) {
+	if compressed {
+		l.w.Header().Set("Content-Encoding", "gzip")
+		l.w.Header().Add("Vary", "Accept-Encoding")
+	}
 	l.w.Header().Set("Content-Type", "application/json")
 	l.w.WriteHeader(http.StatusOK)
+	if compressed {
+		// After the header: the gzip header written before it would make
+		// the server sniff the Content-Type (application/x-gzip).
+		l.gz = newGzipStream(l.w)
+	}
 	if l.table {
 		l.write([]byte(`{"kind":"Table","apiVersion":"meta.k8s.io/v1","rows":[`))
 		return
@@ -65,7 +93,10 @@ func (l *listWriter) begin() {
 }
 
 // block writes n items, comma-separated.
-func (l *listWriter) block(b []byte, n int) {
+func (l *listWriter) block(b []byte, n int) { l.blockOf(b, nil, n) }
+
+// blockOf is block, with b compressed alone as seg (nil: none).
+func (l *listWriter) blockOf(b, seg []byte, n int) {
 	if n == 0 {
 		return
 	}
@@ -73,6 +104,12 @@ func (l *listWriter) block(b []byte, n int) {
 		l.write([]byte{','})
 	}
 	l.n += n
+	if l.gz != nil && seg != nil {
+		if l.err == nil {
+			l.err = l.gz.segment(b, seg)
+		}
+		return
+	}
 	l.write(b)
 }
 
@@ -81,7 +118,7 @@ func (l *listWriter) page(cluster string, p *page) {
 		l.rows(cluster, p)
 		return
 	}
-	l.block(p.items, p.n)
+	l.blockOf(p.items, p.gz, p.n)
 }
 
 // rows writes a Table page's rows with the cluster first. The first page
@@ -93,7 +130,7 @@ func (l *listWriter) rows(cluster string, p *page) {
 	}
 	place := columnPlaces(l.cols[1:], p.ColumnDefinitions)
 	if !p.irregular && len(place) == len(l.cols)-1 && inOrder(place) {
-		l.block(p.items, p.n) // the same columns: the rows as they were stored
+		l.blockOf(p.items, p.gz, p.n) // the same columns: the rows as they were stored
 		return
 	}
 	var rows []row
@@ -138,7 +175,11 @@ func inOrder(place []int) bool {
 	return true
 }
 
+// flush sends what was written: the rows so far reach the client.
 func (l *listWriter) flush() {
+	if l.err == nil && l.gz != nil {
+		l.err = l.gz.Flush()
+	}
 	if l.err == nil {
 		_ = http.NewResponseController(l.w).Flush()
 	}
@@ -159,6 +200,9 @@ func (l *listWriter) end() {
 	l.write([]byte(`,"metadata":`))
 	l.write(meta)
 	l.write([]byte("}\n"))
+	if l.gz != nil && l.err == nil {
+		l.err = l.gz.Close()
+	}
 }
 
 // editMeta changes obj's metadata with edit.
