@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	kjson "sigs.k8s.io/json"
 )
 
 // annotateByMaps is how the fan-out marked an item before the splice:
@@ -285,8 +287,14 @@ func pageByDecoder(b []byte, cluster string) (p *page, items []any, isRow []bool
 			})
 		case "rows":
 			err = eachElement(dec, func() error {
+				// A row's members by their exact names, as a Kubernetes
+				// client decodes them (sigs.k8s.io/json), and the walk.
+				var raw json.RawMessage
+				if err := dec.Decode(&raw); err != nil {
+					return err
+				}
 				var r row
-				if err := dec.Decode(&r); err != nil {
+				if err := kjson.UnmarshalCaseSensitivePreserveInts(raw, &r); err != nil {
 					return err
 				}
 				obj := []byte(r.Object)
@@ -353,7 +361,7 @@ func pageItems(t *testing.T, p *page, isRow []bool) []any {
 			continue
 		}
 		var x row
-		if err := json.Unmarshal(r, &x); err != nil {
+		if err := kjson.UnmarshalCaseSensitivePreserveInts(r, &x); err != nil {
 			t.Fatalf("a row is not a row: %v\n%s", err, r)
 		}
 		out = append(out, rowValue(x.Cells, x.Conditions, x.Object))

@@ -8,12 +8,16 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kjson "sigs.k8s.io/json"
 )
 
 // tableEventByDecoder is how Table events were marked before the walk
 // (scan.go): scanned by scanObject, each row decoded by encoding/json's
 // Decoder and written by appendRow. TestTableEventWalkMeansWhatTheDecoderMeant
-// holds the walk to it.
+// holds the walk to it. A row's members are matched by their exact names,
+// as Kubernetes' own decoding does (sigs.k8s.io/json, which kubectl and
+// client-go use): to encoding/json alone "oBjeCt" is the row's object, to a
+// Kubernetes client it is an unknown member.
 func tableEventByDecoder(obj json.RawMessage, cluster string, headers bool) ([]byte, error) {
 	open := skipWS(obj, 0)
 	if !json.Valid(obj) || open >= len(obj) || obj[open] != '{' {
@@ -77,7 +81,11 @@ func tableEventByDecoder(obj json.RawMessage, cluster string, headers bool) ([]b
 	n := 0
 	err = eachElement(dec, func() error {
 		r.Cells, r.Conditions, r.Object = r.Cells[:0], r.Conditions[:0], r.Object[:0]
-		if err := dec.Decode(&r); err != nil {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return err
+		}
+		if err := kjson.UnmarshalCaseSensitivePreserveInts(raw, &r); err != nil {
 			return err
 		}
 		if n > 0 {
@@ -232,7 +240,8 @@ func tableSeeds() []string {
 }
 
 // eventValue is a Table event as the comparison sees it: its members as
-// JSON values, its rows as {cells, conditions, object}.
+// JSON values, its rows as {cells, conditions, object} as a Kubernetes
+// client decodes them (exact member names; others ignored).
 func eventValue(t *testing.T, b []byte) map[string]any {
 	t.Helper()
 	var m map[string]json.RawMessage
@@ -248,7 +257,7 @@ func eventValue(t *testing.T, b []byte) map[string]any {
 			continue
 		}
 		var rows []row
-		if err := json.Unmarshal(v, &rows); err != nil {
+		if err := kjson.UnmarshalCaseSensitivePreserveInts(v, &rows); err != nil {
 			t.Fatalf("rows are not rows: %v\n%s", err, v)
 		}
 		var rs []any
