@@ -10,8 +10,10 @@
 // probe state with the record. The prober (pkg/health) keeps no state of
 // its own: it reads and updates the records'. The store's API view reads
 // resolved gateways through the Owner (gateways.Store.ResolveThrough). The
-// proxy leases a transport through the record, under the same lock, so no
-// lease is taken for a cluster whose deletion has passed.
+// proxy takes a cluster's record once per request (Take: a Handle with the
+// gateway, its Slots and Lease) and leases a transport through the record,
+// under the same lock, so no lease is taken for a cluster whose deletion has
+// passed.
 package clusters
 
 import (
@@ -169,12 +171,16 @@ func (o *Owner) Slots(name string) *fairness.Slots {
 	if o.cfg.Limiter == nil {
 		return nil
 	}
+	return o.find(name).slotsOf()
+}
+
+// find returns the named cluster's record, taking the gateway's creation
+// step when the cluster has none yet (the store's events run behind its
+// cache); nil when there is none after it.
+func (o *Owner) find(name string) *record {
 	for range 2 {
-		o.mu.RLock()
-		rec, ok := o.records[name]
-		o.mu.RUnlock()
-		if ok {
-			return rec.slots
+		if rec := o.lookup(name); rec != nil {
+			return rec
 		}
 		if !o.sync(name) {
 			break
@@ -325,37 +331,53 @@ func (o *Owner) Get(name string) (*gateways.Gateway, error) {
 	return o.Resolve(g), nil
 }
 
-// Resolve is g, a gateway as stored, with its credential resolved as of
-// now: its record's when the record holds g resolved against its source as
-// that is now. When the record has not taken g's step yet (the store's
+// Resolve returns g, a gateway as stored, with its credential resolved as
+// of now: its record's when the record holds g resolved against its source
+// as that is now. When the record has not taken g's step yet (the store's
 // events run behind its cache), it takes it now; a version that is not the
 // store's (a write's result, a read from the hub) is resolved for its
 // reader alone.
 func (o *Owner) Resolve(g *gateways.Gateway) *gateways.Gateway {
+	if !g.HasSource() {
+		return g.At(o.cfg.Store.Now())
+	}
+	r, _ := o.resolveWith(g, o.lookup(g.Name()))
+	return r
+}
+
+// resolveWith returns g resolved as of now (Resolve), starting from rec,
+// the record of g's cluster as it was found (nil: none), and the record
+// found last on the way (nil: none).
+func (o *Owner) resolveWith(g *gateways.Gateway, rec *record) (*gateways.Gateway, *record) {
 	now := o.cfg.Store.Now()
 	if !g.HasSource() {
-		return g.At(now)
+		return g.At(now), rec
 	}
 	in := o.inputsOf(g)
 	for range 2 {
-		if r := o.resolved(in); r != nil {
-			return r.At(now)
+		if r := rec.resolved(in); r != nil {
+			return r.At(now), rec
 		}
 		if cur, err := o.cfg.Store.Stored(g.Name()); err != nil || cur != g || !o.sync(g.Name()) {
 			break
 		}
+		rec = o.lookup(g.Name())
 	}
 	r, _ := o.resolve(in, now)
-	return r
+	return r, rec
 }
 
-// resolved is the record's gateway resolved from in; nil when the record
-// holds another resolution, or none.
-func (o *Owner) resolved(in inputs) *gateways.Gateway {
+// lookup returns the named cluster's record; nil when it has none.
+func (o *Owner) lookup(name string) *record {
 	o.mu.RLock()
-	rec, ok := o.records[in.stored.Name()]
-	o.mu.RUnlock()
-	if !ok {
+	defer o.mu.RUnlock()
+	return o.records[name]
+}
+
+// resolved returns the record's gateway resolved from in; nil when rec is
+// nil, gone, or holds another resolution, or none.
+func (rec *record) resolved(in inputs) *gateways.Gateway {
+	if rec == nil {
 		return nil
 	}
 	rec.mu.RLock()
@@ -372,19 +394,31 @@ func (o *Owner) resolved(in inputs) *gateways.Gateway {
 // differently or is no longer usable. A gateway deleted since is NotFound,
 // as the store answers, and leaves nothing in the pool.
 func (o *Owner) Lease(gw *gateways.Gateway) (*pool.Lease, *gateways.Gateway, error) {
+	return o.leaseFrom(nil, gw)
+}
+
+// leaseFrom is Lease, through rec when rec (the record the request took,
+// nil: none) is not gone; else through the record the map holds now.
+func (o *Owner) leaseFrom(rec *record, gw *gateways.Gateway) (*pool.Lease, *gateways.Gateway, error) {
+	if rec != nil {
+		rec.mu.RLock()
+		if !rec.gone {
+			defer rec.mu.RUnlock()
+			return o.leaseLocked(rec, gw)
+		}
+		rec.mu.RUnlock()
+	}
 	name := gw.Name()
 	// A deleted record may have been replaced by a new gateway of the same
 	// name meanwhile, or a record made: look once more.
 	for range 3 {
-		o.mu.RLock()
-		rec, ok := o.records[name]
-		o.mu.RUnlock()
+		rec := o.lookup(name)
 		// The store's handlers run behind its cache: a request may come
 		// before the gateway's creation step. It takes that step now.
-		if !ok && !o.sync(name) {
+		if rec == nil && !o.sync(name) {
 			break
 		}
-		if !ok {
+		if rec == nil {
 			continue
 		}
 		rec.mu.RLock()

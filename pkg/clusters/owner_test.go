@@ -471,3 +471,72 @@ func TestRecordHoldsProbeStateAndSlots(t *testing.T) {
 		t.Fatal("a gateway created again took the deleted one's probe state or slots")
 	}
 }
+
+// A proxied request takes its cluster's record once (Take): the handle's
+// Slots and Lease go through that record without reading the Owner's map
+// again. A handle whose record was deleted leases through the record of
+// the gateway created again under the same name, as that gateway is now,
+// and once that one is deleted too it is NotFound and leaves nothing in the
+// pool.
+func TestHandleLeasesThroughTheRecordItTook(t *testing.T) {
+	f := start(t, gatewaySecret("c", "https://127.0.0.1:6443", "t"))
+	f.waitFor(t, "c", false)
+	h, err := f.owner.Take(context.Background(), "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Gateway().Conn.Token != "t" || h.Slots() == nil || h.Slots() != f.owner.Slots("c") {
+		t.Fatalf("handle: token %q, slots %p; want token t and the record's slots %p", h.Gateway().Conn.Token, h.Slots(), f.owner.Slots("c"))
+	}
+	// With the map locked, the handle still reaches its record.
+	f.owner.mu.Lock()
+	done := make(chan error, 1)
+	go func() {
+		_ = h.Slots()
+		l, _, err := h.Lease()
+		if err == nil {
+			l.Release()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		f.owner.mu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		f.owner.mu.Unlock()
+		<-done
+		t.Fatal("the handle's Slots and Lease waited for the Owner's map: they looked the record up again")
+	}
+
+	if err := f.client.CoreV1().Secrets(ns).Delete(context.Background(), "c", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testpoll.EventuallyTrue(t, 30*time.Second, "the deletion step ends the record", func() bool { return f.owner.Len() == 0 })
+	if _, err := f.client.CoreV1().Secrets(ns).Create(context.Background(), gatewaySecret("c", "https://127.0.0.2:6443", "t"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testpoll.EventuallyTrue(t, 30*time.Second, "the creation step of the new gateway", func() bool { return f.owner.Len() == 1 })
+	l, leased, err := h.Lease()
+	if err != nil {
+		t.Fatalf("a handle of the deleted record, with the gateway created again: %v", err)
+	}
+	l.Release()
+	if leased.Conn.Endpoint.Address != "https://127.0.0.2:6443" {
+		t.Errorf("a handle of the deleted record leased for %s, want the new gateway's address", leased.Conn.Endpoint.Address)
+	}
+
+	if err := f.client.CoreV1().Secrets(ns).Delete(context.Background(), "c", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor(t, "c", true)
+	testpoll.EventuallyTrue(t, 30*time.Second, "the deletion step ends the new record", func() bool { return f.owner.Len() == 0 })
+	if _, _, err := h.Lease(); !apierrors.IsNotFound(err) {
+		t.Fatalf("a handle of a deleted gateway: %v, want NotFound", err)
+	}
+	if n := f.pool.Len(); n != 0 {
+		t.Fatalf("%d live pool entries after a lease through a deleted gateway's handle, want 0", n)
+	}
+}

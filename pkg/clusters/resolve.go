@@ -187,6 +187,18 @@ func fromProvider(obj *v1alpha1.ClusterGateway, st *credentials.State) gateways.
 // client-go has none, or it is about to expire), within the provider's
 // timeout or until ctx ends.
 func (o *Owner) GetForRequest(ctx context.Context, name string) (*gateways.Gateway, error) {
+	g, err := o.storedForRequest(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return o.Resolve(g), nil
+}
+
+// storedForRequest returns the named gateway as stored, after its provider,
+// if its credential comes from one, has given it a credential for this
+// request (GetForRequest); or a NotFound error, or ServiceUnavailable when
+// the provider did not.
+func (o *Owner) storedForRequest(ctx context.Context, name string) (*gateways.Gateway, error) {
 	g, err := o.cfg.Store.Stored(name)
 	if err != nil {
 		return nil, err
@@ -196,8 +208,10 @@ func (o *Owner) GetForRequest(ctx context.Context, name string) (*gateways.Gatew
 			return nil, apierrors.NewServiceUnavailable(fmt.Sprintf(
 				"ClusterGateway %q: the request ended while its credential provider %q ran: %v", name, c.Provider, err))
 		}
+		// The provider may have run a while: the gateway as stored now.
+		return o.cfg.Store.Stored(name)
 	}
-	return o.Get(name)
+	return g, nil
 }
 
 // Unauthorized tells a Provider gateway's provider that its cluster

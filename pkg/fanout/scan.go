@@ -202,15 +202,12 @@ func (w *walker) value(i int) (int, error) {
 // each key's span and its value's start; member returns the value's end.
 // It returns the number of members and the index after the '}'.
 func (w *walker) object(i int, member func(key span, v int) (int, error)) (n, end int, err error) {
-	if w.depth++; w.depth > maxDepth {
-		return 0, 0, w.bad("nested too deeply", i)
+	i, done, err := w.open(i, '}')
+	if err != nil || done {
+		return 0, i, err // i is 0 with an error
 	}
-	defer func() { w.depth-- }()
+	defer w.leave()
 	b := w.b
-	i = w.ws(i + 1)
-	if i < len(b) && b[i] == '}' {
-		return 0, i + 1, nil
-	}
 	for {
 		if i >= len(b) {
 			return 0, 0, errTruncated
@@ -241,17 +238,12 @@ func (w *walker) object(i int, member func(key span, v int) (int, error)) (n, en
 			return 0, 0, err
 		}
 		n++
-		i = w.ws(ve)
-		if i >= len(b) {
-			return 0, 0, errTruncated
+		i, done, err = w.next(ve, '}', "no ',' or '}' after an object's member")
+		if err != nil {
+			return 0, 0, err
 		}
-		switch b[i] {
-		case '}':
-			return n, i + 1, nil
-		case ',':
-			i = w.ws(i + 1)
-		default:
-			return 0, 0, w.bad("no ',' or '}' after an object's member", i)
+		if done {
+			return n, i, nil
 		}
 	}
 }
@@ -260,15 +252,11 @@ func (w *walker) object(i int, member func(key span, v int) (int, error)) (n, en
 // element's start; elem returns the element's end. It returns the number
 // of elements and the index after the ']'.
 func (w *walker) array(i int, elem func(v int) (int, error)) (n, end int, err error) {
-	if w.depth++; w.depth > maxDepth {
-		return 0, 0, w.bad("nested too deeply", i)
+	i, done, err := w.open(i, ']')
+	if err != nil || done {
+		return 0, i, err
 	}
-	defer func() { w.depth-- }()
-	b := w.b
-	i = w.ws(i + 1)
-	if i < len(b) && b[i] == ']' {
-		return 0, i + 1, nil
-	}
+	defer w.leave()
 	for {
 		var ve int
 		if elem != nil {
@@ -280,19 +268,52 @@ func (w *walker) array(i int, elem func(v int) (int, error)) (n, end int, err er
 			return 0, 0, err
 		}
 		n++
-		i = w.ws(ve)
-		if i >= len(b) {
-			return 0, 0, errTruncated
+		i, done, err = w.next(ve, ']', "no ',' or ']' after an array's element")
+		if err != nil {
+			return 0, 0, err
 		}
-		switch b[i] {
-		case ']':
-			return n, i + 1, nil
-		case ',':
-			i = w.ws(i + 1)
-		default:
-			return 0, 0, w.bad("no ',' or ']' after an array's element", i)
+		if done {
+			return n, i, nil
 		}
 	}
+}
+
+// open is the first step of the object or array at b[i], which the byte
+// last ends. It returns the index of its first member or element (after
+// blanks), or, with done, the index after last when it is empty; an error
+// when it is nested too deeply. Unless done or an error, the walk is one
+// level deeper until leave.
+func (w *walker) open(i int, last byte) (next int, done bool, err error) {
+	if w.depth >= maxDepth {
+		return 0, false, w.bad("nested too deeply", i)
+	}
+	i = w.ws(i + 1)
+	if i < len(w.b) && w.b[i] == last {
+		return i + 1, true, nil
+	}
+	w.depth++
+	return i, false, nil
+}
+
+// leave is the walk out of the object or array that open entered.
+func (w *walker) leave() { w.depth-- }
+
+// next is the step after a member or element of an object or array that
+// the byte last ends, whose value ended at ve. It returns the index after
+// last, with done, when last comes next; else the index of the next member
+// or element (after the ',' and blanks); an error, naming what is missing,
+// when neither comes.
+func (w *walker) next(ve int, last byte, what string) (i int, done bool, err error) {
+	if i = w.ws(ve); i < len(w.b) {
+		switch w.b[i] {
+		case last:
+			return i + 1, true, nil
+		case ',':
+			return w.ws(i + 1), false, nil
+		}
+	}
+	return 0, false, w.bad(what, i) // errTruncated past the end
+
 }
 
 // is tells whether the key's span is want (an escaped key is unquoted).

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
+	"github.com/clustergateway/cluster-gateway/pkg/clusters"
 	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
@@ -29,7 +30,7 @@ import (
 
 // clusterCall is what the hub side hands the cluster side.
 type clusterCall struct {
-	gw      *gateways.Gateway // as the request read it
+	cluster clusters.Handle // the cluster's record, with the gateway as the request read it
 	caller  user.Info
 	subpath string
 	watch   bool
@@ -37,15 +38,16 @@ type clusterCall struct {
 	attrs   []attribute.KeyValue // the spans' attributes; nil without a tracer
 }
 
-// toCluster answers req on the cluster of c.gw. It leases the cluster's
-// pooled transport through the cluster's record (a gateway deleted on the
-// request's way is NotFound, one changed on its way goes as it is now), sets
-// the identity the cluster sees, and sends req through the shared reverse
-// proxy, or upgrades it (exec, attach, port-forward).
+// toCluster answers req on the cluster of c.cluster. It leases the
+// cluster's pooled transport through the record the hub side took (a
+// gateway deleted on the request's way is NotFound, one changed or created
+// again on its way goes as it is now), sets the identity the cluster sees,
+// and sends req through the shared reverse proxy, or upgrades it (exec,
+// attach, port-forward).
 func (p *Proxy) toCluster(w http.ResponseWriter, req *http.Request, c clusterCall) {
-	name := c.gw.Name()
+	name := c.cluster.Gateway().Name()
 	_, span := p.opts.Tracer.Start(req.Context(), "cluster-gateway.pool.lease", trace.SpanKindInternal, c.attrs...)
-	lease, gw, err := p.opts.Clusters.Lease(c.gw)
+	lease, gw, err := c.cluster.Lease()
 	if err == nil && p.opts.Tracer != nil { // a variadic call on an interface allocates, even on a no-op span
 		span.SetAttributes(attribute.Bool("cluster_gateway.pool.created", lease.Created()))
 	}

@@ -165,11 +165,12 @@ func (p *Proxy) Serve(w http.ResponseWriter, req *http.Request, name, subpath st
 			return
 		}
 	}
-	gw, err := p.opts.Clusters.GetForRequest(req.Context(), name)
+	cl, err := p.opts.Clusters.Take(req.Context(), name)
 	if err != nil {
 		writeStatus(w, req, err)
 		return
 	}
+	gw := cl.Gateway()
 	if !gw.Ready {
 		writeStatus(w, req, statusError(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
 			fmt.Sprintf("ClusterGateway %q cannot be used: %s", name, gw.Problem)))
@@ -203,7 +204,7 @@ func (p *Proxy) Serve(w http.ResponseWriter, req *http.Request, name, subpath st
 		trace.SpanFromContext(req.Context()).SetAttributes(attrs...)
 	}
 	_, span := p.opts.Tracer.Start(req.Context(), "cluster-gateway.fairness.wait", trace.SpanKindInternal, attrs...)
-	release, err := p.opts.Limiter.Acquire(req.Context(), p.opts.Clusters.Slots(name), u.GetName(), limitKind(kind))
+	release, err := p.opts.Limiter.Acquire(req.Context(), cl.Slots(), u.GetName(), limitKind(kind))
 	tracing.End(span, err, "refused or abandoned")
 	if err != nil {
 		if req.Context().Err() == nil { // else nobody is listening
@@ -212,7 +213,7 @@ func (p *Proxy) Serve(w http.ResponseWriter, req *http.Request, name, subpath st
 		return
 	}
 	defer release()
-	p.toCluster(w, req, clusterCall{gw: gw, caller: u, subpath: subpath, watch: isWatch(in), upgrade: upgrade, attrs: attrs})
+	p.toCluster(w, req, clusterCall{cluster: cl, caller: u, subpath: subpath, watch: isWatch(in), upgrade: upgrade, attrs: attrs})
 }
 
 func joinPath(base, sub string) string {

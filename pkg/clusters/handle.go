@@ -1,0 +1,65 @@
+package clusters
+
+import (
+	"context"
+
+	"github.com/clustergateway/cluster-gateway/pkg/fairness"
+	"github.com/clustergateway/cluster-gateway/pkg/gateways"
+	"github.com/clustergateway/cluster-gateway/pkg/pool"
+)
+
+// Handle is one cluster's record as a proxied request took it (Take): the
+// gateway as the request read it, the record's limiter Slots, and Lease. The
+// hub side takes it once and hands it to the cluster side, so a request
+// finds its record once.
+type Handle struct {
+	o   *Owner
+	rec *record // nil: the cluster had no record when taken
+	gw  *gateways.Gateway
+}
+
+// Take returns the handle of the named cluster's record for a proxied
+// request, with its gateway as GetForRequest returns it (a provider's
+// credential from the provider now), or GetForRequest's error. A request
+// that comes before the gateway's creation step takes that step.
+func (o *Owner) Take(ctx context.Context, name string) (Handle, error) {
+	g, err := o.storedForRequest(ctx, name)
+	if err != nil {
+		return Handle{}, err
+	}
+	gw, rec := o.resolveWith(g, o.find(name))
+	return Handle{o: o, rec: rec, gw: gw}, nil
+}
+
+// Gateway returns the gateway as the request read it, its credential
+// resolved.
+func (h Handle) Gateway() *gateways.Gateway { return h.gw }
+
+// Slots returns the cluster's slots and queues of the Owner's Limiter, the
+// record's; nil when the cluster had no record when taken, or no Limiter
+// bounds it.
+func (h Handle) Slots() *fairness.Slots {
+	if h.o.cfg.Limiter == nil {
+		return nil
+	}
+	return h.rec.slotsOf()
+}
+
+// Lease returns what Owner.Lease returns for the handle's gateway: the lease
+// of the cluster's pooled transport and the gateway it is for (as the
+// request read it, or the record's current version when that reaches the
+// cluster differently or is no longer usable), or NotFound when the gateway
+// was deleted since. It leases through the record taken unless that record's
+// deletion step has passed; then through the record of the gateway created
+// again under the same name, if there is one.
+func (h Handle) Lease() (*pool.Lease, *gateways.Gateway, error) {
+	return h.o.leaseFrom(h.rec, h.gw)
+}
+
+// slotsOf returns rec's slots; nil when rec is nil.
+func (rec *record) slotsOf() *fairness.Slots {
+	if rec == nil {
+		return nil
+	}
+	return rec.slots
+}
