@@ -126,7 +126,7 @@ test-unit: tools build ## Unit tests, with the race detector.
 # (golang/go#51484; CI hit it on FuzzInnerPath under load). A count has no
 # deadline to race; 1000 inputs took 5-22s a target here, build included.
 FUZZTIME ?= 1000x
-FUZZ_TARGETS := ./pkg/proxy:FuzzHeaderHygiene ./pkg/proxy:FuzzInnerPath ./pkg/gateways:FuzzFromSecret ./pkg/gateways:FuzzKubeconfig ./pkg/boundedyaml:FuzzToJSON ./pkg/fanout:FuzzPageWalkMeansWhatTheDecoderMeant
+FUZZ_TARGETS := ./pkg/proxy:FuzzHeaderHygiene ./pkg/proxy:FuzzInnerPath ./pkg/gateways:FuzzFromSecret ./pkg/gateways:FuzzKubeconfig ./pkg/boundedyaml:FuzzToJSON ./pkg/fanout:FuzzPageWalkMeansWhatTheDecoderMeant ./pkg/fanout:FuzzTableEventWalkMeansWhatTheDecoderMeant
 
 .PHONY: test-fuzz
 test-fuzz: ## Run every fuzz target for FUZZTIME (inputs, or a duration).
