@@ -357,6 +357,16 @@ wait:
 				testpoll.EventuallyTrue(t, hostileRequestDeadline, "holder "+other+" took its connection's stream", func() bool { return c.isHeld(other) })
 				other = ""
 			}
+			// net/http hands a new HTTP/2 connection to every request
+			// waiting for one (late binding), and a dial goes on when its
+			// request was handed another's: this one's duplicate, still
+			// returning, is put idle later and handed to whichever request
+			// waits then (this one, or the next holder), which finds no
+			// room and dials again beside its first dial. That is a dial
+			// the rounds do not expect: an extra offer, a third waiter in
+			// addConnIfNeeded, or a hook run after the test cleared it.
+			// So it asks only once no dial is under way.
+			testpoll.EventuallyTrue(t, hostileRequestDeadline, "no dial of net/http under way", func() bool { return dialsUnderWay() == 0 })
 			goGet <- struct{}{}
 		case <-atOffer:
 			offered++
@@ -406,4 +416,11 @@ wait:
 func addConnWaiters() int {
 	buf := make([]byte, 1<<20)
 	return strings.Count(string(buf[:runtime.Stack(buf, true)]), "(*clientConnPool).addConnIfNeeded(")
+}
+
+// dialsUnderWay is how many of net/http's dials are under way: from the
+// dial until its connection is handed to a request or put idle.
+func dialsUnderWay() int {
+	buf := make([]byte, 1<<20)
+	return strings.Count(string(buf[:runtime.Stack(buf, true)]), "net/http.(*Transport).dialConnFor(")
 }
