@@ -48,7 +48,7 @@ const (
 	// fanoutApiservers are the Direct managed kube-apiservers benchSecret
 	// spreads gateways over (managed-1 and managed-2).
 	fanoutApiservers = 2
-	// pkg/fanout's default --fanout-max-clusters (fanout.NewConfig; hack
+	// pkg/fanout's default --fanout-max-clusters (fanout.DefaultConfig; hack
 	// does not import pkg/fanout, whose dependencies it would pull in).
 	fanoutDefaultMaxClusters = 16
 	fanoutSampleEvery        = 100 * time.Millisecond

@@ -62,21 +62,21 @@ type ExtraConfig struct {
 	// AuthorizeProxySubpath also authorizes the inner request of every proxied call.
 	AuthorizeProxySubpath bool
 	// Pool bounds and times the pooled transports (its Endpoints policy included).
-	Pool pool.Options
+	Pool pool.Config
 	// Konnectivity reaches Konnectivity endpoints through a proxy-server when
 	// its Address is set. Its RetireGrace, DialTimeout and Endpoints are the pool's.
-	Konnectivity konnectivity.Options
+	Konnectivity konnectivity.Config
 	// Fairness bounds each cluster's proxied requests in flight and queues
 	// the rest fairly among callers; the zero value bounds nothing.
-	Fairness fairness.Options
+	Fairness fairness.Config
 	// Inventory syncs ClusterGateways from Cluster API and ClusterProfile
 	// inventories in SourceNamespaces, when any is switched on.
-	Inventory inventory.Options
+	Inventory inventory.Config
 	// Publish publishes gateways as a ClusterProfile access provider, under
 	// the inventory sync's Lease.
-	Publish publish.Options
+	Publish publish.Config
 	// Health probes every cluster (the Reachable condition, fail-fast 503s).
-	Health health.Options
+	Health health.Config
 	// ClusterMetrics bounds the opt-in per-cluster series; the zero value
 	// serves none.
 	ClusterMetrics clustermetrics.Config
@@ -241,7 +241,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		s.stop()
 		return nil, err
 	}
-	popts := proxy.Options{
+	popts := proxy.Config{
 		Pool:                  s.Pool,
 		DialTimeout:           c.Extra.Pool.DialTimeout,
 		ResponseHeaderTimeout: c.Extra.Pool.ResponseHeaderTimeout,
@@ -292,7 +292,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	proxyREST := clustergateway.NewProxyREST(px)
 	c.route.Serve(px, proxyREST.ConnectMethods()) // the route serves what the REST would
-	sets, err := fanout.New(fanout.Options{Gateways: fanout.StoreGateways(s.Store), Authorizer: popts.Authorizer, Serve: px.Serve, Config: c.Extra.Fanout})
+	sets, err := fanout.New(fanout.Params{Gateways: fanout.StoreGateways(s.Store), Authorizer: popts.Authorizer, Serve: px.Serve, Config: c.Extra.Fanout})
 	if err != nil {
 		s.stop()
 		return nil, err
@@ -403,7 +403,7 @@ func (s *Server) registerMetrics(r metrics.KubeRegistry, px *proxy.Proxy, perClu
 // publisher, which runs under the sync's Lease (with no inventory synced,
 // the sync only holds the Lease for it).
 func newInventory(hub *restclient.Config, client kubernetes.Interface, store *gateways.Store, records *clusters.Owner, prober *health.Prober, extra *ExtraConfig) (*inventory.Controller, *publish.Publisher, error) {
-	cfg := inventory.Config{Options: extra.Inventory, Store: store, Client: client, Namespaces: extra.SourceNamespaces}
+	cfg := inventory.Params{Config: extra.Inventory, Store: store, Client: client, Namespaces: extra.SourceNamespaces}
 	if len(cfg.Namespaces) == 0 {
 		cfg.Namespaces = []string{extra.SecretNamespace}
 	}
@@ -415,7 +415,7 @@ func newInventory(hub *restclient.Config, client kubernetes.Interface, store *ga
 	}
 	var pub *publish.Publisher
 	if extra.Publish.Enabled {
-		pc := publish.Config{Options: extra.Publish, Store: store, Clusters: records, Prober: prober, Client: client, Dynamic: cfg.Dynamic}
+		pc := publish.Params{Config: extra.Publish, Store: store, Clusters: records, Prober: prober, Client: client, Dynamic: cfg.Dynamic}
 		if cfg.Syncs(inventory.SourceClusterProfile) {
 			pc.SyncNamespaces = cfg.Namespaces
 		}

@@ -28,7 +28,7 @@ import (
 //     stack is copied each time it doubles through the chain. A proxied
 //     ordinary request still gets its deadline (the request-deadline filter
 //     sets it, as before), and the proxy, which waits on nothing that ignores
-//     its context, answers the 504 itself when it passes (proxy.Options).
+//     its context, answers the 504 itself when it passes (proxy.Config).
 //     Every other request keeps the filter.
 //   - The tracing filter (otelhttp) runs only when tracing is configured
 //     (--tracing-config-file); with the no-op tracer it still wrapped every

@@ -52,9 +52,9 @@ func assembledServerWith(t *testing.T, tweak func(*Config)) *Server {
 	g.Authorization.Authorizer = authorizerfactory.NewAlwaysAllowAuthorizer()
 	cfg.Extra = ExtraConfig{
 		SecretNamespace: "cluster-gateway-system",
-		Pool:            *pool.NewOptions(),
-		Fairness:        *fairness.NewOptions(),
-		Health:          *health.NewOptions(),
+		Pool:            *pool.DefaultConfig(),
+		Fairness:        *fairness.DefaultConfig(),
+		Health:          *health.DefaultConfig(),
 		Metrics:         metrics.NewKubeRegistry(),
 	}
 	if tweak != nil {

@@ -50,7 +50,7 @@ func start(t *testing.T, cfg Config, client *fake.Clientset, probe health.ProbeF
 	store := gateways.NewStore(client, ns)
 	// As pkg/apiserver wires it: the prober over the clusters' records,
 	// which hold the store's gateways and their probe states.
-	pl, err := pool.New(*pool.NewOptions())
+	pl, err := pool.New(*pool.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func start(t *testing.T, cfg Config, client *fake.Clientset, probe health.ProbeF
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := health.New(health.Options{Interval: 5 * time.Millisecond, Timeout: time.Second, FailureThreshold: 1, SuccessThreshold: 1, MaxBackoff: 20 * time.Millisecond, Workers: 2}, owner, probe)
+	p, err := health.New(health.Config{Interval: 5 * time.Millisecond, Timeout: time.Second, FailureThreshold: 1, SuccessThreshold: 1, MaxBackoff: 20 * time.Millisecond, Workers: 2}, owner, probe)
 	if err != nil {
 		t.Fatal(err)
 	}

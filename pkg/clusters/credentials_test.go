@@ -38,7 +38,7 @@ const forbiddenNamespace = "no-access"
 // pkg/apiserver wires them, before the store runs.
 func newOwner(t *testing.T, store *gateways.Store, providers *credentials.Providers) *Owner {
 	t.Helper()
-	pl, err := pool.New(*pool.NewOptions())
+	pl, err := pool.New(*pool.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,14 +83,14 @@ func start(t *testing.T, secrets ...*corev1.Secret) *fixture {
 		return true, w, err
 	})
 	f.store = gateways.NewStore(f.client, ns)
-	po := pool.NewOptions()
+	po := pool.DefaultConfig()
 	po.IdleTTL = 0
 	var err error
 	if f.pool, err = pool.New(*po); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(f.pool.Close)
-	if f.limiter, err = fairness.New(*fairness.NewOptions()); err != nil {
+	if f.limiter, err = fairness.New(*fairness.DefaultConfig()); err != nil {
 		t.Fatal(err)
 	}
 	if f.owner, err = New(Config{Store: f.store, Pool: f.pool, Limiter: f.limiter}); err != nil {
@@ -98,7 +98,7 @@ func start(t *testing.T, secrets ...*corev1.Secret) *fixture {
 	}
 	// Probes that never reach anything: what is asserted is which
 	// clusters the prober knows, not what it finds.
-	if f.prober, err = health.New(health.Options{Interval: time.Hour, Timeout: time.Second, FailureThreshold: 1, SuccessThreshold: 1, MaxBackoff: time.Hour, Workers: 1}, f.owner,
+	if f.prober, err = health.New(health.Config{Interval: time.Hour, Timeout: time.Second, FailureThreshold: 1, SuccessThreshold: 1, MaxBackoff: time.Hour, Workers: 1}, f.owner,
 		func(context.Context, string) health.Outcome {
 			return health.Outcome{Reason: "DialFailed", Message: "not dialed in this test"}
 		}); err != nil {

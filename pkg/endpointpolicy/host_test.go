@@ -29,15 +29,15 @@ var otherLoopbackForms = []string{
 // Refused whatever the lists say: the policy cannot judge what it cannot
 // read, and the message says what to write instead.
 func TestCheckHostRefusesOtherIPv4Forms(t *testing.T) {
-	def, err := NewOptions().Policy()
+	def, err := DefaultConfig().Policy()
 	if err != nil {
 		t.Fatal(err)
 	}
-	loopbackDenied, err := (&Options{DenyCIDRs: []string{"127.0.0.0/8", "::1/128"}}).Policy()
+	loopbackDenied, err := (&Config{DenyCIDRs: []string{"127.0.0.0/8", "::1/128"}}).Policy()
 	if err != nil {
 		t.Fatal(err)
 	}
-	denyNothing, err := (&Options{DenyCIDRs: []string{""}}).Policy()
+	denyNothing, err := (&Config{DenyCIDRs: []string{""}}).Policy()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestCheckHostRefusesOtherIPv4Forms(t *testing.T) {
 // Canonical literals are judged as before, IPv6 forms included, and names
 // pass (they are judged where they are resolved).
 func TestCheckHostJudgesCanonicalFormsAndPassesNames(t *testing.T) {
-	loopbackDenied, err := (&Options{DenyCIDRs: []string{"169.254.0.0/16", "fe80::/10", "127.0.0.0/8", "::1/128"}}).Policy()
+	loopbackDenied, err := (&Config{DenyCIDRs: []string{"169.254.0.0/16", "fe80::/10", "127.0.0.0/8", "::1/128"}}).Policy()
 	if err != nil {
 		t.Fatal(err)
 	}

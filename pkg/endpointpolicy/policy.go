@@ -26,34 +26,36 @@ var ErrDenied = errors.New("refused by the gateway's endpoint policy")
 // (169.254.169.254, fe80::/10), and the IPv6 address of AWS's metadata service.
 var DefaultDeny = []string{"169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128"}
 
-// Options are the policy's plain config, filled by --endpoint-allow-cidrs
-// and --endpoint-deny-cidrs (defined in cmd/apiserver/app/options).
-type Options struct {
+// Config is the policy's plain config, whose flags (--endpoint-allow-cidrs,
+// --endpoint-deny-cidrs) are defined in cmd/apiserver/app/options.
+// DefaultConfig has the defaults, Validate the rules; Policy refuses what
+// Validate refuses.
+type Config struct {
 	AllowCIDRs []string
 	DenyCIDRs  []string
 }
 
-// NewOptions returns the defaults: everything but DefaultDeny is allowed.
-func NewOptions() *Options {
-	return &Options{DenyCIDRs: append([]string(nil), DefaultDeny...)}
+// DefaultConfig returns the defaults: everything but DefaultDeny is allowed.
+func DefaultConfig() *Config {
+	return &Config{DenyCIDRs: append([]string(nil), DefaultDeny...)}
 }
 
 // Validate checks the CIDRs.
-func (o *Options) Validate() []error {
-	_, err := o.Policy()
+func (c *Config) Validate() []error {
+	_, err := c.Policy()
 	if err != nil {
 		return []error{err}
 	}
 	return nil
 }
 
-// Policy parses the options.
-func (o *Options) Policy() (*Policy, error) {
-	allow, err := parse("--endpoint-allow-cidrs", o.AllowCIDRs)
+// Policy parses the config.
+func (c *Config) Policy() (*Policy, error) {
+	allow, err := parse("--endpoint-allow-cidrs", c.AllowCIDRs)
 	if err != nil {
 		return nil, err
 	}
-	deny, err := parse("--endpoint-deny-cidrs", o.DenyCIDRs)
+	deny, err := parse("--endpoint-deny-cidrs", c.DenyCIDRs)
 	if err != nil {
 		return nil, err
 	}

@@ -10,20 +10,20 @@ import (
 )
 
 func TestPolicy(t *testing.T) {
-	def, err := NewOptions().Policy()
+	def, err := DefaultConfig().Policy()
 	if err != nil {
 		t.Fatal(err)
 	}
-	allowOnly, err := (&Options{AllowCIDRs: []string{"10.0.0.0/8", "127.0.0.0/8"}, DenyCIDRs: []string{"10.9.0.0/16"}}).Policy()
+	allowOnly, err := (&Config{AllowCIDRs: []string{"10.0.0.0/8", "127.0.0.0/8"}, DenyCIDRs: []string{"10.9.0.0/16"}}).Policy()
 	if err != nil {
 		t.Fatal(err)
 	}
 	// As config/deployment.yaml and the chart ship it.
-	loopbackDenied, err := (&Options{DenyCIDRs: []string{"169.254.0.0/16", "127.0.0.0/8", "::1/128"}}).Policy()
+	loopbackDenied, err := (&Config{DenyCIDRs: []string{"169.254.0.0/16", "127.0.0.0/8", "::1/128"}}).Policy()
 	if err != nil {
 		t.Fatal(err)
 	}
-	tenOnly, err := (&Options{AllowCIDRs: []string{"10.0.0.0/8"}}).Policy()
+	tenOnly, err := (&Config{AllowCIDRs: []string{"10.0.0.0/8"}}).Policy()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,10 +62,10 @@ func TestPolicy(t *testing.T) {
 	if err := def.CheckHost("metadata.example"); err != nil {
 		t.Errorf("CheckHost of a name: %v (names are checked when dialed)", err)
 	}
-	if _, err := (&Options{DenyCIDRs: []string{"169.254.0.0"}}).Policy(); err == nil || !strings.Contains(err.Error(), "--endpoint-deny-cidrs") {
+	if _, err := (&Config{DenyCIDRs: []string{"169.254.0.0"}}).Policy(); err == nil || !strings.Contains(err.Error(), "--endpoint-deny-cidrs") {
 		t.Errorf("a bad CIDR: %v, want an error naming the flag", err)
 	}
-	if p, err := (&Options{DenyCIDRs: []string{""}}).Policy(); err != nil || p.Check(netip.MustParseAddr("169.254.169.254")) != nil {
+	if p, err := (&Config{DenyCIDRs: []string{""}}).Policy(); err != nil || p.Check(netip.MustParseAddr("169.254.169.254")) != nil {
 		t.Errorf("an empty deny list must deny nothing: %v", err)
 	}
 }
@@ -74,7 +74,7 @@ func TestPolicy(t *testing.T) {
 // any connection is made.
 func TestControlAfterResolution(t *testing.T) {
 	port, accepted := loopbackListener(t)
-	p, _ := (&Options{DenyCIDRs: []string{"127.0.0.1/32", "::1/128"}}).Policy()
+	p, _ := (&Config{DenyCIDRs: []string{"127.0.0.1/32", "::1/128"}}).Policy()
 	d := &net.Dialer{Timeout: 2 * time.Second, Control: p.Control}
 	if c, err := d.Dial("tcp", net.JoinHostPort("localhost", port)); err == nil || !errors.Is(err, ErrDenied) {
 		if c != nil {

@@ -13,7 +13,7 @@ import (
 // made to the local host. Refused when written (CheckHost) and when dialed
 // (Control), and the listener on 127.0.0.1 sees no connection.
 func TestUnspecifiedAddressIsTheLocalHost(t *testing.T) {
-	p, err := (&Options{DenyCIDRs: []string{"169.254.0.0/16", "127.0.0.0/8", "::1/128"}}).Policy()
+	p, err := (&Config{DenyCIDRs: []string{"169.254.0.0/16", "127.0.0.0/8", "::1/128"}}).Policy()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,7 +46,7 @@ const MinRetryAfterSeconds = 1
 // the cluster's record keeps (pkg/clusters): the Limiter keeps no state of
 // a cluster itself, only totals. It starts no goroutine.
 type Limiter struct {
-	opts    Options
+	opts    Config
 	metrics *Metrics
 	clock   clock.Clock
 
@@ -64,12 +64,12 @@ type totals struct {
 	busy                        int // Slots with a request in flight or queued
 }
 
-// New returns a limiter; it refuses options that Validate refuses.
-func New(opts Options) (*Limiter, error) {
+// New returns a limiter; it refuses a Config that Validate refuses.
+func New(opts Config) (*Limiter, error) {
 	return newWithClock(opts, clock.RealClock{})
 }
 
-func newWithClock(opts Options, clk clock.Clock) (*Limiter, error) {
+func newWithClock(opts Config, clk clock.Clock) (*Limiter, error) {
 	if errs := opts.Validate(); len(errs) > 0 {
 		return nil, fmt.Errorf("fairness: %v", errs)
 	}

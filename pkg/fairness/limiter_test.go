@@ -16,7 +16,7 @@ import (
 
 func newLimiter(t *testing.T, requests, streams, queued int, wait time.Duration) *Limiter {
 	t.Helper()
-	l, err := New(Options{MaxRequests: requests, MaxStreams: streams, MaxQueued: queued, QueueWait: wait})
+	l, err := New(Config{MaxRequests: requests, MaxStreams: streams, MaxQueued: queued, QueueWait: wait})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +285,7 @@ func wantRefusal(t *testing.T, err error, cluster string, says ...string) {
 // queue wait.
 func TestRetryAfterFollowsTheClustersPace(t *testing.T) {
 	clk := testingclock.NewFakeClock(time.Now())
-	l, err := newWithClock(Options{MaxRequests: 2, MaxStreams: 1, MaxQueued: 2, QueueWait: 10 * time.Second}, clk)
+	l, err := newWithClock(Config{MaxRequests: 2, MaxStreams: 1, MaxQueued: 2, QueueWait: 10 * time.Second}, clk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +323,7 @@ func TestRetryAfterFollowsTheClustersPace(t *testing.T) {
 
 	// Never beyond the queue wait.
 	clk = testingclock.NewFakeClock(time.Now())
-	slow, err := newWithClock(Options{MaxRequests: 1, MaxStreams: 1, MaxQueued: 3, QueueWait: 2 * time.Second}, clk)
+	slow, err := newWithClock(Config{MaxRequests: 1, MaxStreams: 1, MaxQueued: 3, QueueWait: 2 * time.Second}, clk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,15 +424,15 @@ func TestChurnLeavesNothing(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
-	if errs := NewOptions().Validate(); len(errs) > 0 {
+	if errs := DefaultConfig().Validate(); len(errs) > 0 {
 		t.Fatalf("defaults: %v", errs)
 	}
-	if _, err := New(Options{MaxRequests: -1, MaxQueued: 1}); err == nil ||
+	if _, err := New(Config{MaxRequests: -1, MaxQueued: 1}); err == nil ||
 		!strings.Contains(err.Error(), "--max-requests-per-cluster must not be negative") ||
 		!strings.Contains(err.Error(), "--queue-wait-timeout must be positive") {
 		t.Fatalf("New with invalid options: %v", err)
 	}
-	if _, err := New(Options{MaxStreams: 10, MaxStreamsPerUser: 11}); err == nil || !strings.Contains(err.Error(), "--max-streams-per-user-per-cluster (11) must not be more than --max-streams-per-cluster (10)") {
+	if _, err := New(Config{MaxStreams: 10, MaxStreamsPerUser: 11}); err == nil || !strings.Contains(err.Error(), "--max-streams-per-user-per-cluster (11) must not be more than --max-streams-per-cluster (10)") {
 		t.Fatalf("a per-user share above the cluster's streams: %v", err)
 	}
 }
@@ -509,7 +509,7 @@ func TestOneCallerCannotFillTheQueueForOthers(t *testing.T) {
 // Ordinary requests have no per-user bound. A stream given back, or a wait
 // that ends, frees a place in the share.
 func TestOneUserCannotHoldEveryStream(t *testing.T) {
-	l, err := New(Options{MaxRequests: 4, MaxStreams: 3, MaxStreamsPerUser: 2, MaxQueued: 2, QueueWait: time.Hour})
+	l, err := New(Config{MaxRequests: 4, MaxStreams: 3, MaxStreamsPerUser: 2, MaxQueued: 2, QueueWait: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ func TestSetAuditNamesClustersAndTheirIdentities(t *testing.T) {
 			return authorizer.DecisionAllow, "", nil
 		})
 		var audited atomic.Int32
-		f, err := New(Options{Gateways: gws, Authorizer: allow, Serve: func(w http.ResponseWriter, req *http.Request, cluster, _ string) {
+		f, err := New(Params{Gateways: gws, Authorizer: allow, Serve: func(w http.ResponseWriter, req *http.Request, cluster, _ string) {
 			w.Header().Set("Content-Type", "application/json")
 			if cluster == "down" { // refused before it was sent, as the prober's fail-fast is
 				w.WriteHeader(http.StatusServiceUnavailable)

@@ -71,8 +71,8 @@ func (g storeGateways) Exists(name string) bool {
 	return err == nil
 }
 
-// Options configure the fan-out.
-type Options struct {
+// Params are what New takes: the fan-out's Config and what it works with.
+type Params struct {
 	Gateways   Gateways
 	Authorizer authorizer.Authorizer
 	Serve      ServeFunc
@@ -97,8 +97,8 @@ type Config struct {
 	PageSize int
 }
 
-// NewConfig returns the defaults.
-func NewConfig() Config {
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
 	return Config{MaxClusters: 16, ClusterTimeout: 20 * time.Second, FirstRowWait: time.Second, PageSize: DefaultPageSize}
 }
 
@@ -122,14 +122,14 @@ func (c Config) Validate() []error {
 
 // FanOut serves the proxy subresource of clustersets.
 type FanOut struct {
-	opts     Options
+	opts     Params
 	pageSize int // each cluster's page in a list without limit (Config.PageSize; tests set less)
 }
 
 // New returns the fan-out; Gateways, Authorizer and Serve are required.
-func New(opts Options) (*FanOut, error) {
+func New(opts Params) (*FanOut, error) {
 	if opts.Gateways == nil || opts.Authorizer == nil || opts.Serve == nil {
-		return nil, fmt.Errorf("fanout: Options.Gateways, Authorizer and Serve are required")
+		return nil, fmt.Errorf("fanout: Params.Gateways, Authorizer and Serve are required")
 	}
 	opts.Serve = auditedServe(opts.Serve)
 	pageSize := opts.Config.PageSize

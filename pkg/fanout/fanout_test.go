@@ -214,7 +214,7 @@ func newFixture(t *testing.T, cfg Config, clusters map[string]*cluster) *fixture
 		}
 		return authorizer.DecisionDeny, "", nil
 	})
-	f, err := New(Options{Gateways: lockedGateways{fx}, Authorizer: authz, Config: cfg, Serve: func(w http.ResponseWriter, req *http.Request, name, subpath string) {
+	f, err := New(Params{Gateways: lockedGateways{fx}, Authorizer: authz, Config: cfg, Serve: func(w http.ResponseWriter, req *http.Request, name, subpath string) {
 		fx.served.Store(name, true)
 		clusters[name].serve(name, w, req)
 	}})

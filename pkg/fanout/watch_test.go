@@ -161,7 +161,7 @@ func watchSet(t *testing.T, serve ServeFunc, names ...string) *httptest.Server {
 	allow := authorizer.AuthorizerFunc(func(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
 		return authorizer.DecisionAllow, "", nil
 	})
-	f, err := New(Options{Gateways: gws, Authorizer: allow, Config: Config{ClusterTimeout: 5 * time.Second}, Serve: serve})
+	f, err := New(Params{Gateways: gws, Authorizer: allow, Config: Config{ClusterTimeout: 5 * time.Second}, Serve: serve})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,17 +9,17 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/apis/gateway/v1alpha1"
 )
 
-func fastOptions() Options {
-	return Options{Interval: 5 * time.Millisecond, Timeout: time.Second, FailureThreshold: 2, SuccessThreshold: 2, MaxBackoff: 20 * time.Millisecond, Workers: 2}
+func fastConfig() Config {
+	return Config{Interval: 5 * time.Millisecond, Timeout: time.Second, FailureThreshold: 2, SuccessThreshold: 2, MaxBackoff: 20 * time.Millisecond, Workers: 2}
 }
 
-// FastOptions are fastOptions for the tests outside the package (they
+// FastConfig is fastConfig for the tests outside the package (they
 // build the prober over the clusters' records, which import it).
-var FastOptions = fastOptions
+var FastConfig = fastConfig
 
 // fold's thresholds and backoff, step by step.
 func TestFold(t *testing.T) {
-	p := &Prober{opts: Options{Interval: time.Second, FailureThreshold: 3, SuccessThreshold: 2, MaxBackoff: 5 * time.Second}, now: time.Now}
+	p := &Prober{opts: Config{Interval: time.Second, FailureThreshold: 3, SuccessThreshold: 2, MaxBackoff: 5 * time.Second}, now: time.Now}
 	st := &state{interval: time.Second, result: Result{Status: metav1.ConditionUnknown}}
 	ok, bad := Outcome{Reason: v1alpha1.ReasonReachable}, Outcome{Reason: v1alpha1.ReasonNoAnswer, Message: "silent"}
 	steps := []struct {
@@ -51,7 +51,7 @@ func TestFold(t *testing.T) {
 // Each probe's per-address outcomes replace the last ones, stamped with the
 // probe's time; the condition follows the cluster's outcome.
 func TestFoldKeepsEachAddress(t *testing.T) {
-	p := &Prober{opts: fastOptions(), now: time.Now}
+	p := &Prober{opts: fastConfig(), now: time.Now}
 	st := &state{result: Result{Status: metav1.ConditionUnknown}}
 	p.fold(st, Outcome{Reason: v1alpha1.ReasonReachable, Addresses: []AddressOutcome{
 		{Address: "https://127.0.0.2:6443", Reason: v1alpha1.ReasonReachable},

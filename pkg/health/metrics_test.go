@@ -45,7 +45,7 @@ func gauges(t *testing.T, reg metrics.KubeRegistry, name string) map[string]floa
 // counts all of its as Unknown, and a gateway given one more address counts
 // it too.
 func TestAddressesMetric(t *testing.T) {
-	p, client := startProber(t, health.FastOptions(), func(_ context.Context, name string) health.Outcome {
+	p, client := startProber(t, health.FastConfig(), func(_ context.Context, name string) health.Outcome {
 		switch name {
 		case "ha":
 			return health.Outcome{Reason: v1alpha1.ReasonReachable, Addresses: []health.AddressOutcome{

@@ -76,7 +76,7 @@ type AddressResult struct {
 // state. It keeps no state of a cluster itself: it reads and updates the
 // record's. Run runs it.
 type Prober struct {
-	opts    Options
+	opts    Config
 	probe   ProbeFunc
 	records Records
 	queue   workqueue.TypedDelayingInterface[string]
@@ -163,7 +163,7 @@ func (st *State) Result() Result {
 
 // New returns a prober that probes with probe the clusters of records: it
 // follows them (Records.OnProbe) from here on.
-func New(opts Options, records Records, probe ProbeFunc) (*Prober, error) {
+func New(opts Config, records Records, probe ProbeFunc) (*Prober, error) {
 	if err := errors.Join(opts.Validate()...); err != nil {
 		return nil, fmt.Errorf("health: %w", err)
 	}

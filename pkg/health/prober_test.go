@@ -38,7 +38,7 @@ func secret(name string) *corev1.Secret {
 
 // startProber runs a prober of the gateways in a fake clientset with probe,
 // until the test ends.
-func startProber(t *testing.T, opts health.Options, probe health.ProbeFunc, names ...string) (*health.Prober, *fake.Clientset) {
+func startProber(t *testing.T, opts health.Config, probe health.ProbeFunc, names ...string) (*health.Prober, *fake.Clientset) {
 	t.Helper()
 	objs := []runtime.Object{}
 	for _, n := range names {
@@ -49,7 +49,7 @@ func startProber(t *testing.T, opts health.Options, probe health.ProbeFunc, name
 	// As pkg/apiserver wires it: the prober over the clusters' records,
 	// which hold each gateway's probe state and tell the prober of each
 	// gateway created, changed or deleted in the store.
-	pl, err := pool.New(*pool.NewOptions())
+	pl, err := pool.New(*pool.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func startProber(t *testing.T, opts health.Options, probe health.ProbeFunc, name
 func TestTransitions(t *testing.T) {
 	var up atomic.Bool
 	up.Store(true)
-	p, _ := startProber(t, health.FastOptions(), func(context.Context, string) health.Outcome {
+	p, _ := startProber(t, health.FastConfig(), func(context.Context, string) health.Outcome {
 		if up.Load() {
 			return health.Outcome{Reason: v1alpha1.ReasonReachable, Message: "ok", ServerVersion: "v1.37.2", Latency: time.Millisecond}
 		}
@@ -119,7 +119,7 @@ func TestBoundedWorkersAndDeletion(t *testing.T) {
 	for i := range names {
 		names[i] = fmt.Sprintf("c%02d", i)
 	}
-	opts := health.FastOptions()
+	opts := health.FastConfig()
 	opts.Workers = 3
 	p, client := startProber(t, opts, func(_ context.Context, name string) health.Outcome {
 		n := running.Add(1)

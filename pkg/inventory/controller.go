@@ -34,9 +34,9 @@ import (
 // which syncs holds.
 const LeaseName = "cluster-gateway-inventory-sync"
 
-// Config is what the sync needs besides its Options.
-type Config struct {
-	Options
+// Params is what the sync needs: its Config and what it works with.
+type Params struct {
+	Config
 	// Store is where the gateways are. The sync writes through it, that is
 	// the Secrets directly, as the gateway's own identity, not through the
 	// API: the API's rule that a writer naming a credential Secret may get
@@ -72,7 +72,7 @@ type Task interface {
 // replica holds the Lease. Its informers run on every replica, so a new
 // leader starts from full caches.
 type Controller struct {
-	cfg       Config
+	cfg       Params
 	informers map[Source][]cache.SharedIndexInformer
 	queue     atomic.Pointer[workqueue.TypedRateLimitingInterface[string]] // nil unless leading
 	metrics   *Metrics
@@ -82,7 +82,7 @@ type Controller struct {
 }
 
 // New builds the informers of the configured inventories; Run runs them.
-func New(cfg Config) (*Controller, error) {
+func New(cfg Params) (*Controller, error) {
 	if cfg.Syncs(SourceClusterProfile) && cfg.Dynamic == nil {
 		return nil, errors.New("inventory: the ClusterProfile sync needs a dynamic client")
 	}
@@ -226,7 +226,7 @@ func (c *Controller) campaign(ctx context.Context) {
 			OnStoppedLeading: func() {},
 		},
 	})
-	if err != nil { // only for a configuration Options.Validate refuses
+	if err != nil { // only for a configuration Config.Validate refuses
 		klog.ErrorS(err, "Inventory sync: cannot campaign for the Lease")
 		<-ctx.Done()
 		return

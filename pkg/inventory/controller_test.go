@@ -61,11 +61,11 @@ func (h *harness) start(t *testing.T, identity string, sources ...Source) (c *Co
 		wg.Go(func() { h.store.Run(sctx) })
 		t.Cleanup(func() { scancel(); wg.Wait() })
 	}
-	o := Options{Providers: []string{"eks"}, LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond}
+	o := Config{Providers: []string{"eks"}, LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond}
 	for _, s := range sources {
 		o.Sources = append(o.Sources, string(s))
 	}
-	c, err := New(Config{Options: o, Store: h.store, Client: h.client, Dynamic: h.dynamic, Namespaces: []string{gwNamespace, srcNamespace}, Identity: identity})
+	c, err := New(Params{Config: o, Store: h.store, Client: h.client, Dynamic: h.dynamic, Namespaces: []string{gwNamespace, srcNamespace}, Identity: identity})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,8 +384,8 @@ func TestOneLeaderSyncs(t *testing.T) {
 		return nil
 	})
 	// b on the same hub and store, stopped by hand below.
-	o := a.cfg.Options
-	b, err := New(Config{Options: o, Store: h.store, Client: h.client, Namespaces: []string{gwNamespace, srcNamespace}, Identity: "b"})
+	o := a.cfg.Config
+	b, err := New(Params{Config: o, Store: h.store, Client: h.client, Namespaces: []string{gwNamespace, srcNamespace}, Identity: "b"})
 	if err != nil {
 		t.Fatal(err)
 	}

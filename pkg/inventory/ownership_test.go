@@ -33,11 +33,11 @@ import (
 func (h *harness) syncer(t *testing.T, sources ...Source) *Controller {
 	t.Helper()
 	h.store = gateways.NewStore(h.client, gwNamespace, gwNamespace, srcNamespace)
-	o := Options{Providers: []string{"eks"}}
+	o := Config{Providers: []string{"eks"}}
 	for _, s := range sources {
 		o.Sources = append(o.Sources, string(s))
 	}
-	c, err := New(Config{Options: o, Store: h.store, Client: h.client, Dynamic: h.dynamic, Namespaces: []string{gwNamespace, srcNamespace}, Identity: "t"})
+	c, err := New(Params{Config: o, Store: h.store, Client: h.client, Dynamic: h.dynamic, Namespaces: []string{gwNamespace, srcNamespace}, Identity: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func asUser(name string) context.Context {
 // versions before owner records stored them): through the store's API write.
 func (h *harness) forge(t *testing.T, name string, src Source, object string, uid types.UID) {
 	t.Helper()
-	policy, _ := endpointpolicy.NewOptions().Policy()
+	policy, _ := endpointpolicy.DefaultConfig().Policy()
 	api := clustergateway.NewREST(h.store, policy, nil, authorizer.AuthorizerFunc(func(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
 		return authorizer.DecisionNoOpinion, "mallory may only patch ClusterGateways", nil
 	}))

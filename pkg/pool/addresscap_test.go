@@ -57,7 +57,7 @@ func TestConnectionCapIsPerAddress(t *testing.T) {
 	}
 	client := clientCA.MustIssue(t, testpki.Spec{CommonName: "gateway", Client: true})
 	tg := &Target{Cluster: "ha", Address: urls[0], Additional: urls[1:], CAData: serverCA.CertPEM, CertData: client.CertPEM, KeyData: client.KeyPEM}
-	p := newTestPool(t, Options{Capacity: 4, MaxConnsPerCluster: max})
+	p := newTestPool(t, Config{Capacity: 4, MaxConnsPerCluster: max})
 	l := acquire(t, p, tg)
 	defer l.Release()
 

@@ -13,7 +13,7 @@ import (
 func BenchmarkAcquireRelease(b *testing.B) {
 	ca := testpki.MustCA(b, "ca")
 	client := ca.MustIssue(b, testpki.Spec{CommonName: "client", Client: true})
-	p := mustNew(b, Options{Capacity: 16})
+	p := mustNew(b, Config{Capacity: 16})
 	defer p.Close()
 	tg := &Target{
 		Cluster:  "bench",

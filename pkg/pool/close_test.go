@@ -20,7 +20,7 @@ func TestCloseReturnsToBaseline(t *testing.T) {
 	baselineFDs := testproc.MustOpenFDs(t)
 	ignore := goleak.IgnoreCurrent()
 
-	p := mustNew(t, Options{Capacity: 3, RetireGrace: 200 * time.Millisecond, IdleTTL: time.Hour})
+	p := mustNew(t, Config{Capacity: 3, RetireGrace: 200 * time.Millisecond, IdleTTL: time.Hour})
 	for i := range 6 {
 		l := acquire(t, p, u.target(t, fmt.Sprintf("c%d", i), "client"))
 		mustGet(t, l.Transport(), u.url, "/hello")

@@ -47,7 +47,7 @@ func concurrently(t *testing.T, p *Pool, tg *Target, base *url.URL, path string,
 // dial and handshake, not one each (an HTTP/2 connection serves them all).
 func TestColdStartDialsOnce(t *testing.T) {
 	u := newUpstream(t)
-	p := newTestPool(t, Options{Capacity: 8})
+	p := newTestPool(t, Config{Capacity: 8})
 	tg := u.target(t, "c1", "client-1")
 	errs, bodies := concurrently(t, p, tg, u.url, "/hello", 16)
 	for i, err := range errs {
@@ -90,7 +90,7 @@ func TestColdStartSharesTheDialError(t *testing.T) {
 		}
 	})
 	ca := testpki.MustCA(t, "ca")
-	p := newTestPool(t, Options{Capacity: 8, DialTimeout: 300 * time.Millisecond})
+	p := newTestPool(t, Config{Capacity: 8, DialTimeout: 300 * time.Millisecond})
 	base := &url.URL{Scheme: "https", Host: ln.Addr().String()}
 	tg := &Target{Cluster: "hung", Address: base, CAData: ca.CertPEM}
 	began := time.Now()
@@ -112,7 +112,7 @@ func TestColdStartSharesTheDialError(t *testing.T) {
 // the first request's dial opens the way, and net/http dials the rest.
 func TestColdStartHTTP1(t *testing.T) {
 	base, tg := http1Cluster(t, 50*time.Millisecond) // keep each connection busy
-	p := newTestPool(t, Options{Capacity: 8})
+	p := newTestPool(t, Config{Capacity: 8})
 	errs, bodies := concurrently(t, p, tg, base, "/", 4)
 	for i, err := range errs {
 		if err != nil || bodies[i] != "HTTP/1.1" {
@@ -154,7 +154,7 @@ func netHTTPDials(e *entry) *atomic.Int32 {
 // own: ~4.7 KiB per entry, a tenth of a pooled cluster's memory).
 func TestFirstConnectionSkipsNetHTTP(t *testing.T) {
 	u := newUpstream(t)
-	p := newTestPool(t, Options{Capacity: 8})
+	p := newTestPool(t, Config{Capacity: 8})
 	l := acquire(t, p, u.target(t, "c1", "client-1"))
 	defer l.Release()
 	byNetHTTP := netHTTPDials(l.e)
@@ -176,7 +176,7 @@ func TestFirstConnectionSkipsNetHTTP(t *testing.T) {
 // from then on net/http dials for it and keeps its idle connections.
 func TestFirstConnectionHTTP1(t *testing.T) {
 	base, tg := http1Cluster(t, 0)
-	p := newTestPool(t, Options{Capacity: 8})
+	p := newTestPool(t, Config{Capacity: 8})
 	l := acquire(t, p, tg)
 	defer l.Release()
 	byNetHTTP := netHTTPDials(l.e)
@@ -230,7 +230,7 @@ type lateKey struct{}
 // connection, and dials nothing.
 func TestColdStartLateRequestsUseTheReadyConnection(t *testing.T) {
 	u, tg, blocked, release := streamLimitedCluster(t, 100)
-	p := newTestPool(t, Options{Capacity: 8})
+	p := newTestPool(t, Config{Capacity: 8})
 	l := acquire(t, p, tg)
 	defer l.Release()
 	arrived := make(chan struct{}, 2)
@@ -311,7 +311,7 @@ type handoffKey struct{}
 // connection.
 func TestColdStartRequestsDuringTheHandoffShareTheDial(t *testing.T) {
 	u := newUpstream(t)
-	p := newTestPool(t, Options{Capacity: 8})
+	p := newTestPool(t, Config{Capacity: 8})
 	l := acquire(t, p, u.target(t, "c1", "client-1"))
 	defer l.Release()
 	const late = 8

@@ -23,7 +23,7 @@ import (
 // connection to 0.0.0.0 is made to the local host.
 func TestEndpointPolicyUnspecifiedAddressIsLoopback(t *testing.T) {
 	u := newUpstream(t) // listens on 127.0.0.1
-	policy, err := (&endpointpolicy.Options{DenyCIDRs: []string{"169.254.0.0/16", "127.0.0.0/8", "::1/128"}}).Policy()
+	policy, err := (&endpointpolicy.Config{DenyCIDRs: []string{"169.254.0.0/16", "127.0.0.0/8", "::1/128"}}).Policy()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,10 +41,10 @@ func TestEndpointPolicyUnspecifiedAddressIsLoopback(t *testing.T) {
 		return err
 	}
 	// Without a policy 0.0.0.0 reaches the upstream: the test proves what it says.
-	if err := send(newTestPool(t, Options{Capacity: 8}), unspecified); err != nil {
+	if err := send(newTestPool(t, Config{Capacity: 8}), unspecified); err != nil {
 		t.Fatalf("https://0.0.0.0:%s without a policy: %v, want the upstream's answer", port, err)
 	}
-	p := newTestPool(t, Options{Capacity: 8, Endpoints: policy})
+	p := newTestPool(t, Config{Capacity: 8, Endpoints: policy})
 	for _, tg := range []*Target{u.target(t, "loopback", "client-1"), unspecified} {
 		if err := send(p, tg); !errors.Is(err, endpointpolicy.ErrDenied) {
 			t.Errorf("%s with 127.0.0.0/8 denied: %v, want ErrDenied", tg.Address, err)
@@ -74,11 +74,11 @@ func TestEndpointPolicyProxyNameResolvedAtDial(t *testing.T) {
 		}
 	}()
 	_, port, _ := net.SplitHostPort(l.Addr().String())
-	policy, err := (&endpointpolicy.Options{DenyCIDRs: []string{"127.0.0.0/8", "::1/128"}}).Policy()
+	policy, err := (&endpointpolicy.Config{DenyCIDRs: []string{"127.0.0.0/8", "::1/128"}}).Policy()
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := newTestPool(t, Options{Capacity: 8, Endpoints: policy})
+	p := newTestPool(t, Config{Capacity: 8, Endpoints: policy})
 	cluster := &url.URL{Scheme: "https", Host: "cluster.example:6443"} // never reached
 	for _, scheme := range []string{"http", "https", "socks5"} {
 		tg := &Target{Cluster: "via-" + scheme, Address: cluster, Insecure: true,
@@ -172,7 +172,7 @@ func TestEndpointPolicyOtherIPv4Forms(t *testing.T) {
 
 	// Without a policy the proxies do reach the listener by these hosts:
 	// the test proves what it says.
-	open := newTestPool(t, Options{Capacity: 8})
+	open := newTestPool(t, Config{Capacity: 8})
 	for _, route := range []string{"http proxy", "socks5 proxy"} {
 		tg := routes[route](forms[1])
 		tg.Cluster = "unchecked-" + strings.ReplaceAll(route, " ", "-")
@@ -185,11 +185,11 @@ func TestEndpointPolicyOtherIPv4Forms(t *testing.T) {
 	}
 	baseline := accepted.Load()
 
-	policy, err := (&endpointpolicy.Options{DenyCIDRs: []string{denied.String() + "/32"}}).Policy()
+	policy, err := (&endpointpolicy.Config{DenyCIDRs: []string{denied.String() + "/32"}}).Policy()
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := newTestPool(t, Options{Capacity: 8, Endpoints: policy})
+	p := newTestPool(t, Config{Capacity: 8, Endpoints: policy})
 	refused := func(what string, err error) {
 		t.Helper()
 		if !errors.Is(err, endpointpolicy.ErrDenied) || !strings.Contains(err.Error(), "endpoint policy") || !strings.Contains(err.Error(), "dotted-decimal form, "+denied.String()) {

@@ -43,7 +43,7 @@ type entry struct {
 	tunnelled bool     // rawDial goes through a tunnel (Target.Tunnel)
 	route     string   // rawDial's route, for the dial span: tracing.Route*
 	// traced is the leases' transport with a client span per round trip,
-	// when the pool traces (Options.Tracer); nil otherwise.
+	// when the pool traces (Config.Tracer); nil otherwise.
 	traced http.RoundTripper
 
 	lastUsed atomic.Int64 // by users; pool clock, see Pool.now

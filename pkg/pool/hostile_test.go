@@ -180,7 +180,7 @@ func TestHostileClusterRedialsAreBounded(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := newHostileH2(t, c.behave)
-			p := newTestPool(t, Options{Capacity: 8})
+			p := newTestPool(t, Config{Capacity: 8})
 			reqs := hostileLoad(t, p, h, 8, 3*time.Second)
 			st := p.Stats()
 			if bound := int64(maxDialsPerRequest*len(reqs)) + 1; st.Dials > bound { // one is the healthy cluster's
@@ -221,7 +221,7 @@ func TestHostileClusterProbeDialsAreBounded(t *testing.T) {
 		_ = fr.WriteGoAway(0, http2.ErrCodeNo, nil)
 		serveFrames(fr, nil)
 	})
-	p := newTestPool(t, Options{Capacity: 8})
+	p := newTestPool(t, Config{Capacity: 8})
 	probe := func() error {
 		return p.Probe(h.target, func(rt http.RoundTripper) error {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -256,7 +256,7 @@ func TestHostileClusterConnectionsAreCapped(t *testing.T) {
 		serveFrames(fr, func(id uint32) { _ = fr.WriteRSTStream(id, http2.ErrCodeRefusedStream) })
 	})
 	const max = 4
-	p := newTestPool(t, Options{Capacity: 8, MaxConnsPerCluster: max})
+	p := newTestPool(t, Config{Capacity: 8, MaxConnsPerCluster: max})
 	reqs := hostileLoad(t, p, h, 8, 3*time.Second)
 	st := p.Stats()
 	if open := st.OpenConns - 1; open > max { // one is the healthy cluster's
@@ -292,7 +292,7 @@ func TestBurstBeyondTheStreamsIsNotRefused(t *testing.T) {
 	// (HTTP2PingTimeout). At that load the test server's own HTTP/2
 	// preface timeout (10s, net/http's) still closed a connection now and
 	// then; CI's load is far below it.
-	p := newTestPool(t, Options{Capacity: 8, DialTimeout: 2 * time.Minute, ResponseHeaderTimeout: 2 * time.Minute, HTTP2PingTimeout: 2 * time.Minute})
+	p := newTestPool(t, Config{Capacity: 8, DialTimeout: 2 * time.Minute, ResponseHeaderTimeout: 2 * time.Minute, HTTP2PingTimeout: 2 * time.Minute})
 	var wg sync.WaitGroup
 	errs := make([]error, 3*streams)
 	var failed atomic.Int64 // requests that ended with an error, reported below

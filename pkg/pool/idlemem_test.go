@@ -133,7 +133,7 @@ func TestIdlePooledTargetMemory(t *testing.T) {
 	u, ca := startIdleUpstream(t)
 	clientCA := testpki.MustCA(t, "client-ca")
 	client := clientCA.MustIssue(t, testpki.Spec{CommonName: "c", Client: true})
-	p := newTestPool(t, Options{Capacity: 2 * n})
+	p := newTestPool(t, Config{Capacity: 2 * n})
 	targets := make([]*Target, n)
 	for i := range targets {
 		// Each its own copy, as each ClusterGateway brings its own.

@@ -75,9 +75,9 @@ func (p *Pool) closeIdleConns() {
 // sweepEvery is the janitor's period: a fraction of each timeout it keeps
 // bounds how long past it an entry or a connection lives; the cap keeps long
 // timeouts responsive. 0 means no janitor.
-func (o *Options) sweepEvery() time.Duration {
+func (c *Config) sweepEvery() time.Duration {
 	var every time.Duration
-	for _, d := range []time.Duration{o.IdleTTL, o.IdleConnTimeout} {
+	for _, d := range []time.Duration{c.IdleTTL, c.IdleConnTimeout} {
 		if d > 0 {
 			s := min(max(d/2, 10*time.Millisecond), 30*time.Second)
 			if every == 0 || s < every {

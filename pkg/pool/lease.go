@@ -7,7 +7,7 @@ import (
 )
 
 // Lease is one user's hold on a cluster's entry. While it is held the entry's
-// connections outlive a retirement for up to Options.RetireGrace, so hold it
+// connections outlive a retirement for up to Config.RetireGrace, so hold it
 // for exactly as long as the proxied request or stream runs.
 type Lease struct {
 	e        *entry
@@ -25,7 +25,7 @@ func (l *Lease) Created() bool { return l.created }
 // maxDialsPerRequest times (see dialGuard): the transport counts them
 // itself, so the caller's context carries nothing of the pool's. With
 // several addresses it spreads requests over them (spread).
-// With tracing on (Options.Tracer), each round trip has a client span.
+// With tracing on (Config.Tracer), each round trip has a client span.
 func (l *Lease) Transport() http.RoundTripper {
 	if l.e.traced != nil {
 		return l.e.traced

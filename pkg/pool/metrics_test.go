@@ -11,7 +11,7 @@ import (
 // per-path labels.
 func TestMetricsRegistered(t *testing.T) {
 	u := newUpstream(t)
-	p := newTestPool(t, Options{})
+	p := newTestPool(t, Config{})
 	reg := metrics.NewKubeRegistry()
 	p.Metrics().Register(reg)
 	l := acquire(t, p, u.target(t, "metrics", "client"))
@@ -73,7 +73,7 @@ func TestMetricsRegistered(t *testing.T) {
 func TestAddressFailoversMetric(t *testing.T) {
 	s := newAPIServers(t, "127.0.0.1", "127.0.0.2")
 	s.srvs[1].Close()
-	p := newTestPool(t, Options{})
+	p := newTestPool(t, Config{})
 	reg := metrics.NewKubeRegistry()
 	p.Metrics().Register(reg)
 	l := acquire(t, p, s.target(t, "ha"))

@@ -25,9 +25,9 @@ const (
 	ReasonShutdown = "shutdown"
 )
 
-// Pool holds at most Options.Capacity live entries, one per cluster.
+// Pool holds at most Config.Capacity live entries, one per cluster.
 type Pool struct {
-	opts  Options
+	opts  Config
 	clock clock.WithTicker // idleness, the janitor's sweeps and retirement grace; tests fake it
 	start time.Time        // origin of the monotonic clock used for idleness
 
@@ -45,11 +45,11 @@ type Pool struct {
 	counters
 }
 
-// New returns a running pool; call Close to release it. Options that
-// Validate refuses are refused here too.
-func New(opts Options) (*Pool, error) { return newWithClock(opts, clock.RealClock{}) }
+// New returns a running pool; call Close to release it. A Config that
+// Validate refuses is refused here too.
+func New(opts Config) (*Pool, error) { return newWithClock(opts, clock.RealClock{}) }
 
-func newWithClock(opts Options, clk clock.WithTicker) (*Pool, error) {
+func newWithClock(opts Config, clk clock.WithTicker) (*Pool, error) {
 	if err := errors.Join(opts.Validate()...); err != nil {
 		return nil, fmt.Errorf("pool: %w", err)
 	}

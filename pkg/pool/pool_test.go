@@ -16,7 +16,7 @@ import (
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
 )
 
-func newTestPool(t testing.TB, opts Options) *Pool {
+func newTestPool(t testing.TB, opts Config) *Pool {
 	t.Helper()
 	p := mustNew(t, opts)
 	t.Cleanup(p.Close)
@@ -25,7 +25,7 @@ func newTestPool(t testing.TB, opts Options) *Pool {
 
 // newFakeClockPool is newTestPool on a fake clock: idleness, the janitor's
 // sweeps and grace periods follow clk.Step, not how fast the machine runs.
-func newFakeClockPool(t testing.TB, opts Options, clk *testingclock.FakeClock) *Pool {
+func newFakeClockPool(t testing.TB, opts Config, clk *testingclock.FakeClock) *Pool {
 	t.Helper()
 	p := mustNewWithClock(t, opts, clk)
 	t.Cleanup(p.Close)
@@ -41,16 +41,16 @@ func stepAndSweep(t *testing.T, p *Pool, clk *testingclock.FakeClock) {
 	eventually(t, "the janitor's sweep", func() bool { return p.sweeps.Load() > n })
 }
 
-// mustNew is New with opts's zero bounds and timeouts taken from NewOptions.
+// mustNew is New with opts's zero bounds and timeouts taken from DefaultConfig.
 // A zero IdleTTL (never) and RetireGrace (at once) mean what they say.
-func mustNew(t testing.TB, opts Options) *Pool {
+func mustNew(t testing.TB, opts Config) *Pool {
 	t.Helper()
 	return mustNewWithClock(t, opts, clock.RealClock{})
 }
 
-func mustNewWithClock(t testing.TB, opts Options, clk clock.WithTicker) *Pool {
+func mustNewWithClock(t testing.TB, opts Config, clk clock.WithTicker) *Pool {
 	t.Helper()
-	d := NewOptions()
+	d := DefaultConfig()
 	if opts.Capacity == 0 {
 		opts.Capacity = d.Capacity
 	}
@@ -91,7 +91,7 @@ func acquire(t testing.TB, p *Pool, tg *Target) *Lease {
 // 1,000 requests to one cluster share one entry and one HTTP/2 connection.
 func TestManyRequestsShareOneEntryAndConnection(t *testing.T) {
 	u := newUpstream(t)
-	p := newTestPool(t, Options{Capacity: 8})
+	p := newTestPool(t, Config{Capacity: 8})
 	tg := u.target(t, "c1", "client-1")
 
 	// Warm up so concurrent requests find the connection already up (the
@@ -151,7 +151,7 @@ func TestRotationKeepsStreamUntilGrace(t *testing.T) {
 	const grace = time.Second
 	u := newUpstream(t)
 	clk := testingclock.NewFakeClock(time.Now())
-	p := newFakeClockPool(t, Options{Capacity: 8, RetireGrace: grace}, clk)
+	p := newFakeClockPool(t, Config{Capacity: 8, RetireGrace: grace}, clk)
 
 	old := u.target(t, "c1", "client-1")
 	l1 := acquire(t, p, old)
@@ -221,7 +221,7 @@ func TestRotationKeepsStreamUntilGrace(t *testing.T) {
 // released, long before the grace period.
 func TestRemoveClosesWhenLeasesDrain(t *testing.T) {
 	u := newUpstream(t)
-	p := newTestPool(t, Options{Capacity: 8, RetireGrace: time.Minute})
+	p := newTestPool(t, Config{Capacity: 8, RetireGrace: time.Minute})
 	l := acquire(t, p, u.target(t, "c1", "client-1"))
 	w := startStream(t, l.Transport(), u)
 
@@ -250,7 +250,7 @@ func TestRemoveClosesWhenLeasesDrain(t *testing.T) {
 func TestCapacityBoundsLiveEntries(t *testing.T) {
 	const capacity = 4
 	u := newUpstream(t)
-	p := newTestPool(t, Options{Capacity: capacity})
+	p := newTestPool(t, Config{Capacity: capacity})
 	targets := make([]*Target, 3*capacity)
 	for i := range targets {
 		targets[i] = u.target(t, fmt.Sprintf("c%d", i), "client")
@@ -326,7 +326,7 @@ func TestCapacityBoundsLiveEntries(t *testing.T) {
 func TestIdleTTLRetires(t *testing.T) {
 	const ttl = 100 * time.Millisecond
 	u := newUpstream(t)
-	p := newTestPool(t, Options{Capacity: 8, IdleTTL: ttl})
+	p := newTestPool(t, Config{Capacity: 8, IdleTTL: ttl})
 
 	l := acquire(t, p, u.target(t, "idle", "client"))
 	mustGet(t, l.Transport(), u.url, "/hello")
@@ -369,7 +369,7 @@ func idleConnPool(t *testing.T, timeout time.Duration) (*Pool, *upstream, *Targe
 func idleConnPoolOn(t *testing.T, timeout time.Duration, clk clock.WithTicker) (*Pool, *upstream, *Target, *Lease) {
 	t.Helper()
 	u := newUpstream(t)
-	p := mustNewWithClock(t, Options{Capacity: 8, IdleConnTimeout: timeout}, clk)
+	p := mustNewWithClock(t, Config{Capacity: 8, IdleConnTimeout: timeout}, clk)
 	t.Cleanup(p.Close)
 	tg := u.target(t, "c1", "client")
 	l := acquire(t, p, tg)
@@ -448,7 +448,7 @@ func TestProbedConnectionIsNotIdle(t *testing.T) {
 // stream: x/net checks under the connection's lock.
 func TestCloseIdleKeepsConnectionsWithStreams(t *testing.T) {
 	u := newUpstream(t)
-	p := newTestPool(t, Options{Capacity: 8})
+	p := newTestPool(t, Config{Capacity: 8})
 	l := acquire(t, p, u.target(t, "c1", "client"))
 	defer l.Release()
 	s := startStream(t, l.Transport(), u)
@@ -470,7 +470,7 @@ func TestCloseIdleKeepsConnectionsWithStreams(t *testing.T) {
 // nothing.
 func TestInvalidTargets(t *testing.T) {
 	u := newUpstream(t)
-	p := newTestPool(t, Options{})
+	p := newTestPool(t, Config{})
 	cert := u.clientCA.MustIssue(t, testpki.Spec{CommonName: "c"})
 	certPEM, keyPEM := cert.CertPEM, cert.KeyPEM
 	otherKeyPEM := u.clientCA.MustIssue(t, testpki.Spec{CommonName: "other"}).KeyPEM
@@ -517,7 +517,7 @@ func TestInvalidTargets(t *testing.T) {
 // by then, and what is still live (upgraded streams) must not hold shutdown.
 func TestCloseCutsRetiringStreams(t *testing.T) {
 	u := newUpstream(t)
-	p := mustNew(t, Options{Capacity: 8, RetireGrace: time.Hour})
+	p := mustNew(t, Config{Capacity: 8, RetireGrace: time.Hour})
 	l := acquire(t, p, u.target(t, "c1", "client-1"))
 	w := startStream(t, l.Transport(), u)
 	p.Remove("c1", ReasonDeleted) // retiring, with a live stream and an hour of grace
@@ -540,7 +540,7 @@ func TestCloseCutsRetiringStreams(t *testing.T) {
 // re-check for a gateway deleted during Acquire relies on it.
 func TestLeaseCreated(t *testing.T) {
 	u := newUpstream(t)
-	p := newTestPool(t, Options{Capacity: 8, RetireGrace: time.Minute})
+	p := newTestPool(t, Config{Capacity: 8, RetireGrace: time.Minute})
 	tg := u.target(t, "c1", "client-1")
 	created := func() bool {
 		l := acquire(t, p, tg)
@@ -571,7 +571,7 @@ func TestLeaseCreated(t *testing.T) {
 // caller's Lease to save that one allocation, was cut: see Acquire).
 func TestAcquireLease(t *testing.T) {
 	u := newUpstream(t)
-	p := newTestPool(t, Options{Capacity: 8})
+	p := newTestPool(t, Config{Capacity: 8})
 	tg := u.target(t, "c1", "client-1")
 	l, err := p.Acquire(tg)
 	if err != nil {
@@ -613,7 +613,7 @@ func TestAcquireLease(t *testing.T) {
 // and closes once the stream ends; a direct entry's connection is kept.
 func TestRenewTunnelled(t *testing.T) {
 	u := newUpstream(t)
-	p := newTestPool(t, Options{Capacity: 8})
+	p := newTestPool(t, Config{Capacity: 8})
 	tunnelled := func(name string) *Target {
 		tg := u.target(t, name, "client")
 		tg.Tunnel, tg.TunnelID = &countingDialer{}, "tunnel-1"

@@ -10,7 +10,7 @@ import (
 // entry, no counted dial or connection, and its connection closed.
 func TestProbeWithoutEntryIsTransient(t *testing.T) {
 	u := newUpstream(t)
-	p := newTestPool(t, Options{Capacity: 2})
+	p := newTestPool(t, Config{Capacity: 2})
 	tg := u.target(t, "c0", "prober")
 
 	err := p.Probe(tg, func(rt http.RoundTripper) error {
@@ -43,7 +43,7 @@ func TestProbeWithoutEntryIsTransient(t *testing.T) {
 // connection and moves neither its place in the LRU nor its idleness.
 func TestProbeSharesLiveEntryQuietly(t *testing.T) {
 	u := newUpstream(t)
-	p := newTestPool(t, Options{Capacity: 2})
+	p := newTestPool(t, Config{Capacity: 2})
 	c0, c1, c2 := u.target(t, "c0", "client"), u.target(t, "c1", "client"), u.target(t, "c2", "client")
 	for _, tg := range []*Target{c0, c1} {
 		l := acquire(t, p, tg)
@@ -92,7 +92,7 @@ func TestProbeSharesLiveEntryQuietly(t *testing.T) {
 
 func TestProbeRefusals(t *testing.T) {
 	u := newUpstream(t)
-	p := mustNew(t, Options{Capacity: 2})
+	p := mustNew(t, Config{Capacity: 2})
 	called := false
 	fn := func(http.RoundTripper) error { called = true; return nil }
 	if err := p.Probe(&Target{Cluster: "bad"}, fn); err == nil {

@@ -223,7 +223,7 @@ func TestProxiesAndTunnel(t *testing.T) {
 	httpProxy, httpConnects := connectProxy(t, "gw", "s3cret")
 	socksProxy, socksConnects := socks5Proxy(t)
 	tunnel := &countingDialer{}
-	p := newTestPool(t, Options{DialTimeout: 5 * time.Second})
+	p := newTestPool(t, Config{DialTimeout: 5 * time.Second})
 
 	check := func(name string, tg *Target, through func() int64) {
 		t.Helper()

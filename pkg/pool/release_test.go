@@ -92,7 +92,7 @@ func TestRetiredEntryIsGarbage(t *testing.T) {
 	} {
 		t.Run(tc.reason, func(t *testing.T) {
 			u := newUpstream(t)
-			opts := Options{Capacity: 1, HTTP2ReadIdleTimeout: longReadIdle}
+			opts := Config{Capacity: 1, HTTP2ReadIdleTimeout: longReadIdle}
 			if tc.reason == ReasonIdle {
 				opts.IdleTTL = 50 * time.Millisecond
 			}
@@ -110,7 +110,7 @@ func TestRetiredEntryIsGarbage(t *testing.T) {
 // Probe's transient entry is garbage once Probe returns.
 func TestProbeEntryIsGarbage(t *testing.T) {
 	u := newUpstream(t)
-	p := newTestPool(t, Options{Capacity: 8, HTTP2ReadIdleTimeout: longReadIdle})
+	p := newTestPool(t, Config{Capacity: 8, HTTP2ReadIdleTimeout: longReadIdle})
 	var w weak.Pointer[http.Transport]
 	err := p.Probe(u.target(t, "c1", "client"), func(rt http.RoundTripper) error {
 		if _, _, err := get(context.Background(), rt, u.url, "/hello"); err != nil {
@@ -213,7 +213,7 @@ func (f *freezer) pipe(dst, src net.Conn) {
 func TestHealthCheckClosesSilentConnection(t *testing.T) {
 	u := newUpstream(t)
 	f := newFreezer(t, u.url.Host)
-	p := newTestPool(t, Options{Capacity: 8, HTTP2ReadIdleTimeout: 100 * time.Millisecond, HTTP2PingTimeout: 2 * time.Second})
+	p := newTestPool(t, Config{Capacity: 8, HTTP2ReadIdleTimeout: 100 * time.Millisecond, HTTP2PingTimeout: 2 * time.Second})
 	tg := u.target(t, "c1", "client")
 	tg.Address = &url.URL{Scheme: "https", Host: f.ln.Addr().String()}
 	l := acquire(t, p, tg)

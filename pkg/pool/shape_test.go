@@ -59,7 +59,7 @@ func TestShapeMatchesOnlyTheSameTarget(t *testing.T) {
 // replaces it.
 func TestAcquireFastPathAndRotation(t *testing.T) {
 	u := newUpstream(t)
-	p := newTestPool(t, Options{Capacity: 8})
+	p := newTestPool(t, Config{Capacity: 8})
 	tg := u.target(t, "c1", "client-1")
 	first := acquire(t, p, tg)
 	first.Release()

@@ -73,7 +73,7 @@ func (s *apiServers) target(t *testing.T, cluster string) *Target {
 // verified against its own IP.
 func TestSpreadOverAddresses(t *testing.T) {
 	s := newAPIServers(t, "127.0.0.1", "127.0.0.2")
-	p := newTestPool(t, Options{})
+	p := newTestPool(t, Config{})
 	l := acquire(t, p, s.target(t, "ha"))
 	defer l.Release()
 	for range 10 {
@@ -91,7 +91,7 @@ func TestSpreadOverAddresses(t *testing.T) {
 // UpgradeAwareHandler does (DialURL), verified against that address.
 func TestPickAddressForUpgrades(t *testing.T) {
 	s := newAPIServers(t, "127.0.0.1", "127.0.0.2")
-	p := newTestPool(t, Options{})
+	p := newTestPool(t, Config{})
 	l := acquire(t, p, s.target(t, "ha"))
 	defer l.Release()
 	seen := map[string]bool{}
@@ -117,7 +117,7 @@ func TestSpreadSkipsFailedAddress(t *testing.T) {
 	s := newAPIServers(t, "127.0.0.1", "127.0.0.2")
 	s.srvs[1].Close() // its port now refuses connections
 	clk := testingclock.NewFakeClock(time.Now())
-	p := newFakeClockPool(t, Options{}, clk)
+	p := newFakeClockPool(t, Config{}, clk)
 	tg := s.target(t, "ha")
 	l := acquire(t, p, tg)
 	defer l.Release()
@@ -143,7 +143,7 @@ func TestSpreadSkipsFailedAddress(t *testing.T) {
 func TestReportAddressSkipsAndRestores(t *testing.T) {
 	s := newAPIServers(t, "127.0.0.1", "127.0.0.2")
 	clk := testingclock.NewFakeClock(time.Now())
-	p := newFakeClockPool(t, Options{}, clk)
+	p := newFakeClockPool(t, Config{}, clk)
 	tg := s.target(t, "ha")
 	l := acquire(t, p, tg)
 	defer l.Release()
@@ -178,7 +178,7 @@ func TestReportAddressSkipsAndRestores(t *testing.T) {
 // streams included.
 func TestRetireClosesEveryAddress(t *testing.T) {
 	s := newAPIServers(t, "127.0.0.1", "127.0.0.2")
-	p := newTestPool(t, Options{RetireGrace: time.Hour})
+	p := newTestPool(t, Config{RetireGrace: time.Hour})
 	l := acquire(t, p, s.target(t, "ha"))
 	var streams []*http.Response
 	for range 2 {
@@ -205,7 +205,7 @@ func TestRetireClosesEveryAddress(t *testing.T) {
 // makes one dial per address, not one per request.
 func TestColdStartPerAddress(t *testing.T) {
 	s := newAPIServers(t, "127.0.0.1", "127.0.0.2")
-	p := newTestPool(t, Options{})
+	p := newTestPool(t, Config{})
 	l := acquire(t, p, s.target(t, "ha"))
 	defer l.Release()
 	var wg sync.WaitGroup
@@ -252,7 +252,7 @@ func TestSpreadSendsBodyAgainOnlyWithGetBody(t *testing.T) {
 		return string(b), err
 	}
 	for _, rewindable := range []bool{true, false} {
-		p := newTestPool(t, Options{})
+		p := newTestPool(t, Config{})
 		l := acquire(t, p, s.target(t, "ha"))
 		var failed int
 		for range 2 {

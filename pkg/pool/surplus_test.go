@@ -38,7 +38,7 @@ type surplusKey struct{}
 func TestSurplusConnectionsDoNotCountAsRedials(t *testing.T) {
 	const surplus = maxDialsPerRequest + 1 // the old bound refused the last
 	c := newHoldingCluster(t)
-	p := newTestPool(t, Options{Capacity: 8})
+	p := newTestPool(t, Config{Capacity: 8})
 	l := acquire(t, p, c.target)
 	defer l.Release()
 	e := l.e
@@ -163,7 +163,7 @@ func TestSurplusGiveBacksAreBounded(t *testing.T) {
 // cluster in the scan bench.
 func TestPooledConnectionKeepsNoRequestContext(t *testing.T) {
 	up := newUpstream(t)
-	p := newTestPool(t, Options{Capacity: 8})
+	p := newTestPool(t, Config{Capacity: 8})
 	l := acquire(t, p, up.target(t, "ctx", "client-1"))
 	defer l.Release()
 	type bigKey struct{}
@@ -305,7 +305,7 @@ func (c *holdingCluster) wait() []error {
 func TestDuplicateConnectionsDoNotCountAsRedials(t *testing.T) {
 	const rounds = maxDialsPerRequest + 1 // counted, the last was refused
 	c := newHoldingCluster(t)
-	p := newTestPool(t, Options{Capacity: 8})
+	p := newTestPool(t, Config{Capacity: 8})
 	l := acquire(t, p, c.target)
 	defer l.Release()
 	defer c.letAll()

@@ -23,7 +23,7 @@ func TestTracedRoundTripAndDialByRoute(t *testing.T) {
 	socksProxy, _ := socks5Proxy(t)
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	p := newTestPool(t, Options{DialTimeout: 5 * time.Second, Tracer: tracing.New(tp)})
+	p := newTestPool(t, Config{DialTimeout: 5 * time.Second, Tracer: tracing.New(tp)})
 
 	for _, c := range []struct{ cluster, route string }{
 		{"direct", tracing.RouteDirect}, {"via-http", tracing.RouteProxy}, {"via-socks", tracing.RouteProxy}, {"via-tunnel", tracing.RouteKonnectivity},

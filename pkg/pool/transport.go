@@ -10,7 +10,7 @@ import (
 )
 
 // Values client-go uses (k8s.io/apimachinery/pkg/util/net.SetTransportDefaults).
-// Its IdleConnTimeout (90s) is the pool's Options.IdleConnTimeout instead:
+// Its IdleConnTimeout (90s) is the pool's Config.IdleConnTimeout instead:
 // the transports' own idle timers are off (see newTransport).
 const (
 	maxIdleConnsPerHost   = 25
@@ -48,7 +48,7 @@ const decoderHeaderTableSize = 1024
 // function, until the timer's time would have come (90s), so every retired
 // entry would stay in memory that long. The pool's janitor closes the idle
 // connections of unused entries instead (Pool.closeIdleConns).
-func newTransport(dialTLS dialFunc, o Options) (rt *http.Transport, h2 *h2health, err error) {
+func newTransport(dialTLS dialFunc, o Config) (rt *http.Transport, h2 *h2health, err error) {
 	rt = &http.Transport{
 		// Its TLSClientConfig is not used: http.Transport leaves TLS to
 		// DialTLSContext. It holds no client certificate.
@@ -79,7 +79,7 @@ func newTransport(dialTLS dialFunc, o Options) (rt *http.Transport, h2 *h2health
 // newUpgradeTransport builds an entry's HTTP/1.1-only transport for
 // exec/attach/port-forward, whose UpgradeAwareHandler dials itself with the
 // transport's DialContext and TLSClientConfig (so tlsCfg is complete).
-func newUpgradeTransport(tlsCfg *tls.Config, dial dialFunc, o Options) *http.Transport {
+func newUpgradeTransport(tlsCfg *tls.Config, dial dialFunc, o Config) *http.Transport {
 	http1 := new(http.Protocols)
 	http1.SetHTTP1(true)
 	return &http.Transport{

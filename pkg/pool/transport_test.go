@@ -24,7 +24,7 @@ import (
 // the same tracked dialer.
 func TestTransportProtocols(t *testing.T) {
 	u := newUpstream(t)
-	p := newTestPool(t, Options{})
+	p := newTestPool(t, Config{})
 	l := acquire(t, p, u.target(t, "c1", "client-1"))
 	defer l.Release()
 
@@ -65,7 +65,7 @@ func TestTransportProtocols(t *testing.T) {
 // transport reaches the upstream over HTTP/1.1 and carries raw bytes.
 func TestUpgradeAwareHandler(t *testing.T) {
 	u := newUpstream(t)
-	p := newTestPool(t, Options{})
+	p := newTestPool(t, Config{})
 	tg := u.target(t, "c1", "client-1")
 	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		l, err := p.Acquire(tg)
@@ -125,7 +125,7 @@ func (errorResponder) Error(w http.ResponseWriter, _ *http.Request, err error) {
 // carry the cluster's credentials to another address.
 func TestDialFailuresAndAddressGuard(t *testing.T) {
 	u := newUpstream(t)
-	p := newTestPool(t, Options{})
+	p := newTestPool(t, Config{})
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -158,7 +158,7 @@ func TestDialFailuresAndAddressGuard(t *testing.T) {
 // name; Insecure is an explicit opt-out.
 func TestUpstreamCertificateVerified(t *testing.T) {
 	u := newUpstream(t)
-	p := newTestPool(t, Options{})
+	p := newTestPool(t, Config{})
 	for name, tc := range map[string]struct {
 		mutate func(*Target)
 		ok     bool
@@ -195,7 +195,7 @@ func TestUpstreamCertificateVerified(t *testing.T) {
 // TestTransportProtocols).
 func TestEntryKeepsNoParsedTLSMaterial(t *testing.T) {
 	u := newUpstream(t)
-	p := newTestPool(t, Options{})
+	p := newTestPool(t, Config{})
 	l := acquire(t, p, u.target(t, "c1", "client-1"))
 	defer l.Release()
 	if _, body := mustGet(t, l.Transport(), u.url, "/hello"); body != "HTTP/2.0 client-1" {
@@ -222,7 +222,7 @@ func TestEntryKeepsNoParsedTLSMaterial(t *testing.T) {
 // connections trust.
 func TestEntryTrustSurvivesTheCallersBuffers(t *testing.T) {
 	u := newUpstream(t)
-	p := newTestPool(t, Options{})
+	p := newTestPool(t, Config{})
 	tg := u.target(t, "c1", "client-1")
 	l := acquire(t, p, tg)
 	defer l.Release()
@@ -268,7 +268,7 @@ func TestConnectionsBoundTheClustersHeaderTable(t *testing.T) {
 
 	client := clientCA.MustIssue(t, testpki.Spec{CommonName: "client", Client: true})
 	u := &url.URL{Scheme: "https", Host: ln.Addr().String()}
-	p := newTestPool(t, Options{Capacity: 2})
+	p := newTestPool(t, Config{Capacity: 2})
 	l := acquire(t, p, &Target{Cluster: "c0", Address: u, CAData: serverCA.CertPEM, CertData: client.CertPEM, KeyData: client.KeyPEM})
 	defer l.Release()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -121,9 +121,9 @@ func TestProbedAddressStatusReachesThePool(t *testing.T) {
 	s.Data[gateways.KeyMoreEndpoints] = []byte(b.URL)
 	// Probed often, so a probe always follows soon: what the test waits for
 	// is the prober's first result and its first result after a change.
-	hopts := health.Options{Interval: 50 * time.Millisecond, Timeout: 5 * time.Second, FailureThreshold: 1, SuccessThreshold: 1, MaxBackoff: 50 * time.Millisecond, Workers: 1}
+	hopts := health.Config{Interval: 50 * time.Millisecond, Timeout: 5 * time.Second, FailureThreshold: 1, SuccessThreshold: 1, MaxBackoff: 50 * time.Millisecond, Workers: 1}
 	px, prober, err := newWiredProbed(t, startStore(t, fixtureNamespace, s),
-		Options{Pool: newTestPool(t, 4, 2*time.Second, nil), Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()}, &hopts)
+		Config{Pool: newTestPool(t, 4, 2*time.Second, nil), Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()}, &hopts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -190,14 +190,14 @@ func newBenchProxy(b *testing.B, up *benchUpstream) (*Proxy, *pool.Pool) {
 // pool's Tracer (nil: tracing off).
 func newBenchProxyTraced(b *testing.B, up *benchUpstream, tr *tracing.Tracer) (*Proxy, *pool.Pool) {
 	b.Helper()
-	o := pool.NewOptions()
+	o := pool.DefaultConfig()
 	o.Tracer = tr
 	pl, err := pool.New(*o)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(pl.Close)
-	px, err := newWired(b, startStore(b, benchNamespace, benchSecret(benchCluster, up)), Options{Pool: pl,
+	px, err := newWired(b, startStore(b, benchNamespace, benchSecret(benchCluster, up)), Config{Pool: pl,
 		Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer(), Tracer: tr})
 	if err != nil {
 		b.Fatal(err)

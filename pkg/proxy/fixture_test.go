@@ -39,10 +39,10 @@ func newFixtureProxy(t *testing.T, secrets ...*corev1.Secret) *Proxy {
 	return newFixtureProxyWith(t, nil, secrets...)
 }
 
-// newFixtureProxyWith is newFixtureProxy with options changed by mutate.
-func newFixtureProxyWith(t testing.TB, mutate func(*Options), secrets ...*corev1.Secret) *Proxy {
+// newFixtureProxyWith is newFixtureProxy with its Config changed by mutate.
+func newFixtureProxyWith(t testing.TB, mutate func(*Config), secrets ...*corev1.Secret) *Proxy {
 	t.Helper()
-	opts := Options{
+	opts := Config{
 		Pool:       newTestPool(t, 4, 2*time.Second, nil),
 		Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer(),
 	}
@@ -59,7 +59,7 @@ func newFixtureProxyWith(t testing.TB, mutate func(*Options), secrets ...*corev1
 // newWired is New over store as pkg/apiserver wires it: the clusters'
 // records over the store and opts.Pool (and opts' tunnel), which the proxy
 // leases through.
-func newWired(t testing.TB, store *gateways.Store, opts Options) (*Proxy, error) {
+func newWired(t testing.TB, store *gateways.Store, opts Config) (*Proxy, error) {
 	t.Helper()
 	px, _, err := newWiredProbed(t, store, opts, nil)
 	return px, err
@@ -68,20 +68,20 @@ func newWired(t testing.TB, store *gateways.Store, opts Options) (*Proxy, error)
 // newWiredProbed is newWired with, when hopts is set, a prober over the
 // records that probes through the proxy's ProbeCluster and that the proxy
 // reads; the caller runs it.
-func newWiredProbed(t testing.TB, store *gateways.Store, opts Options, hopts *health.Options) (*Proxy, *health.Prober, error) {
+func newWiredProbed(t testing.TB, store *gateways.Store, opts Config, hopts *health.Config) (*Proxy, *health.Prober, error) {
 	t.Helper()
 	return newWiredAll(t, store, nil, opts, hopts)
 }
 
 // newWiredProviders is newWired with the credential providers the records
 // run for Provider gateways.
-func newWiredProviders(t testing.TB, store *gateways.Store, providers *credentials.Providers, opts Options) (*Proxy, error) {
+func newWiredProviders(t testing.TB, store *gateways.Store, providers *credentials.Providers, opts Config) (*Proxy, error) {
 	t.Helper()
 	px, _, err := newWiredAll(t, store, providers, opts, nil)
 	return px, err
 }
 
-func newWiredAll(t testing.TB, store *gateways.Store, providers *credentials.Providers, opts Options, hopts *health.Options) (*Proxy, *health.Prober, error) {
+func newWiredAll(t testing.TB, store *gateways.Store, providers *credentials.Providers, opts Config, hopts *health.Config) (*Proxy, *health.Prober, error) {
 	t.Helper()
 	var px *Proxy
 	copts := clusters.Config{Store: store, Pool: opts.Pool, Providers: providers, Limiter: opts.Limiter}
@@ -130,10 +130,10 @@ func runGatewayStore(t testing.TB, store *gateways.Store) *gateways.Store {
 	return store
 }
 
-// newTestPool is a pool with the default options but these, closed at the end.
+// newTestPool is a pool with the default Config but these, closed at the end.
 func newTestPool(t testing.TB, capacity int, dialTimeout time.Duration, endpoints *endpointpolicy.Policy) *pool.Pool {
 	t.Helper()
-	o := pool.NewOptions()
+	o := pool.DefaultConfig()
 	o.Capacity, o.DialTimeout, o.Endpoints = capacity, dialTimeout, endpoints
 	p, err := pool.New(*o)
 	if err != nil {

@@ -26,7 +26,7 @@ func TestProxyFollowsTheStore(t *testing.T) {
 	client := fake.NewClientset(sec)
 	store := runStore(t, fixtureNamespace, client)
 	pl := newTestPool(t, 4, 2*time.Second, nil)
-	px, err := newWired(t, store, Options{Pool: pl, Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()})
+	px, err := newWired(t, store, Config{Pool: pl, Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()})
 	if err != nil {
 		t.Fatal(err)
 	}

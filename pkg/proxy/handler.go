@@ -34,8 +34,9 @@ var codecs = func() serializer.CodecFactory {
 	return serializer.NewCodecFactory(s)
 }()
 
-// Options configure the proxy.
-type Options struct {
+// Config configures the proxy: what it works with, and the values the
+// assembler copies from the flags (defined in cmd/apiserver/app/options).
+type Config struct {
 	// Clusters holds each cluster's record: the proxy reads gateways and
 	// leases transports through it.
 	Clusters *clusters.Owner
@@ -69,7 +70,7 @@ type Options struct {
 	// Tracer makes the spans of the fairness wait, the pool lease, an
 	// upgrade's setup and the probe, and gives the hub's server span the
 	// cluster, verb and resource; nil (no --tracing-config-file): none.
-	// The pool's Options.Tracer makes the round trips' client spans.
+	// The pool's Config.Tracer makes the round trips' client spans.
 	Tracer *tracing.Tracer
 }
 
@@ -90,7 +91,7 @@ type Health interface {
 // Proxy serves the proxy subresource. It keeps no state of its own about
 // gateways: it reads them and leases transports through their records.
 type Proxy struct {
-	opts    Options
+	opts    Config
 	health  Health // nil without a prober
 	metrics *Metrics
 	streams *streams
@@ -99,14 +100,14 @@ type Proxy struct {
 }
 
 // New returns the proxy. Clusters, Pool and Authorizer are required.
-func New(opts Options) (*Proxy, error) {
+func New(opts Config) (*Proxy, error) {
 	switch {
 	case opts.Clusters == nil, opts.Pool == nil:
-		return nil, fmt.Errorf("proxy: Options.Clusters and Options.Pool are required")
+		return nil, fmt.Errorf("proxy: Config.Clusters and Config.Pool are required")
 	case opts.Authorizer == nil:
-		return nil, fmt.Errorf("proxy: Options.Authorizer is required (exec, attach and port-forward are authorized as create)")
+		return nil, fmt.Errorf("proxy: Config.Authorizer is required (exec, attach and port-forward are authorized as create)")
 	case opts.Limiter != opts.Clusters.Limiter():
-		return nil, fmt.Errorf("proxy: Options.Limiter must be the one the clusters' records keep Slots of (clusters.Config.Limiter)")
+		return nil, fmt.Errorf("proxy: Config.Limiter must be the one the clusters' records keep Slots of (clusters.Config.Limiter)")
 	}
 	p := &Proxy{opts: opts, metrics: NewMetrics(), streams: newStreams(),
 		reverse: newReverseProxy(newCopyBuffers()), watches: newReverseProxy(newWatchCopyBuffers())}

@@ -29,8 +29,8 @@ import (
 // dial and response-header timeouts (300 ms each).
 func shortUpgradeProxy(t *testing.T, up *httptest.Server) *Proxy {
 	t.Helper()
-	return newFixtureProxyWith(t, func(o *Options) {
-		po := pool.NewOptions()
+	return newFixtureProxyWith(t, func(o *Config) {
+		po := pool.DefaultConfig()
 		po.DialTimeout, po.ResponseHeaderTimeout = 300*time.Millisecond, 300*time.Millisecond
 		pl, err := pool.New(*po)
 		if err != nil {

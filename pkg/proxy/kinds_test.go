@@ -153,7 +153,7 @@ providers:
 	store := gateways.NewStore(fake.NewClientset(objs...), fixtureNamespace, sourceNamespace)
 	runGatewayStore(t, store)
 	var err error
-	f.px, err = newWiredProviders(t, store, providers, Options{Pool: newTestPool(t, 16, 2*time.Second, nil), Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()})
+	f.px, err = newWiredProviders(t, store, providers, Config{Pool: newTestPool(t, 16, 2*time.Second, nil), Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,11 +40,11 @@ func TestSaturatedClusterThroughTheProxy(t *testing.T) {
 	}))
 	t.Cleanup(release) // before the upstreams close: they wait for their handlers
 
-	lim, err := fairness.New(fairness.Options{MaxRequests: 2, MaxStreams: 1, MaxQueued: 1, QueueWait: time.Hour})
+	lim, err := fairness.New(fairness.Config{MaxRequests: 2, MaxStreams: 1, MaxQueued: 1, QueueWait: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	px := newFixtureProxyWith(t, func(o *Options) { o.Limiter = lim },
+	px := newFixtureProxyWith(t, func(o *Config) { o.Limiter = lim },
 		tokenSecret("slow", slow.URL, upstreamCA(slow), "t", "None"),
 		tokenSecret("fast", fast.URL, upstreamCA(fast), "t", "None"))
 	srv := proxyServer(t, px, alice, true)

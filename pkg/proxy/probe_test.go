@@ -162,8 +162,8 @@ func TestSilentClusterBoundsAWatch(t *testing.T) {
 	block := make(chan struct{})
 	t.Cleanup(func() { close(block) })
 	silent := newTLSUpstream(t, http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-block }))
-	px := newFixtureProxyWith(t, func(o *Options) {
-		po := pool.NewOptions()
+	px := newFixtureProxyWith(t, func(o *Config) {
+		po := pool.DefaultConfig()
 		po.ResponseHeaderTimeout = 300 * time.Millisecond
 		pl, err := pool.New(*po)
 		if err != nil {

@@ -179,7 +179,7 @@ providers:
 	store := gateways.NewStore(fake.NewClientset(secret("both"), secret("only")), fixtureNamespace)
 	runGatewayStore(t, store)
 	pl := newTestPool(t, 4, 2*time.Second, nil)
-	px, err := newWiredProviders(t, store, providers, Options{Pool: pl, Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()})
+	px, err := newWiredProviders(t, store, providers, Config{Pool: pl, Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()})
 	if err != nil {
 		t.Fatal(err)
 	}

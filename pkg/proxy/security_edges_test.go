@@ -34,7 +34,7 @@ import (
 func TestUpgradeOnAnyPathNeedsCreate(t *testing.T) {
 	up := newCapture(t)
 	authz := &denyCreate{}
-	px := newFixtureProxyWith(t, func(o *Options) { o.Authorizer = authz.authorizer() },
+	px := newFixtureProxyWith(t, func(o *Config) { o.Authorizer = authz.authorizer() },
 		tokenSecret("c", up.srv.URL, upstreamCA(up.srv), "t", "None"))
 	srv := proxyServer(t, px, alice, false)
 	for _, path := range []string{"/c/proxy/api/v1/namespaces/default/secrets", "/c/proxy/api/v1/secrets?watch=true", "/c/proxy/version"} {
@@ -157,7 +157,7 @@ func (a *recordingAuthz) Authorize(_ context.Context, at authorizer.Attributes) 
 func TestSubpathAuthorizedAsServed(t *testing.T) {
 	up := newCapture(t)
 	authz := &recordingAuthz{}
-	px := newFixtureProxyWith(t, func(o *Options) { o.Authorizer, o.AuthorizeSubpath = authorizer.AuthorizerFunc(authz.Authorize), true },
+	px := newFixtureProxyWith(t, func(o *Config) { o.Authorizer, o.AuthorizeSubpath = authorizer.AuthorizerFunc(authz.Authorize), true },
 		tokenSecret("c1", up.srv.URL+"/prefix", upstreamCA(up.srv), "t", "None"))
 	var route Route
 	route.Serve(px, clustergateway.NewProxyREST(px).ConnectMethods())

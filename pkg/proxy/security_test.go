@@ -339,7 +339,7 @@ func TestUpgradesNeedCreate(t *testing.T) {
 	for _, subpath := range []bool{false, true} {
 		t.Run(fmt.Sprintf("subpath=%v", subpath), func(t *testing.T) {
 			authz := &denyCreate{}
-			px := newFixtureProxyWith(t, func(o *Options) {
+			px := newFixtureProxyWith(t, func(o *Config) {
 				o.Authorizer = authz.authorizer()
 				o.AuthorizeSubpath = subpath
 			}, tokenSecret("c", up.srv.URL, upstreamCA(up.srv), "t", "None"))
@@ -372,7 +372,7 @@ func TestUpgradesNeedCreate(t *testing.T) {
 		}
 		return authorizer.DecisionAllow, "", nil
 	})
-	px := newFixtureProxyWith(t, func(o *Options) { o.Authorizer, o.AuthorizeSubpath = innerOnly, true },
+	px := newFixtureProxyWith(t, func(o *Config) { o.Authorizer, o.AuthorizeSubpath = innerOnly, true },
 		tokenSecret("c", up.srv.URL, upstreamCA(up.srv), "t", "None"))
 	srv := proxyServer(t, px, alice, false)
 	before := len(up.requests())
@@ -390,12 +390,12 @@ func TestUpgradesNeedCreate(t *testing.T) {
 func TestEndpointPolicyAfterResolution(t *testing.T) {
 	up := newCapture(t)
 	_, port, _ := net.SplitHostPort(up.srv.Listener.Addr().String())
-	opts := endpointpolicy.Options{DenyCIDRs: []string{"127.0.0.1/32", "::1/128"}}
+	opts := endpointpolicy.Config{DenyCIDRs: []string{"127.0.0.1/32", "::1/128"}}
 	policy, err := opts.Policy()
 	if err != nil {
 		t.Fatal(err)
 	}
-	px := newFixtureProxyWith(t, func(o *Options) { o.Pool = newTestPool(t, 4, 2*time.Second, policy) },
+	px := newFixtureProxyWith(t, func(o *Config) { o.Pool = newTestPool(t, 4, 2*time.Second, policy) },
 		tokenSecret("named", "https://localhost:"+port, upstreamCA(up.srv), "t", "None"),
 		tokenSecret("literal", "https://[::ffff:127.0.0.1]:"+port, upstreamCA(up.srv), "t", "None"))
 	for _, gw := range []string{"named", "literal"} {

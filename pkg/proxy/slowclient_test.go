@@ -25,11 +25,11 @@ import (
 func slotsFixture(t *testing.T, up http.Handler, timeout time.Duration) (*testfrontend.Server, *fairness.Limiter) {
 	t.Helper()
 	u := newTLSUpstream(t, up)
-	lim, err := fairness.New(fairness.Options{MaxRequests: 2, MaxStreams: 2, MaxQueued: 1, QueueWait: time.Minute})
+	lim, err := fairness.New(fairness.Config{MaxRequests: 2, MaxStreams: 2, MaxQueued: 1, QueueWait: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	px := newFixtureProxyWith(t, func(o *Options) { o.Limiter, o.MaxBodyBytes = lim, 1<<20 },
+	px := newFixtureProxyWith(t, func(o *Config) { o.Limiter, o.MaxBodyBytes = lim, 1<<20 },
 		tokenSecret("c", u.URL, upstreamCA(u), "t", "None"))
 	return testfrontend.MustStart(t, testfrontend.Handler(timedConnecter{px: px, timeout: timeout}, &user.DefaultInfo{Name: "mallory"})), lim
 }

@@ -60,7 +60,7 @@ func TestRequestTimeoutIsAlways504(t *testing.T) {
 	// local upstream that outlasted it (CI at a load average of 20 on 2
 	// CPUs) failed the requests waiting for it with a dial timeout's 503,
 	// which is right for a dial timeout, and not this test's subject.
-	px := newFixtureProxyWith(t, func(o *Options) { o.Pool = newTestPool(t, 4, time.Minute, nil) },
+	px := newFixtureProxyWith(t, func(o *Config) { o.Pool = newTestPool(t, 4, time.Minute, nil) },
 		tokenSecret("slow", up.URL, upstreamCA(up), "t", "None"))
 	endpointsmetrics.Register() // the generic server's request metrics, as the server registers them
 	terminated := func() float64 {

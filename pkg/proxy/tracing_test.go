@@ -41,14 +41,14 @@ func tracedProxy(t *testing.T, rec *tracetest.SpanRecorder, providers string, se
 		provs.Trace(tr)
 	}
 	runGatewayStore(t, store)
-	o := pool.NewOptions()
+	o := pool.DefaultConfig()
 	o.Capacity, o.DialTimeout, o.Tracer = 8, 5*time.Second, tr
 	pl, err := pool.New(*o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pl.Close)
-	px, err := newWiredProviders(t, store, provs, Options{Pool: pl, Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer(), Tracer: tr})
+	px, err := newWiredProviders(t, store, provs, Config{Pool: pl, Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer(), Tracer: tr})
 	if err != nil {
 		t.Fatal(err)
 	}

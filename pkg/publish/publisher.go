@@ -40,9 +40,9 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/inventory"
 )
 
-// Config is what the publisher needs besides its Options.
-type Config struct {
-	Options
+// Params is what the publisher needs: its Config and what it works with.
+type Params struct {
+	Config
 	Store *gateways.Store
 	// Clusters is whose changes the publisher follows (not the store's).
 	Clusters *clusters.Owner
@@ -56,7 +56,7 @@ type Config struct {
 
 // Publisher publishes gateways while its replica leads.
 type Publisher struct {
-	cfg       Config
+	cfg       Params
 	hub       string
 	ca        atomic.Pointer[[]byte] // the hub CA published; replaced when its file changes
 	selector  labels.Selector
@@ -70,7 +70,7 @@ type Publisher struct {
 }
 
 // New builds the publisher and its ClusterProfile informers.
-func New(cfg Config) (*Publisher, error) {
+func New(cfg Params) (*Publisher, error) {
 	if err := errors.Join(cfg.Validate()...); err != nil {
 		return nil, err
 	}
@@ -105,7 +105,7 @@ func New(cfg Config) (*Publisher, error) {
 		p.informers[ns] = inf
 	}
 	if cfg.Clusters == nil {
-		return nil, errors.New("publish: Config.Clusters is required: the publisher follows the gateways through their records")
+		return nil, errors.New("publish: Params.Clusters is required: the publisher follows the gateways through their records")
 	}
 	cfg.Clusters.OnChange(func(old, new *gateways.Gateway) {
 		for _, g := range []*gateways.Gateway{old, new} {

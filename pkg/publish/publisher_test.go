@@ -63,7 +63,7 @@ func newPubHarness(t *testing.T, caFile string, gws ...string) *pubHarness {
 	store := gateways.NewStore(client, testGWNamespace)
 	// As pkg/apiserver wires it: the publisher follows the clusters'
 	// records, and the prober is built over them.
-	pl, err := pool.New(*pool.NewOptions())
+	pl, err := pool.New(*pool.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,12 +72,12 @@ func newPubHarness(t *testing.T, caFile string, gws ...string) *pubHarness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prober, err := health.New(*health.NewOptions(), owner, func(context.Context, string) health.Outcome { return health.Outcome{} })
+	prober, err := health.New(*health.DefaultConfig(), owner, func(context.Context, string) health.Outcome { return health.Outcome{} })
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{Enabled: true, Namespace: testFleet, ProviderName: DefaultProviderName, HubServer: "https://hub.example.com:6443", HubCAFile: caFile}
-	p, err := New(Config{Options: opts, Store: store, Clusters: owner, Prober: prober, Client: client, Dynamic: dyn})
+	opts := Config{Enabled: true, Namespace: testFleet, ProviderName: DefaultProviderName, HubServer: "https://hub.example.com:6443", HubCAFile: caFile}
+	p, err := New(Params{Config: opts, Store: store, Clusters: owner, Prober: prober, Client: client, Dynamic: dyn})
 	if err != nil {
 		t.Fatal(err)
 	}

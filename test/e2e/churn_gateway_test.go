@@ -74,7 +74,7 @@ func startInTestGateway(t *testing.T) *inTestGateway {
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &inTestGateway{kubeconfigDir: t.TempDir()}
 	g.store = gateways.NewStore(hub, localenv.GatewayNamespace)
-	po := pool.NewOptions()
+	po := pool.DefaultConfig()
 	po.Capacity, po.RetireGrace, po.DialTimeout = churnCapacity, churnGrace, 5*time.Second
 	// No idle retirement: it would reclaim what a broken deletion leaves.
 	po.IdleTTL = 0
@@ -99,7 +99,7 @@ func startInTestGateway(t *testing.T) *inTestGateway {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := proxy.Options{Clusters: owner, Pool: g.pool, Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()}
+	opts := proxy.Config{Clusters: owner, Pool: g.pool, Authorizer: authorizerfactory.NewAlwaysAllowAuthorizer()}
 	if g.proxy, err = proxy.New(opts); err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func (g *inTestGateway) startTunnel(t *testing.T, ctx context.Context, k *locale
 			t.Fatal(err)
 		}
 	}
-	m, err := konnectivity.New(konnectivity.Options{
+	m, err := konnectivity.New(konnectivity.Config{
 		Addresses: k.ServerAddresses(), CAFile: g.tunnelCA, CertFile: g.tunnelCert, KeyFile: g.tunnelKey,
 		ReloadInterval: 200 * time.Millisecond, RetireGrace: churnGrace, DialTimeout: 5 * time.Second,
 		HealthInterval: time.Second, HealthTimeout: time.Second, HealthFailureThreshold: 3,

@@ -27,7 +27,7 @@ import (
 func BenchmarkTunnelledRequest(b *testing.B) {
 	s := newStack(b)
 	backend := startH2Backend(b, s)
-	m := startManager(b, s.options())
+	m := startManager(b, s.config())
 	for _, mode := range []string{"sender", "caller"} {
 		b.Run(mode, func(b *testing.B) {
 			dial := m.DialContext

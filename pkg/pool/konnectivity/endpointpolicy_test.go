@@ -46,7 +46,7 @@ func TestDialJudgesTheAddressAsWritten(t *testing.T) {
 
 	// Without a policy the agent reaches the listener by "127.4": the test
 	// proves what it says.
-	open := startManager(t, s.options())
+	open := startManager(t, s.config())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	c, err := open.DialContext(ctx, "tcp", net.JoinHostPort("127.4", port))
@@ -63,8 +63,8 @@ func TestDialJudgesTheAddressAsWritten(t *testing.T) {
 	open.Stop()
 	baseline := accepted.Load()
 
-	opts := s.options()
-	if opts.Endpoints, err = (&endpointpolicy.Options{DenyCIDRs: []string{denied + "/32"}}).Policy(); err != nil {
+	opts := s.config()
+	if opts.Endpoints, err = (&endpointpolicy.Config{DenyCIDRs: []string{denied + "/32"}}).Policy(); err != nil {
 		t.Fatal(err)
 	}
 	m := startManager(t, opts)

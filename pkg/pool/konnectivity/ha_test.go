@@ -26,12 +26,12 @@ type haStack struct {
 
 func newHAStack(t *testing.T) *haStack { return newHAStackWith(t, nil) }
 
-// newHAStackWith is newHAStack with the Manager's options changed by mutate.
-func newHAStackWith(t *testing.T, mutate func(*Options)) *haStack {
+// newHAStackWith is newHAStack with the Manager's Config changed by mutate.
+func newHAStackWith(t *testing.T, mutate func(*Config)) *haStack {
 	t.Helper()
 	s := newStackN(t, 2)
 	h := &haStack{stack: s, clean: leakCheck(t, s), reg: metrics.NewKubeRegistry(), streams: map[string]*stream{}}
-	opts := s.options()
+	opts := s.config()
 	opts.DialTimeout = time.Minute // so no success below can be a dial that waited that long
 	if mutate != nil {
 		mutate(&opts)
@@ -203,7 +203,7 @@ func TestStoppedProxyServerFailsOver(t *testing.T) {
 func TestRotationMovesEveryTunnel(t *testing.T) {
 	s := newStackN(t, 2)
 	clean := leakCheck(t, s)
-	m := startManager(t, s.options())
+	m := startManager(t, s.config())
 	expectStats(t, m, "a tunnel to each proxy-server", func(st Stats) bool { return st.UpTunnels == 2 })
 	old := m.ID()
 	s.rotateClientCert()
@@ -243,7 +243,7 @@ func TestFirstDialsDoNotWaitForASilentProxyServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
-	opts := s.options()
+	opts := s.config()
 	opts.DialTimeout = time.Minute // the silent one's build; no request below may wait that long
 	m := startManager(t, opts)
 	c := httpClient(m, s) // gives up after 20s
@@ -266,7 +266,7 @@ func TestFirstDialsDoNotWaitForASilentProxyServer(t *testing.T) {
 func TestDialFailsOverToTheProxyServerWithTheAgent(t *testing.T) {
 	s := newStackAgentOn(t, 2, []int{1})
 	clean := leakCheck(t, s)
-	m := startManager(t, s.options())
+	m := startManager(t, s.config())
 	expectStats(t, m, "a tunnel to each proxy-server", func(st Stats) bool { return st.UpTunnels == 2 })
 	c := httpClient(m, s)
 	for range 6 {

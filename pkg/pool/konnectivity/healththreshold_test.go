@@ -17,7 +17,7 @@ import (
 // answers again the same tunnel (no rebuild) takes dials again and the
 // stream goes on.
 func TestUnansweredChecksBelowTheThreshold(t *testing.T) {
-	h := newHAStackWith(t, func(o *Options) { o.HealthFailureThreshold = 1 << 20 })
+	h := newHAStackWith(t, func(o *Config) { o.HealthFailureThreshold = 1 << 20 })
 	slow := h.addresses()[0]
 	// The pool renews its tunnelled connections then. Only the stopped
 	// proxy-server's calls are counted: on a loaded machine the other one

@@ -20,7 +20,7 @@ import (
 	"github.com/clustergateway/cluster-gateway/internal/testproc"
 )
 
-func startManager(t testing.TB, opts Options) *Manager {
+func startManager(t testing.TB, opts Config) *Manager {
 	t.Helper()
 	return startManagerWithClock(t, opts, clock.RealClock{})
 }
@@ -28,7 +28,7 @@ func startManager(t testing.TB, opts Options) *Manager {
 // startManagerWithClock is startManager on clk: with a fake clock, files
 // are re-read, failed builds retried and grace periods over only as the
 // test steps it.
-func startManagerWithClock(t testing.TB, opts Options, clk clock.WithTicker) *Manager {
+func startManagerWithClock(t testing.TB, opts Config, clk clock.WithTicker) *Manager {
 	t.Helper()
 	m, err := newWithClock(opts, clk)
 	if err != nil {

@@ -19,7 +19,7 @@ var (
 // mTLS material they share. Readers (DialContext, ID) take locks only
 // briefly; builds happen outside them.
 type Manager struct {
-	opts    Options
+	opts    Config
 	metrics *Metrics
 	clock   clock.WithTicker // reloads, health checks, rebuild backoff and grace periods; tests fake it
 
@@ -72,10 +72,10 @@ type Stats struct {
 }
 
 // New loads and validates the material; it fails if it is unusable now, or
-// if the options are refused by Validate.
-func New(opts Options) (*Manager, error) { return newWithClock(opts, clock.RealClock{}) }
+// if the Config is refused by Validate.
+func New(opts Config) (*Manager, error) { return newWithClock(opts, clock.RealClock{}) }
 
-func newWithClock(opts Options, clk clock.WithTicker) (*Manager, error) {
+func newWithClock(opts Config, clk clock.WithTicker) (*Manager, error) {
 	if !opts.Enabled() {
 		return nil, errors.New("konnectivity: no proxy-server address; set --konnectivity-server-address")
 	}
@@ -185,7 +185,7 @@ func (m *Manager) Stats() Stats {
 }
 
 // ServerStats returns the counters of the proxy-server at addr (as given in
-// Options.Addresses); the Manager-wide ones (dials, reloads) are zero.
+// Config.Addresses); the Manager-wide ones (dials, reloads) are zero.
 func (m *Manager) ServerStats(addr string) (Stats, bool) {
 	for _, s := range m.servers {
 		if s.addr == addr {

@@ -23,7 +23,7 @@ import (
 func TestManyDialsShareOneTunnel(t *testing.T) {
 	s := newStack(t)
 	clean := leakCheck(t, s)
-	m := startManager(t, s.options())
+	m := startManager(t, s.config())
 	// Registered as the server does, before any dial: metrics record from then on.
 	reg := metrics.NewKubeRegistry()
 	m.Metrics().Register(reg)
@@ -96,7 +96,7 @@ func TestRotateClientCertKeepsLiveStreamsUntilGrace(t *testing.T) {
 	const grace = 3 * time.Second
 	s := newStack(t)
 	clean := leakCheck(t, s)
-	opts := s.options()
+	opts := s.config()
 	opts.RetireGrace = grace
 	clk := testingclock.NewFakeClock(time.Now())
 	m := startManagerWithClock(t, opts, clk)
@@ -163,7 +163,7 @@ func TestRotateClientCertKeepsLiveStreamsUntilGrace(t *testing.T) {
 func TestRotateCA(t *testing.T) {
 	s := newStack(t)
 	clean := leakCheck(t, s)
-	m := startManager(t, s.options()) // grace: a minute
+	m := startManager(t, s.config()) // grace: a minute
 	first := m.ID()
 	st := openStream(t, m, s)
 	if n, err := s.serverMetric("konnectivity_network_proxy_server_established_connections"); err != nil || n != 1 {
@@ -215,7 +215,7 @@ func TestRotateCA(t *testing.T) {
 func TestUnusableFilesChangeNothing(t *testing.T) {
 	s := newStack(t)
 	clean := leakCheck(t, s)
-	m := startManager(t, s.options())
+	m := startManager(t, s.config())
 	id := m.ID()
 	c := httpClient(m, s)
 	if err := get(c, s); err != nil {
@@ -246,7 +246,7 @@ func TestUnusableFilesChangeNothing(t *testing.T) {
 		}
 		want := int64(i + 1)
 		expectStats(t, m, tc.name+" rejected", func(s Stats) bool { return s.RejectedReloads >= want })
-		time.Sleep(5 * s.options().ReloadInterval) // unchanged bad content is not counted again
+		time.Sleep(5 * s.config().ReloadInterval) // unchanged bad content is not counted again
 		if got := m.Stats(); got.RejectedReloads != want || got.TunnelBuilds != 1 || got.Rotations != 0 {
 			t.Fatalf("%s: want %d rejections, 1 build, no rotation; got %+v", tc.name, want, got)
 		}
@@ -258,7 +258,7 @@ func TestUnusableFilesChangeNothing(t *testing.T) {
 		}
 		writeFile(t, tc.path, good)
 	}
-	time.Sleep(5 * s.options().ReloadInterval)
+	time.Sleep(5 * s.config().ReloadInterval)
 	if got := m.Stats(); got.TunnelBuilds != 1 || got.Rotations != 0 || m.ID() != id {
 		t.Fatalf("restoring the good files must change nothing; got %+v", got)
 	}
@@ -272,7 +272,7 @@ func TestUnusableFilesChangeNothing(t *testing.T) {
 func TestProxyServerRestart(t *testing.T) {
 	s := newStack(t)
 	clean := leakCheck(t, s)
-	opts := s.options()
+	opts := s.config()
 	opts.DialTimeout = time.Minute // so a failure seen below cannot be a timeout
 	m := startManager(t, opts)
 	c := httpClient(m, s)
@@ -317,7 +317,7 @@ func TestProxyServerRestart(t *testing.T) {
 func TestContextCancelStops(t *testing.T) {
 	s := newStack(t)
 	clean := leakCheck(t, s)
-	m, err := New(s.options())
+	m, err := New(s.config())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,7 +343,7 @@ func TestContextCancelStops(t *testing.T) {
 func TestUntrustedClientCertKeepsOldTunnel(t *testing.T) {
 	s := newStack(t)
 	clean := leakCheck(t, s)
-	m := startManager(t, s.options())
+	m := startManager(t, s.config())
 	id := m.ID()
 	c := httpClient(m, s)
 	if err := get(c, s); err != nil {

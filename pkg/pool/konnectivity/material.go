@@ -25,7 +25,7 @@ type material struct {
 	pair  tls.Certificate
 }
 
-func readMaterial(o Options) (rawMaterial, error) {
+func readMaterial(o Config) (rawMaterial, error) {
 	var r rawMaterial
 	var errs []error
 	for _, f := range []struct {
@@ -57,7 +57,7 @@ func (r rawMaterial) digest() string {
 // parse validates the material: the CA must hold at least one certificate (an
 // empty pool would fall back to nothing verifiable), and cert and key must
 // parse and match.
-func (r rawMaterial) parse(o Options) (*material, error) {
+func (r rawMaterial) parse(o Config) (*material, error) {
 	roots, err := cabundle.Parse(r.ca)
 	if err != nil {
 		return nil, fmt.Errorf("CA file %s: %v; it must contain the CA that signed the proxy-server's serving certificate", o.CAFile, err)
@@ -69,7 +69,7 @@ func (r rawMaterial) parse(o Options) (*material, error) {
 	return &material{id: r.digest(), roots: roots, pair: pair}, nil
 }
 
-func loadMaterial(o Options) (*material, error) {
+func loadMaterial(o Config) (*material, error) {
 	r, err := readMaterial(o)
 	if err != nil {
 		return nil, fmt.Errorf("reading konnectivity client material: %w", err)

@@ -20,7 +20,7 @@ func TestNewRejectsUnusableMaterial(t *testing.T) {
 		writeFile(t, filepath.Join(dir, name), data)
 	}
 	p := func(name string) string { return filepath.Join(dir, name) }
-	good := *NewOptions()
+	good := *DefaultConfig()
 	good.Addresses, good.CAFile, good.CertFile, good.KeyFile = []string{"127.0.0.1:1"}, p("ca"), p("cert"), p("key")
 	if m, err := New(good); err != nil || m.ID() == "" {
 		t.Fatalf("good material: %v", err)
@@ -33,22 +33,22 @@ func TestNewRejectsUnusableMaterial(t *testing.T) {
 		t.Fatalf("a CA bundle with a stray key block: %v, want it refused", err)
 	}
 	for name, tc := range map[string]struct {
-		mutate func(*Options)
+		mutate func(*Config)
 		want   string
 	}{
-		"empty CA":        {func(o *Options) { o.CAFile = p("empty") }, "no PEM certificate"},
-		"garbage CA":      {func(o *Options) { o.CAFile = p("garbage") }, "no PEM certificate"},
-		"key as CA":       {func(o *Options) { o.CAFile = p("key") }, "not a CERTIFICATE"},
-		"garbage cert":    {func(o *Options) { o.CertFile = p("garbage") }, "unusable"},
-		"mismatched key":  {func(o *Options) { o.KeyFile = p("other") }, "belong together"},
-		"missing key":     {func(o *Options) { o.KeyFile = p("absent") }, "no such file"},
-		"no address":      {func(o *Options) { o.Addresses = nil }, "no proxy-server address"},
-		"bad address":     {func(o *Options) { o.Addresses = []string{"127.0.0.1:1", "proxy-server"} }, `must be host:port, not "proxy-server"`},
-		"same address":    {func(o *Options) { o.Addresses = []string{"127.0.0.1:1", "127.0.0.1:1"} }, "lists 127.0.0.1:1 twice"},
-		"no health check": {func(o *Options) { o.HealthInterval = 0 }, "--konnectivity-health-interval must be positive"},
-		"no CA":           {func(o *Options) { o.CAFile = "" }, "mTLS only"},
-		"negative grace":  {func(o *Options) { o.RetireGrace = -1 }, "--retire-grace-period must not be negative"},
-		"no dial timeout": {func(o *Options) { o.DialTimeout = 0 }, "--dial-timeout must be positive"},
+		"empty CA":        {func(o *Config) { o.CAFile = p("empty") }, "no PEM certificate"},
+		"garbage CA":      {func(o *Config) { o.CAFile = p("garbage") }, "no PEM certificate"},
+		"key as CA":       {func(o *Config) { o.CAFile = p("key") }, "not a CERTIFICATE"},
+		"garbage cert":    {func(o *Config) { o.CertFile = p("garbage") }, "unusable"},
+		"mismatched key":  {func(o *Config) { o.KeyFile = p("other") }, "belong together"},
+		"missing key":     {func(o *Config) { o.KeyFile = p("absent") }, "no such file"},
+		"no address":      {func(o *Config) { o.Addresses = nil }, "no proxy-server address"},
+		"bad address":     {func(o *Config) { o.Addresses = []string{"127.0.0.1:1", "proxy-server"} }, `must be host:port, not "proxy-server"`},
+		"same address":    {func(o *Config) { o.Addresses = []string{"127.0.0.1:1", "127.0.0.1:1"} }, "lists 127.0.0.1:1 twice"},
+		"no health check": {func(o *Config) { o.HealthInterval = 0 }, "--konnectivity-health-interval must be positive"},
+		"no CA":           {func(o *Config) { o.CAFile = "" }, "mTLS only"},
+		"negative grace":  {func(o *Config) { o.RetireGrace = -1 }, "--retire-grace-period must not be negative"},
+		"no dial timeout": {func(o *Config) { o.DialTimeout = 0 }, "--dial-timeout must be positive"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			o := good

@@ -173,8 +173,8 @@ func (s *stack) addresses() []string {
 	return as
 }
 
-func (s *stack) options() Options {
-	return Options{
+func (s *stack) config() Config {
+	return Config{
 		Addresses: s.addresses(),
 		CAFile:    s.caFile, CertFile: s.certFile, KeyFile: s.keyFile,
 		ReloadInterval:         100 * time.Millisecond,

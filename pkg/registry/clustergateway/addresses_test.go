@@ -14,7 +14,7 @@ import (
 
 // The endpoint policy judges each additional address as it judges address.
 func TestEndpointPolicyJudgesAdditionalAddresses(t *testing.T) {
-	policy, err := endpointpolicy.NewOptions().Policy()
+	policy, err := endpointpolicy.DefaultConfig().Policy()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func restReadingSources(t *testing.T, client *fake.Clientset) *REST {
 	t.Helper()
 	store := gateways.NewStore(client, writerTestNamespace, writerTestNamespace, otherSourceNamespace)
 	testgateways.Run(t, store.Run, "the store to sync", store.HasSynced)
-	policy, _ := endpointpolicy.NewOptions().Policy()
+	policy, _ := endpointpolicy.DefaultConfig().Policy()
 	return NewREST(store, policy, nil, authorizer.AuthorizerFunc(namers))
 }
 

@@ -135,6 +135,6 @@ func restOver(t *testing.T, client *fake.Clientset) *REST {
 	t.Helper()
 	store := gateways.NewStore(client, writerTestNamespace)
 	testgateways.Run(t, store.Run, "the store to sync", store.HasSynced)
-	policy, _ := endpointpolicy.NewOptions().Policy()
+	policy, _ := endpointpolicy.DefaultConfig().Policy()
 	return NewREST(store, policy, nil, nil)
 }

@@ -8,7 +8,7 @@ import (
 
 // addEndpointFlags adds --endpoint-allow-cidrs and --endpoint-deny-cidrs,
 // which fill o (pkg/endpointpolicy's plain config).
-func addEndpointFlags(o *endpointpolicy.Options, fs *pflag.FlagSet) {
+func addEndpointFlags(o *endpointpolicy.Config, fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.AllowCIDRs, "endpoint-allow-cidrs", o.AllowCIDRs,
 		"If set, the gateway connects to managed clusters and forward proxies only at addresses in these CIDRs (checked after DNS resolution); --endpoint-deny-cidrs still applies.")
 	fs.StringSliceVar(&o.DenyCIDRs, "endpoint-deny-cidrs", o.DenyCIDRs,

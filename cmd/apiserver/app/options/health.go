@@ -8,7 +8,7 @@ import (
 
 // addHealthFlags adds the prober's flags, which fill o (pkg/health's plain
 // config).
-func addHealthFlags(o *health.Options, fs *pflag.FlagSet) {
+func addHealthFlags(o *health.Config, fs *pflag.FlagSet) {
 	fs.DurationVar(&o.Interval, "probe-interval", o.Interval, "How often each cluster's /readyz is probed through the gateway (with ±10% jitter).")
 	fs.DurationVar(&o.Timeout, "probe-timeout", o.Timeout, "Bound on one probe; a cluster slower than this is not reachable.")
 	fs.IntVar(&o.FailureThreshold, "probe-failure-threshold", o.FailureThreshold, "Consecutive failed probes after which a cluster is Reachable=False and proxied requests to it fail at once with 503.")

@@ -8,7 +8,7 @@ import (
 
 // addKonnectivityFlags adds the konnectivity flags, which fill o
 // (pkg/pool/konnectivity's plain config).
-func addKonnectivityFlags(o *konnectivity.Options, fs *pflag.FlagSet) {
+func addKonnectivityFlags(o *konnectivity.Config, fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.Addresses, "konnectivity-server-address", o.Addresses, "host:port of a konnectivity proxy-server (gRPC mode) that Konnectivity endpoints are dialed through; repeat it or separate with commas for several proxy-servers (the gateway keeps a tunnel to each and dials through the healthy ones; agents must connect to every one).")
 	fs.StringVar(&o.CAFile, "konnectivity-ca-file", o.CAFile, "CA that signs the proxy-server's serving certificate. Reloaded on change.")
 	fs.StringVar(&o.CertFile, "konnectivity-cert-file", o.CertFile, "Client certificate for the proxy-server. Reloaded on change.")

@@ -22,7 +22,7 @@ func TestAddressFlagRepeatedOrCommaSeparated(t *testing.T) {
 		{[]string{"--konnectivity-server-address=a.example:8090", "--konnectivity-server-address=b.example:8090,c.example:8090"},
 			[]string{"a.example:8090", "b.example:8090", "c.example:8090"}},
 	} {
-		o := konnectivity.NewOptions()
+		o := konnectivity.DefaultConfig()
 		fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 		addKonnectivityFlags(o, fs)
 		if err := fs.Parse(tc.args); err != nil {
@@ -38,7 +38,7 @@ func TestAddressFlagRepeatedOrCommaSeparated(t *testing.T) {
 // refused with a message that says so, instead of later failing to resolve
 // a host named " b".
 func TestAddressWithSpacesRefused(t *testing.T) {
-	o := konnectivity.NewOptions()
+	o := konnectivity.DefaultConfig()
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	addKonnectivityFlags(o, fs)
 	if err := fs.Parse([]string{"--konnectivity-server-address=a.example:8090, b.example:8090"}); err != nil {

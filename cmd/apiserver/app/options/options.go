@@ -60,15 +60,15 @@ type Options struct {
 	StockHandlerChain, StockProxyPath bool
 	TracingNoExporter                 bool
 
-	Pool         *pool.Options
-	Konnectivity *konnectivity.Options
-	Endpoints    *endpointpolicy.Options
-	Fairness     *fairness.Options
-	Health       *health.Options
-	Inventory    *inventory.Options
+	Pool         *pool.Config
+	Konnectivity *konnectivity.Config
+	Endpoints    *endpointpolicy.Config
+	Fairness     *fairness.Config
+	Health       *health.Config
+	Inventory    *inventory.Config
 	// ClusterMetrics are the opt-in per-cluster series (clustermetrics.go).
 	ClusterMetrics clustermetrics.Config
-	Publish        *publish.Options
+	Publish        *publish.Config
 	Fanout         fanout.Config
 }
 
@@ -92,14 +92,14 @@ func NewOptions() *Options {
 		CredentialProviderTimeout:         credentials.DefaultTimeout,
 		CertCacheSize:                     4096,
 		CredentialProvidersReloadInterval: 10 * time.Second,
-		Pool:                              pool.NewOptions(),
-		Konnectivity:                      konnectivity.NewOptions(),
-		Endpoints:                         endpointpolicy.NewOptions(),
-		Health:                            health.NewOptions(),
-		Fairness:                          fairness.NewOptions(),
-		Inventory:                         inventory.NewOptions(),
-		Publish:                           publish.NewOptions(),
-		Fanout:                            fanout.NewConfig(),
+		Pool:                              pool.DefaultConfig(),
+		Konnectivity:                      konnectivity.DefaultConfig(),
+		Endpoints:                         endpointpolicy.DefaultConfig(),
+		Health:                            health.DefaultConfig(),
+		Fairness:                          fairness.DefaultConfig(),
+		Inventory:                         inventory.DefaultConfig(),
+		Publish:                           publish.DefaultConfig(),
+		Fanout:                            fanout.DefaultConfig(),
 	}
 }
 

@@ -9,7 +9,7 @@ import (
 // addPoolFlags adds the pool's flags, which fill o (pkg/pool's plain
 // config). --retire-grace-period and --dial-timeout also govern konnectivity
 // tunnels: one meaning, one default (the assembler copies them).
-func addPoolFlags(o *pool.Options, fs *pflag.FlagSet) {
+func addPoolFlags(o *pool.Config, fs *pflag.FlagSet) {
 	fs.IntVar(&o.Capacity, "pool-capacity", o.Capacity, "Most clusters with a pooled transport at once; the least recently used is retired beyond it.")
 	fs.DurationVar(&o.IdleTTL, "pool-idle-ttl", o.IdleTTL, "A cluster's pooled transport unused this long is retired (0: never).")
 	fs.IntVar(&o.MaxConnsPerCluster, "pool-max-connections-per-cluster", o.MaxConnsPerCluster, "Most HTTP/2 connections open to one cluster, to each of its API-server addresses (exec, attach and port-forward, and HTTP/1.1, are not counted); a request that needs one more fails with 503 (0: no bound). A healthy cluster needs one for every few hundred requests in flight to it; a burst of new requests opens one for each that finds the open ones full.")

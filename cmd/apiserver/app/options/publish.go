@@ -8,7 +8,7 @@ import (
 
 // addPublishFlags adds the ClusterProfile publisher's flags (pkg/publish
 // takes the plain Options).
-func addPublishFlags(o *publish.Options, fs *pflag.FlagSet) {
+func addPublishFlags(o *publish.Config, fs *pflag.FlagSet) {
 	fs.BoolVar(&o.Enabled, "publish-clusterprofiles", o.Enabled, "Publish ClusterGateways as a SIG-Multicluster ClusterProfile access provider: a gateway synced from a ClusterProfile gets its entry in that profile's status.accessProviders; any other published gateway gets a ClusterProfile of its name in --publish-namespace, owned by the gateway. One replica writes (the inventory sync's Lease). Needs --publish-namespace and --publish-hub-server.")
 	fs.StringVar(&o.Selector, "publish-gateway-selector", o.Selector, "Label selector over ClusterGateways: only those it matches are published. Empty: all.")
 	fs.StringVar(&o.Namespace, "publish-namespace", o.Namespace, "Namespace of the ClusterProfiles the publisher creates for published gateways not synced from a ClusterProfile.")

@@ -22,21 +22,21 @@ func TestValidate(t *testing.T) {
 	withKey := filepath.Join(dir, "ca-and-key.pem")
 	_ = os.WriteFile(good, ca.CertPEM, 0o600)
 	_ = os.WriteFile(withKey, append(append([]byte{}, ca.CertPEM...), ca.KeyPEM...), 0o600)
-	ok := Options{Enabled: true, Namespace: "fleet", ProviderName: DefaultProviderName, HubServer: "https://hub.example.com:6443", HubCAFile: good}
+	ok := Config{Enabled: true, Namespace: "fleet", ProviderName: DefaultProviderName, HubServer: "https://hub.example.com:6443", HubCAFile: good}
 	if errs := ok.Validate(); len(errs) > 0 {
 		t.Fatalf("valid options refused: %v", errs)
 	}
 	for name, tc := range map[string]struct {
-		mutate func(*Options)
+		mutate func(*Config)
 		want   string
 	}{
-		"no namespace":       {func(o *Options) { o.Namespace = "" }, "--publish-namespace"},
-		"http hub":           {func(o *Options) { o.HubServer = "http://hub:6443" }, "--publish-hub-server"},
-		"hub with user":      {func(o *Options) { o.HubServer = "https://u:p@hub:6443" }, "--publish-hub-server"},
-		"bad selector":       {func(o *Options) { o.Selector = "a in (" }, "--publish-gateway-selector"},
-		"private key in CA":  {func(o *Options) { o.HubCAFile = withKey }, "PRIVATE KEY"},
-		"bad provider name":  {func(o *Options) { o.ProviderName = "Not_A_Name" }, "--publish-provider-name"},
-		"negative CA reload": {func(o *Options) { o.HubCAReloadInterval = -time.Second }, "--publish-hub-ca-reload-interval"},
+		"no namespace":       {func(o *Config) { o.Namespace = "" }, "--publish-namespace"},
+		"http hub":           {func(o *Config) { o.HubServer = "http://hub:6443" }, "--publish-hub-server"},
+		"hub with user":      {func(o *Config) { o.HubServer = "https://u:p@hub:6443" }, "--publish-hub-server"},
+		"bad selector":       {func(o *Config) { o.Selector = "a in (" }, "--publish-gateway-selector"},
+		"private key in CA":  {func(o *Config) { o.HubCAFile = withKey }, "PRIVATE KEY"},
+		"bad provider name":  {func(o *Config) { o.ProviderName = "Not_A_Name" }, "--publish-provider-name"},
+		"negative CA reload": {func(o *Config) { o.HubCAReloadInterval = -time.Second }, "--publish-hub-ca-reload-interval"},
 	} {
 		o := ok
 		tc.mutate(&o)
@@ -45,7 +45,7 @@ func TestValidate(t *testing.T) {
 			t.Errorf("%s: errors %v, want one naming %s", name, errs, tc.want)
 		}
 	}
-	if errs := (&Options{}).Validate(); len(errs) > 0 {
+	if errs := (&Config{}).Validate(); len(errs) > 0 {
 		t.Errorf("off: %v", errs)
 	}
 }

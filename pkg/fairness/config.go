@@ -5,10 +5,10 @@ import (
 	"time"
 )
 
-// Options bound each cluster. They are plain config: the flags that
-// fill them are defined in cmd/apiserver/app/options. NewOptions has the
-// defaults, Validate the rules; New refuses what Validate refuses.
-type Options struct {
+// Config bounds each cluster: plain config whose flags are defined in
+// cmd/apiserver/app/options. DefaultConfig has the defaults, Validate the
+// rules; New refuses what Validate refuses.
+type Config struct {
 	// MaxRequests is the most ordinary requests in flight to one cluster;
 	// 0: no bound (and no queue) for them.
 	MaxRequests int
@@ -28,12 +28,12 @@ type Options struct {
 	QueueWait time.Duration
 }
 
-// NewOptions returns the defaults. An ordinary request holds one of the
+// DefaultConfig returns the defaults. An ordinary request holds one of the
 // generic server's --max-requests-inflight slots (default 400) while it is
 // in flight or queued, so MaxRequests+MaxQueued (48) is kept well under it:
 // eight clusters saturated at once still leave room for the others.
-func NewOptions() *Options {
-	return &Options{
+func DefaultConfig() *Config {
+	return &Config{
 		MaxRequests: 16,
 		MaxStreams:  500,
 		// Half: one user cannot take a cluster's streams from everyone
@@ -47,26 +47,26 @@ func NewOptions() *Options {
 }
 
 // Validate refuses values the limiter cannot work with.
-func (o *Options) Validate() []error {
+func (c *Config) Validate() []error {
 	var errs []error
 	for _, v := range []struct {
 		flag string
 		n    int
 	}{
-		{"--max-requests-per-cluster", o.MaxRequests},
-		{"--max-streams-per-cluster", o.MaxStreams},
-		{"--max-queued-per-cluster", o.MaxQueued},
-		{"--max-streams-per-user-per-cluster", o.MaxStreamsPerUser},
+		{"--max-requests-per-cluster", c.MaxRequests},
+		{"--max-streams-per-cluster", c.MaxStreams},
+		{"--max-queued-per-cluster", c.MaxQueued},
+		{"--max-streams-per-user-per-cluster", c.MaxStreamsPerUser},
 	} {
 		if v.n < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative (0: no bound), not %d", v.flag, v.n))
 		}
 	}
-	if o.MaxStreams > 0 && o.MaxStreamsPerUser > o.MaxStreams {
-		errs = append(errs, fmt.Errorf("--max-streams-per-user-per-cluster (%d) must not be more than --max-streams-per-cluster (%d)", o.MaxStreamsPerUser, o.MaxStreams))
+	if c.MaxStreams > 0 && c.MaxStreamsPerUser > c.MaxStreams {
+		errs = append(errs, fmt.Errorf("--max-streams-per-user-per-cluster (%d) must not be more than --max-streams-per-cluster (%d)", c.MaxStreamsPerUser, c.MaxStreams))
 	}
-	if o.MaxQueued > 0 && o.QueueWait <= 0 {
-		errs = append(errs, fmt.Errorf("--queue-wait-timeout must be positive when --max-queued-per-cluster is, not %v", o.QueueWait))
+	if c.MaxQueued > 0 && c.QueueWait <= 0 {
+		errs = append(errs, fmt.Errorf("--queue-wait-timeout must be positive when --max-queued-per-cluster is, not %v", c.QueueWait))
 	}
 	return errs
 }

@@ -8,10 +8,10 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/tracing"
 )
 
-// Options bound and time the pool. They are plain config: the flags that
-// fill them are defined in cmd/apiserver/app/options. NewOptions has the
-// defaults, Validate the rules; New refuses what Validate refuses.
-type Options struct {
+// Config bounds and times the pool: plain config whose flags are defined
+// in cmd/apiserver/app/options. DefaultConfig has the defaults, Validate the
+// rules; New refuses what Validate refuses.
+type Config struct {
 	// Capacity is the most clusters with a live entry at once.
 	Capacity int
 	// IdleTTL retires an entry unused this long; 0 never does.
@@ -61,9 +61,9 @@ type Options struct {
 	Tracer *tracing.Tracer
 }
 
-// NewOptions returns the defaults.
-func NewOptions() *Options {
-	return &Options{
+// DefaultConfig returns the defaults.
+func DefaultConfig() *Config {
+	return &Config{
 		Capacity:              1000,
 		IdleTTL:               30 * time.Minute,
 		MaxConnsPerCluster:    256,
@@ -78,27 +78,27 @@ func NewOptions() *Options {
 }
 
 // Validate refuses values the pool cannot work with.
-func (o *Options) Validate() []error {
+func (c *Config) Validate() []error {
 	var errs []error
-	if o.Capacity < 1 {
-		errs = append(errs, fmt.Errorf("--pool-capacity must be at least 1, not %d", o.Capacity))
+	if c.Capacity < 1 {
+		errs = append(errs, fmt.Errorf("--pool-capacity must be at least 1, not %d", c.Capacity))
 	}
-	if o.MaxConnsPerCluster < 0 {
-		errs = append(errs, fmt.Errorf("--pool-max-connections-per-cluster must not be negative, not %d", o.MaxConnsPerCluster))
+	if c.MaxConnsPerCluster < 0 {
+		errs = append(errs, fmt.Errorf("--pool-max-connections-per-cluster must not be negative, not %d", c.MaxConnsPerCluster))
 	}
 	for _, d := range []struct {
 		flag   string
 		v      time.Duration
 		zeroOK bool // 0 has a meaning (never, at once)
 	}{
-		{"--pool-idle-ttl", o.IdleTTL, true},
-		{"the idle connection timeout", o.IdleConnTimeout, true},
-		{"--retire-grace-period", o.RetireGrace, true},
-		{"--dial-timeout", o.DialTimeout, false},
-		{"--upstream-response-header-timeout", o.ResponseHeaderTimeout, false},
-		{"the TCP keep-alive period", o.KeepAlive, false},
-		{"the HTTP/2 read-idle timeout", o.HTTP2ReadIdleTimeout, false},
-		{"the HTTP/2 ping timeout", o.HTTP2PingTimeout, false},
+		{"--pool-idle-ttl", c.IdleTTL, true},
+		{"the idle connection timeout", c.IdleConnTimeout, true},
+		{"--retire-grace-period", c.RetireGrace, true},
+		{"--dial-timeout", c.DialTimeout, false},
+		{"--upstream-response-header-timeout", c.ResponseHeaderTimeout, false},
+		{"the TCP keep-alive period", c.KeepAlive, false},
+		{"the HTTP/2 read-idle timeout", c.HTTP2ReadIdleTimeout, false},
+		{"the HTTP/2 ping timeout", c.HTTP2PingTimeout, false},
 	} {
 		switch {
 		case d.v < 0:

@@ -7,29 +7,29 @@ import (
 	"time"
 )
 
-func TestOptionsValidate(t *testing.T) {
-	if errs := NewOptions().Validate(); len(errs) > 0 {
+func TestConfigValidate(t *testing.T) {
+	if errs := DefaultConfig().Validate(); len(errs) > 0 {
 		t.Errorf("the defaults (off): %v", errs)
 	}
-	on := func(edit func(*Options)) *Options {
-		o := NewOptions()
+	on := func(edit func(*Config)) *Config {
+		o := DefaultConfig()
 		o.Sources = []string{"capi"}
 		edit(o)
 		return o
 	}
-	if errs := on(func(*Options) {}).Validate(); len(errs) > 0 {
+	if errs := on(func(*Config) {}).Validate(); len(errs) > 0 {
 		t.Errorf("--inventory-sync=capi: %v", errs)
 	}
 	for _, c := range []struct {
-		o    *Options
+		o    *Config
 		want string
 	}{
-		{on(func(o *Options) { o.Sources = []string{"capi", "cluster-api"} }), `"cluster-api" is not an inventory`},
-		{on(func(o *Options) { o.Sources = []string{"clusterprofile"} }), "needs credential providers"},
-		{on(func(o *Options) { o.Providers = []string{"Not_A_Name"} }), "is not a provider name"},
-		{on(func(o *Options) { o.LeaseDuration = o.RenewDeadline }), "--inventory-sync-lease-duration"},
-		{on(func(o *Options) { o.RetryPeriod = 9 * time.Second }), "--inventory-sync-renew-deadline"},
-		{on(func(o *Options) { o.RetryPeriod = 0 }), "--inventory-sync-retry-period must be positive"},
+		{on(func(o *Config) { o.Sources = []string{"capi", "cluster-api"} }), `"cluster-api" is not an inventory`},
+		{on(func(o *Config) { o.Sources = []string{"clusterprofile"} }), "needs credential providers"},
+		{on(func(o *Config) { o.Providers = []string{"Not_A_Name"} }), "is not a provider name"},
+		{on(func(o *Config) { o.LeaseDuration = o.RenewDeadline }), "--inventory-sync-lease-duration"},
+		{on(func(o *Config) { o.RetryPeriod = 9 * time.Second }), "--inventory-sync-renew-deadline"},
+		{on(func(o *Config) { o.RetryPeriod = 0 }), "--inventory-sync-retry-period must be positive"},
 	} {
 		if err := errors.Join(c.o.Validate()...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want an error saying %q", c.o, err, c.want)
@@ -39,7 +39,7 @@ func TestOptionsValidate(t *testing.T) {
 
 // completeProviders is what the gateway's options do with the providers
 // file's names: default (Complete), then check (Validate).
-func completeProviders(o *Options, configured []string) []error {
+func completeProviders(o *Config, configured []string) []error {
 	o.DefaultProviders(configured)
 	return o.ValidateProviders(configured)
 }
@@ -47,7 +47,7 @@ func completeProviders(o *Options, configured []string) []error {
 // --inventory-sync-providers defaults to every configured provider; given,
 // it may only narrow them.
 func TestCompleteProviders(t *testing.T) {
-	o := NewOptions()
+	o := DefaultConfig()
 	o.Sources = []string{"clusterprofile"}
 	if errs := completeProviders(o, []string{"eks", "gke"}); len(errs) > 0 || strings.Join(o.Providers, ",") != "eks,gke" {
 		t.Errorf("no flag: %v, %v; want every configured provider", o.Providers, errs)
@@ -59,7 +59,7 @@ func TestCompleteProviders(t *testing.T) {
 		t.Errorf("Validate after the default: %v", errs)
 	}
 
-	o = NewOptions()
+	o = DefaultConfig()
 	o.Sources, o.Providers = []string{"clusterprofile"}, []string{"gke"}
 	if errs := completeProviders(o, []string{"eks", "gke"}); len(errs) > 0 || strings.Join(o.Providers, ",") != "gke" {
 		t.Errorf("--inventory-sync-providers=gke: %v, %v; want gke alone", o.Providers, errs)
@@ -73,7 +73,7 @@ func TestCompleteProviders(t *testing.T) {
 		t.Errorf("no providers file: %v, want the names refused", err)
 	}
 
-	o = NewOptions()
+	o = DefaultConfig()
 	o.Sources = []string{"clusterprofile"}
 	completeProviders(o, nil)
 	if err := errors.Join(o.Validate()...); err == nil || !strings.Contains(err.Error(), "configure them in --credential-providers-file") {
@@ -84,13 +84,13 @@ func TestCompleteProviders(t *testing.T) {
 // The gateway's own provider name is dropped from the default providers and
 // refused when named: the sync never makes a gateway from its own entry.
 func TestExcludeProvider(t *testing.T) {
-	o := NewOptions()
+	o := DefaultConfig()
 	o.DefaultProviders([]string{"a", "cluster-gateway"})
 	o.ExcludeFromDefault("cluster-gateway")
 	if errs := o.ValidateExcluded("cluster-gateway"); len(errs) > 0 || len(o.Providers) != 1 || o.Providers[0] != "a" {
 		t.Errorf("defaulted: providers %v, errors %v; want [a]", o.Providers, errs)
 	}
-	o = NewOptions()
+	o = DefaultConfig()
 	o.Providers = []string{"cluster-gateway"}
 	o.DefaultProviders([]string{"a", "cluster-gateway"})
 	o.ExcludeFromDefault("cluster-gateway")

@@ -16,9 +16,10 @@ import (
 // under unless told otherwise.
 const DefaultProviderName = "cluster-gateway"
 
-// Options switch the publisher on. They are plain fields: the flags are
-// defined in cmd/apiserver/app/options.
-type Options struct {
+// Config switches the publisher on: plain config whose flags are defined
+// in cmd/apiserver/app/options. DefaultConfig has the defaults (off),
+// Validate the rules; New refuses what Validate refuses.
+type Config struct {
 	// Enabled publishes the gateways (off by default).
 	Enabled bool
 	// Selector is a label selector over ClusterGateways: those it matches
@@ -38,36 +39,36 @@ type Options struct {
 	HubCAReloadInterval time.Duration
 }
 
-// NewOptions returns the defaults: off.
-func NewOptions() *Options {
-	return &Options{ProviderName: DefaultProviderName, HubCAReloadInterval: 10 * time.Second}
+// DefaultConfig returns the defaults: off.
+func DefaultConfig() *Config {
+	return &Config{ProviderName: DefaultProviderName, HubCAReloadInterval: 10 * time.Second}
 }
 
-// Validate checks the options when publishing is on.
-func (o *Options) Validate() []error {
-	if !o.Enabled {
+// Validate checks the config when publishing is on.
+func (c *Config) Validate() []error {
+	if !c.Enabled {
 		return nil
 	}
 	var errs []error
-	if _, err := labels.Parse(o.Selector); err != nil {
+	if _, err := labels.Parse(c.Selector); err != nil {
 		errs = append(errs, fmt.Errorf("--publish-gateway-selector: %v", err))
 	}
-	if msgs := apivalidation.ValidateNamespaceName(o.Namespace, false); len(msgs) > 0 {
-		errs = append(errs, fmt.Errorf("--publish-namespace: %q is not a namespace name (it is required with --publish-clusterprofiles): %v", o.Namespace, msgs))
+	if msgs := apivalidation.ValidateNamespaceName(c.Namespace, false); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--publish-namespace: %q is not a namespace name (it is required with --publish-clusterprofiles): %v", c.Namespace, msgs))
 	}
-	if msgs := apivalidation.NameIsDNSSubdomain(o.ProviderName, false); len(msgs) > 0 {
-		errs = append(errs, fmt.Errorf("--publish-provider-name: %q is not a provider name: %v", o.ProviderName, msgs))
+	if msgs := apivalidation.NameIsDNSSubdomain(c.ProviderName, false); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--publish-provider-name: %q is not a provider name: %v", c.ProviderName, msgs))
 	}
-	if _, err := hubBase(o.HubServer); err != nil {
+	if _, err := hubBase(c.HubServer); err != nil {
 		errs = append(errs, err)
 	}
-	if o.HubCAFile != "" {
-		if _, err := LoadHubCA(o.HubCAFile); err != nil {
+	if c.HubCAFile != "" {
+		if _, err := LoadHubCA(c.HubCAFile); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if o.HubCAReloadInterval < 0 {
-		errs = append(errs, fmt.Errorf("--publish-hub-ca-reload-interval must not be negative, not %v", o.HubCAReloadInterval))
+	if c.HubCAReloadInterval < 0 {
+		errs = append(errs, fmt.Errorf("--publish-hub-ca-reload-interval must not be negative, not %v", c.HubCAReloadInterval))
 	}
 	return errs
 }

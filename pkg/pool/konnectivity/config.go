@@ -10,10 +10,10 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
 )
 
-// Options configure a Manager. They are plain config: the flags that
-// fill them are defined in cmd/apiserver/app/options. NewOptions has the
-// defaults, Validate the rules; New refuses what Validate refuses.
-type Options struct {
+// Config configures a Manager: plain config whose flags are defined in
+// cmd/apiserver/app/options. DefaultConfig has the defaults, Validate the
+// rules; New refuses what Validate refuses.
+type Config struct {
 	// Addresses are the proxy-servers' host:port (their --server-port, gRPC
 	// mode), one tunnel each; every host is also the name its serving
 	// certificate is verified for. Agents must reach every one of them
@@ -51,25 +51,25 @@ type Options struct {
 	Endpoints *endpointpolicy.Policy
 }
 
-// NewOptions returns the defaults (no proxy-server).
-func NewOptions() *Options {
-	return &Options{ReloadInterval: 10 * time.Second, HealthInterval: time.Second, HealthTimeout: time.Second,
+// DefaultConfig returns the defaults (no proxy-server).
+func DefaultConfig() *Config {
+	return &Config{ReloadInterval: 10 * time.Second, HealthInterval: time.Second, HealthTimeout: time.Second,
 		HealthFailureThreshold: 3, RetireGrace: 5 * time.Minute, DialTimeout: 10 * time.Second}
 }
 
 // Enabled tells whether a proxy-server is configured.
-func (o *Options) Enabled() bool { return len(o.Addresses) > 0 }
+func (c *Config) Enabled() bool { return len(c.Addresses) > 0 }
 
 // Validate checks the flags of an enabled Manager (without an address there
 // is nothing to check). RetireGrace and DialTimeout are the pool's flags and
 // checked there; New checks them too.
-func (o *Options) Validate() []error {
-	if !o.Enabled() {
+func (c *Config) Validate() []error {
+	if !c.Enabled() {
 		return nil
 	}
 	var errs []error
 	seen := map[string]bool{}
-	for _, a := range o.Addresses {
+	for _, a := range c.Addresses {
 		if strings.TrimSpace(a) != a {
 			errs = append(errs, fmt.Errorf("--konnectivity-server-address %q has white space around it; separate addresses with commas only", a))
 			continue
@@ -82,32 +82,32 @@ func (o *Options) Validate() []error {
 		}
 		seen[a] = true
 	}
-	if o.CAFile == "" || o.CertFile == "" || o.KeyFile == "" {
+	if c.CAFile == "" || c.CertFile == "" || c.KeyFile == "" {
 		errs = append(errs, errors.New("--konnectivity-ca-file, --konnectivity-cert-file and --konnectivity-key-file are all required with --konnectivity-server-address: the proxy-server is reached with mTLS only"))
 	}
-	if o.ReloadInterval <= 0 {
-		errs = append(errs, fmt.Errorf("--konnectivity-reload-interval must be positive, not %v", o.ReloadInterval))
+	if c.ReloadInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--konnectivity-reload-interval must be positive, not %v", c.ReloadInterval))
 	}
-	if o.HealthInterval <= 0 {
-		errs = append(errs, fmt.Errorf("--konnectivity-health-interval must be positive, not %v", o.HealthInterval))
+	if c.HealthInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--konnectivity-health-interval must be positive, not %v", c.HealthInterval))
 	}
-	if o.HealthTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("--konnectivity-health-timeout must be positive, not %v", o.HealthTimeout))
+	if c.HealthTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--konnectivity-health-timeout must be positive, not %v", c.HealthTimeout))
 	}
-	if o.HealthFailureThreshold < 1 {
-		errs = append(errs, fmt.Errorf("--konnectivity-health-failure-threshold must be at least 1, not %d", o.HealthFailureThreshold))
+	if c.HealthFailureThreshold < 1 {
+		errs = append(errs, fmt.Errorf("--konnectivity-health-failure-threshold must be at least 1, not %d", c.HealthFailureThreshold))
 	}
 	return errs
 }
 
 // validateShared checks the values the assembler copies from the pool.
-func (o *Options) validateShared() []error {
+func (c *Config) validateShared() []error {
 	var errs []error
-	if o.RetireGrace < 0 {
-		errs = append(errs, fmt.Errorf("--retire-grace-period must not be negative, not %v", o.RetireGrace))
+	if c.RetireGrace < 0 {
+		errs = append(errs, fmt.Errorf("--retire-grace-period must not be negative, not %v", c.RetireGrace))
 	}
-	if o.DialTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("--dial-timeout must be positive, not %v", o.DialTimeout))
+	if c.DialTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--dial-timeout must be positive, not %v", c.DialTimeout))
 	}
 	return errs
 }
