@@ -44,6 +44,7 @@ var abVariants = []abVariant{
 	{Key: "stock-path", What: "the whole stock path: k8s.io/apiserver's DefaultBuildHandlerChain, the proxy subresource served by go-restful's REST connect handler (no proxy route, no inner-request memo)", Args: []string{"--ab-stock-proxy-path"}},
 	// What tracing every request costs (issue 40); the defaults trace nothing.
 	{Key: "tracing-no-exporter", What: "tracing on (every request sampled: the server span, the fairness, lease, dial and client spans) to a provider that exports nothing", Args: []string{"--ab-tracing-no-exporter"}, Cost: true},
+	{Key: "no-stack-growth", What: "each request's stack grown deep in the chain, not up front (withGrownStack off)", Args: []string{"--ab-no-stack-growth"}},
 	{Key: "no-certauth", What: "the certificate cache off: the generic authenticators verify every request's chain", Args: []string{"--authentication-certificate-cache-size=0"}},
 }
 
