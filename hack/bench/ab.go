@@ -114,10 +114,13 @@ func runAB(ctx context.Context, s *session) (err error) {
 }
 
 // rounds loads every variant on every path once per round, switching the
-// forwarder to the variant before its hub load.
+// forwarder to the variant before its hub load. Each round begins one
+// variant later than the one before, so that no variant always runs first
+// (after the pause between rounds) while the machine's load drifts.
 func (ab *abResultSet) rounds(ctx context.Context, env *localenv.Env, fwd *switchForwarder) error {
 	for round := range *abRounds {
-		for _, r := range ab.Rows {
+		for i := range ab.Rows {
+			r := ab.Rows[(i+round)%len(ab.Rows)]
 			for _, path := range abPaths {
 				if path == "hub" {
 					// New connections from the hub go to this variant; the
