@@ -44,6 +44,7 @@ var abVariants = []abVariant{
 	{Key: "stock-path", What: "the whole stock path: k8s.io/apiserver's DefaultBuildHandlerChain, the proxy subresource served by go-restful's REST connect handler (no proxy route, no inner-request memo)", Args: []string{"--ab-stock-proxy-path"}},
 	// What tracing every request costs (issue 40); the defaults trace nothing.
 	{Key: "tracing-no-exporter", What: "tracing on (every request sampled: the server span, the fairness, lease, dial and client spans) to a provider that exports nothing", Args: []string{"--ab-tracing-no-exporter"}, Cost: true},
+	{Key: "no-stack-growth", What: "each request's stack grown deep in the chain, not up front (withGrownStack off)", Args: []string{"--ab-no-stack-growth"}},
 	{Key: "no-certauth", What: "the certificate cache off: the generic authenticators verify every request's chain", Args: []string{"--authentication-certificate-cache-size=0"}},
 }
 
@@ -113,10 +114,13 @@ func runAB(ctx context.Context, s *session) (err error) {
 }
 
 // rounds loads every variant on every path once per round, switching the
-// forwarder to the variant before its hub load.
+// forwarder to the variant before its hub load. Each round begins one
+// variant later than the one before, so that no variant always runs first
+// (after the pause between rounds) while the machine's load drifts.
 func (ab *abResultSet) rounds(ctx context.Context, env *localenv.Env, fwd *switchForwarder) error {
 	for round := range *abRounds {
-		for _, r := range ab.Rows {
+		for i := range ab.Rows {
+			r := ab.Rows[(i+round)%len(ab.Rows)]
 			for _, path := range abPaths {
 				if path == "hub" {
 					// New connections from the hub go to this variant; the

@@ -41,7 +41,9 @@ import (
 //     apiserver_request_sli_duration_seconds, the same figure less that
 //     time, is not).
 //   - Outermost, each request gets the memo in which its inner request is
-//     parsed once (withInnerMemo).
+//     parsed once (withInnerMemo), and before that its goroutine's stack is
+//     grown while it is shallow (withGrownStack), not copied deep in the
+//     chain.
 //   - Innermost, the proxy subresource is served by proxy.Route, not by the
 //     REST handler's routing and connect handler (same metrics, methods,
 //     name and subpath); everything else goes on to the REST handler.
@@ -52,7 +54,7 @@ import (
 // shutdown itself (--shutdown-stream-drain). The mux is complete before the
 // server serves (every route is installed in New), so requests are never
 // marked as arriving before it.
-func buildHandlerChain(apiHandler http.Handler, c *genericapiserver.Config, tracing bool, route *proxy.Route) http.Handler {
+func buildHandlerChain(apiHandler http.Handler, c *genericapiserver.Config, tracing, growStack bool, route *proxy.Route) http.Handler {
 	handler := route.Handler(apiHandler)
 	handler = genericapifilters.WithAuthorization(handler, c.Authorization.Authorizer, c.Serializer)
 	if c.FlowControl != nil {
@@ -95,7 +97,11 @@ func buildHandlerChain(apiHandler http.Handler, c *genericapiserver.Config, trac
 	handler = genericapifilters.WithRequestReceivedTimestamp(handler)
 	handler = genericfilters.WithPanicRecovery(handler, c.RequestInfoResolver)
 	handler = genericapifilters.WithAuditInit(handler)
-	return withInnerMemo(handler)
+	handler = withInnerMemo(handler)
+	if growStack {
+		handler = withGrownStack(handler)
+	}
+	return handler
 }
 
 // withInnerMemo gives each request a proxy.InnerMemo, in which the inner

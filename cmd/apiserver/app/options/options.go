@@ -59,6 +59,7 @@ type Options struct {
 	// A/B switches for make bench (hidden).
 	StockHandlerChain, StockProxyPath bool
 	TracingNoExporter                 bool
+	NoStackGrowth                     bool
 
 	Pool         *pool.Config
 	Konnectivity *konnectivity.Config
@@ -125,6 +126,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	_ = fs.MarkHidden("ab-stock-proxy-path")
 	fs.BoolVar(&o.TracingNoExporter, "ab-tracing-no-exporter", false, "Measurement only: trace every request as --tracing-config-file would, to a tracer that exports nothing.")
 	_ = fs.MarkHidden("ab-tracing-no-exporter")
+	fs.BoolVar(&o.NoStackGrowth, "ab-no-stack-growth", false, "Measurement only: the gateway's handler chain without growing each request's stack up front.")
+	_ = fs.MarkHidden("ab-no-stack-growth")
 	addEndpointFlags(o.Endpoints, fs)
 	addPoolFlags(o.Pool, fss.FlagSet("pool"))
 	addKonnectivityFlags(o.Konnectivity, fss.FlagSet("konnectivity"))
@@ -283,6 +286,7 @@ func (o *Options) ServerConfig() (*apiserver.Config, error) {
 		StockHandlerChain:     o.StockHandlerChain,
 		StockProxyPath:        o.StockProxyPath,
 		TracingNoExporter:     o.TracingNoExporter,
+		NoStackGrowth:         o.NoStackGrowth,
 	}
 	cfg.Extra.Pool.Endpoints = endpoints
 	cfg.Extra.CertCacheSize = o.CertCacheSize
