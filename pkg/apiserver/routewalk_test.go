@@ -327,14 +327,14 @@ func TestWalkProblemsFindReentry(t *testing.T) {
 	if p := walkProblems(down); len(p) != 0 {
 		t.Fatalf("a route that goes down once: %v", p)
 	}
-	within := []stack{{what: "ctx", frames: []frame{route, serve, f("pkg/clusters", "(*Owner).Lease", 3), f("pkg/proxy", "callback", 4)}}}
+	within := []stack{{what: "ctx", frames: []frame{route, serve, f("pkg/clusters", "Handle.Lease", 3), f("pkg/proxy", "callback", 4)}}}
 	if p := walkProblems(within); len(p) != 1 || !strings.Contains(p[0], "enters pkg/proxy again within one call path") {
 		t.Fatalf("a call back into the proxy within one stack: %v", p)
 	}
 	along := []stack{
 		{what: "ctx", frames: []frame{route, serve, f("pkg/clusters", "(*Owner).GetForRequest", 3)}},
 		{what: "ctx", frames: []frame{route, f("pkg/proxy", "(*Proxy).Serve", 30)}},
-		{what: "ctx", frames: []frame{route, f("pkg/proxy", "(*Proxy).Serve", 40), f("pkg/clusters", "(*Owner).Lease", 9)}},
+		{what: "ctx", frames: []frame{route, f("pkg/proxy", "(*Proxy).Serve", 40), f("pkg/clusters", "Handle.Lease", 9)}},
 	}
 	if p := walkProblems(along); len(p) != 1 || !strings.Contains(p[0], "enters pkg/clusters again") {
 		t.Fatalf("a second call into pkg/clusters along the walk: %v", p)

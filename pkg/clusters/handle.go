@@ -45,13 +45,14 @@ func (h Handle) Slots() *fairness.Slots {
 	return h.rec.slotsOf()
 }
 
-// Lease returns what Owner.Lease returns for the handle's gateway: the lease
-// of the cluster's pooled transport and the gateway it is for (as the
+// Lease leases the pooled transport of the handle's cluster. It returns the
+// lease and the gateway the lease is for: the handle's gateway, as the
 // request read it, or the record's current version when that reaches the
-// cluster differently or is no longer usable), or NotFound when the gateway
-// was deleted since. It leases through the record taken unless that record's
-// deletion step has passed; then through the record of the gateway created
-// again under the same name, if there is one.
+// cluster differently or is no longer usable. A gateway deleted since is
+// NotFound, as the store answers, and leaves nothing in the pool. It leases
+// through the record taken unless that record's deletion step has passed;
+// then through the record of the gateway created again under the same name,
+// if there is one.
 func (h Handle) Lease() (*pool.Lease, *gateways.Gateway, error) {
 	return h.o.leaseFrom(h.rec, h.gw)
 }
