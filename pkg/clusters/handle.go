@@ -8,10 +8,11 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 )
 
-// Handle is one cluster's record as a proxied request took it (Take): the
-// gateway as the request read it, the record's limiter Slots, and Lease. The
-// hub side takes it once and hands it to the cluster side, so a request
-// finds its record once.
+// Handle is one cluster's record as a proxied request or a probe took it
+// (Take): the gateway as the request read it, the record's limiter Slots,
+// Lease and Target. The hub side takes it once and hands it to the cluster
+// side, so a request finds its record once; a probe too, at each of the
+// cluster's addresses.
 type Handle struct {
 	o   *Owner
 	rec *record // nil: the cluster had no record when taken
@@ -55,6 +56,13 @@ func (h Handle) Slots() *fairness.Slots {
 // if there is one.
 func (h Handle) Lease() (*pool.Lease, *gateways.Gateway, error) {
 	return h.o.leaseFrom(h.rec, h.gw)
+}
+
+// Target is the pool key of the handle's gateway, as Owner.Target returns
+// it, through the record taken: the record's own when the gateway is its
+// current version, else one built for the gateway.
+func (h Handle) Target() (*pool.Target, error) {
+	return h.o.targetFrom(h.rec, h.gw)
 }
 
 // slotsOf returns rec's slots; nil when rec is nil.

@@ -455,10 +455,13 @@ func (o *Owner) currentTarget(rec *record) *pool.Target {
 // Target is the pool key of gw (the probe's and the address reports'): the
 // record's own when gw is its current version, else one built for gw.
 func (o *Owner) Target(gw *gateways.Gateway) (*pool.Target, error) {
-	o.mu.RLock()
-	rec, ok := o.records[gw.Name()]
-	o.mu.RUnlock()
-	if ok {
+	return o.targetFrom(o.lookup(gw.Name()), gw)
+}
+
+// targetFrom is Target through rec, the record of gw's cluster as it was
+// found (nil: none).
+func (o *Owner) targetFrom(rec *record, gw *gateways.Gateway) (*pool.Target, error) {
+	if rec != nil {
 		rec.mu.RLock()
 		defer rec.mu.RUnlock()
 		if rec.gw == gw && !rec.gone {

@@ -497,9 +497,9 @@ func TestRecordHoldsProbeStateAndSlots(t *testing.T) {
 	}
 }
 
-// A proxied request takes its cluster's record once (Take): the handle's
-// Slots and Lease go through that record without reading the Owner's map
-// again. A handle whose record was deleted leases through the record of
+// A proxied request or a probe takes its cluster's record once (Take): the
+// handle's Slots, Target and Lease go through that record without reading
+// the Owner's map again. A handle whose record was deleted leases through the record of
 // the gateway created again under the same name, as that gateway is now,
 // and once that one is deleted too it is NotFound and leaves nothing in the
 // pool.
@@ -518,6 +518,10 @@ func TestHandleLeasesThroughTheRecordItTook(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		_ = h.Slots()
+		if _, err := h.Target(); err != nil {
+			done <- err
+			return
+		}
 		l, _, err := h.Lease()
 		if err == nil {
 			l.Release()
@@ -533,7 +537,7 @@ func TestHandleLeasesThroughTheRecordItTook(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		f.owner.mu.Unlock()
 		<-done
-		t.Fatal("the handle's Slots and Lease waited for the Owner's map: they looked the record up again")
+		t.Fatal("the handle's Slots, Target and Lease waited for the Owner's map: they looked the record up again")
 	}
 
 	if err := f.client.CoreV1().Secrets(ns).Delete(context.Background(), "c", metav1.DeleteOptions{}); err != nil {
