@@ -15,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,8 +25,8 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	restclient "k8s.io/client-go/rest"
 
+	"github.com/clustergateway/cluster-gateway/internal/testgateways"
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
-	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 )
 
@@ -106,11 +105,7 @@ func TestRouteEntersEachPackageOnce(t *testing.T) {
 		g.AuditBackend = discardAudit{}
 		c.Extra.AuthorizeProxySubpath = true
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	storeDone := make(chan struct{})
-	go func() { defer close(storeDone); s.Store.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-storeDone })
-	testpoll.EventuallyTrue(t, 30*time.Second, "the store has the gateway", func() bool {
+	testgateways.Run(t, s.Store.Run, "the store has the gateway", func() bool {
 		_, err := s.Clusters.Get(cluster)
 		return err == nil
 	})
