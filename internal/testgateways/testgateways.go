@@ -1,8 +1,9 @@
 // Package testgateways holds the fixtures that the tests of pkg/gateways,
 // pkg/clusters and pkg/registry/clustergateway share: a client credential,
 // ClusterGateways that carry one or a token, Cluster API kubeconfig Secrets,
-// and a store run until the test ends. It imports none of those packages
-// (pkg/gateways' own tests import it), and no product code imports it.
+// and a store run until the test ends (Run, which the tests of pkg/proxy and
+// pkg/apiserver use too). It imports none of those packages (pkg/gateways'
+// own tests import it), and no product code imports it.
 package testgateways
 
 import (

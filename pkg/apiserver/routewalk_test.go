@@ -15,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,8 +25,8 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	restclient "k8s.io/client-go/rest"
 
+	"github.com/clustergateway/cluster-gateway/internal/testgateways"
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
-	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 )
 
@@ -106,11 +105,7 @@ func TestRouteEntersEachPackageOnce(t *testing.T) {
 		g.AuditBackend = discardAudit{}
 		c.Extra.AuthorizeProxySubpath = true
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	storeDone := make(chan struct{})
-	go func() { defer close(storeDone); s.Store.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-storeDone })
-	testpoll.EventuallyTrue(t, 30*time.Second, "the store has the gateway", func() bool {
+	testgateways.Run(t, s.Store.Run, "the store has the gateway", func() bool {
 		_, err := s.Clusters.Get(cluster)
 		return err == nil
 	})
@@ -327,14 +322,14 @@ func TestWalkProblemsFindReentry(t *testing.T) {
 	if p := walkProblems(down); len(p) != 0 {
 		t.Fatalf("a route that goes down once: %v", p)
 	}
-	within := []stack{{what: "ctx", frames: []frame{route, serve, f("pkg/clusters", "(*Owner).Lease", 3), f("pkg/proxy", "callback", 4)}}}
+	within := []stack{{what: "ctx", frames: []frame{route, serve, f("pkg/clusters", "Handle.Lease", 3), f("pkg/proxy", "callback", 4)}}}
 	if p := walkProblems(within); len(p) != 1 || !strings.Contains(p[0], "enters pkg/proxy again within one call path") {
 		t.Fatalf("a call back into the proxy within one stack: %v", p)
 	}
 	along := []stack{
 		{what: "ctx", frames: []frame{route, serve, f("pkg/clusters", "(*Owner).GetForRequest", 3)}},
 		{what: "ctx", frames: []frame{route, f("pkg/proxy", "(*Proxy).Serve", 30)}},
-		{what: "ctx", frames: []frame{route, f("pkg/proxy", "(*Proxy).Serve", 40), f("pkg/clusters", "(*Owner).Lease", 9)}},
+		{what: "ctx", frames: []frame{route, f("pkg/proxy", "(*Proxy).Serve", 40), f("pkg/clusters", "Handle.Lease", 9)}},
 	}
 	if p := walkProblems(along); len(p) != 1 || !strings.Contains(p[0], "enters pkg/clusters again") {
 		t.Fatalf("a second call into pkg/clusters along the walk: %v", p)

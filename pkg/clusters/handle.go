@@ -8,10 +8,11 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/pool"
 )
 
-// Handle is one cluster's record as a proxied request took it (Take): the
-// gateway as the request read it, the record's limiter Slots, and Lease. The
-// hub side takes it once and hands it to the cluster side, so a request
-// finds its record once.
+// Handle is one cluster's record as a proxied request or a probe took it
+// (Take): the gateway as the request read it, the record's limiter Slots,
+// Lease and Target. The hub side takes it once and hands it to the cluster
+// side, so a request finds its record once; a probe too, at each of the
+// cluster's addresses.
 type Handle struct {
 	o   *Owner
 	rec *record // nil: the cluster had no record when taken
@@ -45,15 +46,23 @@ func (h Handle) Slots() *fairness.Slots {
 	return h.rec.slotsOf()
 }
 
-// Lease returns what Owner.Lease returns for the handle's gateway: the lease
-// of the cluster's pooled transport and the gateway it is for (as the
+// Lease leases the pooled transport of the handle's cluster. It returns the
+// lease and the gateway the lease is for: the handle's gateway, as the
 // request read it, or the record's current version when that reaches the
-// cluster differently or is no longer usable), or NotFound when the gateway
-// was deleted since. It leases through the record taken unless that record's
-// deletion step has passed; then through the record of the gateway created
-// again under the same name, if there is one.
+// cluster differently or is no longer usable. A gateway deleted since is
+// NotFound, as the store answers, and leaves nothing in the pool. It leases
+// through the record taken unless that record's deletion step has passed;
+// then through the record of the gateway created again under the same name,
+// if there is one.
 func (h Handle) Lease() (*pool.Lease, *gateways.Gateway, error) {
 	return h.o.leaseFrom(h.rec, h.gw)
+}
+
+// Target is the pool key of the handle's gateway, as Owner.Target returns
+// it, through the record taken: the record's own when the gateway is its
+// current version, else one built for the gateway.
+func (h Handle) Target() (*pool.Target, error) {
+	return h.o.targetFrom(h.rec, h.gw)
 }
 
 // slotsOf returns rec's slots; nil when rec is nil.

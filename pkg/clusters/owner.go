@@ -163,17 +163,6 @@ func (o *Owner) EachProbeState(fn func(*health.State)) {
 // Limiter is the limiter whose Slots the records keep; nil: none.
 func (o *Owner) Limiter() *fairness.Limiter { return o.cfg.Limiter }
 
-// Slots are the named cluster's slots and queues, its record's; nil when
-// the cluster has no record (its requests are NotFound at the lease), or no
-// Limiter bounds it. A request that comes before the gateway's creation
-// step takes that step.
-func (o *Owner) Slots(name string) *fairness.Slots {
-	if o.cfg.Limiter == nil {
-		return nil
-	}
-	return o.find(name).slotsOf()
-}
-
 // find returns the named cluster's record, taking the gateway's creation
 // step when the cluster has none yet (the store's events run behind its
 // cache); nil when there is none after it.
@@ -388,17 +377,13 @@ func (rec *record) resolved(in inputs) *gateways.Gateway {
 	return rec.base
 }
 
-// Lease leases the pooled transport of the cluster of gw, a version of the
-// gateway a request read. It returns the lease and the gateway the lease is
-// for: gw, or the record's current version when that reaches the cluster
+// leaseFrom leases the pooled transport of the cluster of gw, a version of
+// the gateway a request read (Handle.Lease), through rec when rec (the
+// record the request took, nil: none) is not gone; else through the record
+// the map holds now. It returns the lease and the gateway the lease is for:
+// gw, or the record's current version when that reaches the cluster
 // differently or is no longer usable. A gateway deleted since is NotFound,
 // as the store answers, and leaves nothing in the pool.
-func (o *Owner) Lease(gw *gateways.Gateway) (*pool.Lease, *gateways.Gateway, error) {
-	return o.leaseFrom(nil, gw)
-}
-
-// leaseFrom is Lease, through rec when rec (the record the request took,
-// nil: none) is not gone; else through the record the map holds now.
 func (o *Owner) leaseFrom(rec *record, gw *gateways.Gateway) (*pool.Lease, *gateways.Gateway, error) {
 	if rec != nil {
 		rec.mu.RLock()
@@ -433,7 +418,7 @@ func (o *Owner) leaseFrom(rec *record, gw *gateways.Gateway) (*pool.Lease, *gate
 	return nil, nil, apierrors.NewNotFound(gateways.Resource, name)
 }
 
-// leaseLocked is Lease under rec's read lock.
+// leaseLocked is leaseFrom under rec's read lock.
 func (o *Owner) leaseLocked(rec *record, gw *gateways.Gateway) (*pool.Lease, *gateways.Gateway, error) {
 	// As of now, as the request judged its own: a credential that expired
 	// since the record's last step, with no write, is not Ready.
@@ -470,10 +455,13 @@ func (o *Owner) currentTarget(rec *record) *pool.Target {
 // Target is the pool key of gw (the probe's and the address reports'): the
 // record's own when gw is its current version, else one built for gw.
 func (o *Owner) Target(gw *gateways.Gateway) (*pool.Target, error) {
-	o.mu.RLock()
-	rec, ok := o.records[gw.Name()]
-	o.mu.RUnlock()
-	if ok {
+	return o.targetFrom(o.lookup(gw.Name()), gw)
+}
+
+// targetFrom is Target through rec, the record of gw's cluster as it was
+// found (nil: none).
+func (o *Owner) targetFrom(rec *record, gw *gateways.Gateway) (*pool.Target, error) {
+	if rec != nil {
 		rec.mu.RLock()
 		defer rec.mu.RUnlock()
 		if rec.gw == gw && !rec.gone {

@@ -136,13 +136,39 @@ func (f *fixture) waitFor(t *testing.T, name string, gone bool) *gateways.Gatewa
 	return gw
 }
 
+// take is what a proxied request does first: it takes the named cluster's
+// record (Take), reading its gateway.
+func (f *fixture) take(t *testing.T, name string) Handle {
+	t.Helper()
+	h, err := f.owner.Take(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// slots are the named cluster's Slots as a request takes them (Take, then
+// Handle.Slots); nil when the store has no such cluster.
+func (f *fixture) slots(t *testing.T, name string) *fairness.Slots {
+	t.Helper()
+	h, err := f.owner.Take(context.Background(), name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h.Slots()
+}
+
 // A request that read its gateway before the gateway was deleted and
 // reaches the pool after the deletion's step leaves no entry behind (seen
 // in e2e: 200 gateways deleted under traffic left some). It is answered as
 // the store answers for a gateway that is gone: NotFound.
 func TestNoEntryLeftForADeletedGateway(t *testing.T) {
 	f := start(t, gatewaySecret("c", "https://127.0.0.1:6443", "t"))
-	stale := f.waitFor(t, "c", false)
+	f.waitFor(t, "c", false)
+	stale := f.take(t, "c")
 
 	if err := f.client.CoreV1().Secrets(ns).Delete(context.Background(), "c", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -152,7 +178,7 @@ func TestNoEntryLeftForADeletedGateway(t *testing.T) {
 	if _, ok := f.prober.Get("c"); ok {
 		t.Error("the deletion step did not tell the prober")
 	}
-	if _, _, err := f.owner.Lease(stale); !apierrors.IsNotFound(err) {
+	if _, _, err := stale.Lease(); !apierrors.IsNotFound(err) {
 		t.Fatalf("a request that read the gateway before its deletion: %v, want NotFound", err)
 	}
 	if n := f.pool.Len(); n != 0 {
@@ -167,8 +193,8 @@ func TestNoEntryLeftForADeletedGateway(t *testing.T) {
 // entry, so nothing is left once it is released.
 func TestLeaseBeforeDeletionIsRetired(t *testing.T) {
 	f := start(t, gatewaySecret("c", "https://127.0.0.1:6443", "t"))
-	gw := f.waitFor(t, "c", false)
-	lease, _, err := f.owner.Lease(gw)
+	f.waitFor(t, "c", false)
+	lease, _, err := f.take(t, "c").Lease()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,8 +225,9 @@ func TestChangeStep(t *testing.T) {
 			seen <- new
 		}
 	})
-	gw := f.waitFor(t, "c", false)
-	lease, _, err := f.owner.Lease(gw)
+	f.waitFor(t, "c", false)
+	h := f.take(t, "c")
+	lease, _, err := h.Lease()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +257,7 @@ func TestChangeStep(t *testing.T) {
 		t.Fatalf("after a new address: %d live pool entries, want 0 (retired in the change's step)", n)
 	}
 	// A request that read the old version goes as the gateway is now.
-	lease, leased, err := f.owner.Lease(gw)
+	lease, leased, err := h.Lease()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,11 +302,11 @@ func TestCreateDeleteLeaseRace(t *testing.T) {
 	for i := range 4 {
 		leasers.Go(func() {
 			for n := i; !stop.Load(); n++ {
-				gw, err := f.store.Get(names[n%len(names)])
+				h, err := f.owner.Take(ctx, names[n%len(names)])
 				if err != nil {
 					continue
 				}
-				if l, _, err := f.owner.Lease(gw); err == nil {
+				if l, _, err := h.Lease(); err == nil {
 					leased.Add(1)
 					l.Release()
 				} else if !apierrors.IsNotFound(err) {
@@ -318,7 +345,7 @@ func TestCreateDeleteLeaseRace(t *testing.T) {
 // lock to order the two, and runs the deletion step's own code under it.
 func TestLeaseAfterTheDeletionStepPassed(t *testing.T) {
 	f := start(t, gatewaySecret("c", "https://127.0.0.1:6443", "t"))
-	gw := f.waitFor(t, "c", false)
+	f.waitFor(t, "c", false)
 	var rec *record
 	testpoll.EventuallyTrue(t, 30*time.Second, "the creation step makes the record", func() bool {
 		f.owner.mu.RLock()
@@ -326,10 +353,11 @@ func TestLeaseAfterTheDeletionStepPassed(t *testing.T) {
 		rec = f.owner.records["c"]
 		return rec != nil
 	})
+	h := f.take(t, "c")
 	rec.mu.Lock()
 	done := make(chan error, 1)
 	go func() {
-		l, _, err := f.owner.Lease(gw)
+		l, _, err := h.Lease()
 		if err == nil {
 			l.Release()
 		}
@@ -391,11 +419,11 @@ func TestExpiredWithoutAWriteIsNotLeased(t *testing.T) {
 	gw.Name, gw.Spec.Endpoint.ProxyURL = "c", ""
 	f := start(t, mustToSecret(t, gw, nil))
 	testpoll.Eventually(t, 10*time.Second, "a lease before the certificate expires", func() error {
-		g, err := f.owner.GetForRequest(ctx, "c")
+		h, err := f.owner.Take(ctx, "c")
 		if err != nil {
 			return err
 		}
-		l, _, err := f.owner.Lease(g)
+		l, _, err := h.Lease()
 		if err != nil {
 			return err
 		}
@@ -403,14 +431,11 @@ func TestExpiredWithoutAWriteIsNotLeased(t *testing.T) {
 		return nil
 	})
 	time.Sleep(time.Until(notAfter) + time.Second)
-	g, err := f.owner.GetForRequest(ctx, "c")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if g.Ready {
+	h := f.take(t, "c")
+	if h.Gateway().Ready {
 		t.Fatal("the gateway read after its certificate expired is Ready")
 	}
-	if l, _, err := f.owner.Lease(g); err == nil {
+	if l, _, err := h.Lease(); err == nil {
 		l.Release()
 		t.Fatal("a lease for a gateway whose certificate expired, with no write since, was granted")
 	} else if !apierrors.IsServiceUnavailable(err) {
@@ -430,7 +455,7 @@ func TestRecordHoldsProbeStateAndSlots(t *testing.T) {
 		st = f.owner.ProbeState("c")
 		return st != nil
 	})
-	slots := f.owner.Slots("c")
+	slots := f.slots(t, "c")
 	if slots == nil {
 		t.Fatal("the record has no limiter slots")
 	}
@@ -448,7 +473,7 @@ func TestRecordHoldsProbeStateAndSlots(t *testing.T) {
 		g, err := f.owner.Get("c")
 		return err == nil && g.Conn.Endpoint.Address == "https://127.0.0.2:6443"
 	})
-	if f.owner.ProbeState("c") != st || f.owner.Slots("c") != slots {
+	if f.owner.ProbeState("c") != st || f.slots(t, "c") != slots {
 		t.Fatal("a change step replaced the record's probe state or slots; it keeps them")
 	}
 	if err := f.client.CoreV1().Secrets(ns).Delete(context.Background(), "c", metav1.DeleteOptions{}); err != nil {
@@ -456,7 +481,7 @@ func TestRecordHoldsProbeStateAndSlots(t *testing.T) {
 	}
 	f.waitFor(t, "c", true)
 	testpoll.EventuallyTrue(t, 30*time.Second, "the deletion step drops the record", func() bool { return f.owner.Len() == 0 })
-	if f.owner.ProbeState("c") != nil || f.owner.Slots("c") != nil {
+	if f.owner.ProbeState("c") != nil || f.slots(t, "c") != nil {
 		t.Fatal("a deleted cluster still has a probe state or slots")
 	}
 	release() // a request that held a slot of the deleted cluster gives it back
@@ -467,14 +492,14 @@ func TestRecordHoldsProbeStateAndSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	testpoll.EventuallyTrue(t, 30*time.Second, "the creation step of the new gateway", func() bool { return f.owner.ProbeState("c") != nil })
-	if f.owner.ProbeState("c") == st || f.owner.Slots("c") == slots {
+	if f.owner.ProbeState("c") == st || f.slots(t, "c") == slots {
 		t.Fatal("a gateway created again took the deleted one's probe state or slots")
 	}
 }
 
-// A proxied request takes its cluster's record once (Take): the handle's
-// Slots and Lease go through that record without reading the Owner's map
-// again. A handle whose record was deleted leases through the record of
+// A proxied request or a probe takes its cluster's record once (Take): the
+// handle's Slots, Target and Lease go through that record without reading
+// the Owner's map again. A handle whose record was deleted leases through the record of
 // the gateway created again under the same name, as that gateway is now,
 // and once that one is deleted too it is NotFound and leaves nothing in the
 // pool.
@@ -485,14 +510,18 @@ func TestHandleLeasesThroughTheRecordItTook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h.Gateway().Conn.Token != "t" || h.Slots() == nil || h.Slots() != f.owner.Slots("c") {
-		t.Fatalf("handle: token %q, slots %p; want token t and the record's slots %p", h.Gateway().Conn.Token, h.Slots(), f.owner.Slots("c"))
+	if rec := f.owner.lookup("c"); h.Gateway().Conn.Token != "t" || h.Slots() == nil || h.Slots() != rec.slotsOf() {
+		t.Fatalf("handle: token %q, slots %p; want token t and the record's slots %p", h.Gateway().Conn.Token, h.Slots(), rec.slotsOf())
 	}
 	// With the map locked, the handle still reaches its record.
 	f.owner.mu.Lock()
 	done := make(chan error, 1)
 	go func() {
 		_ = h.Slots()
+		if _, err := h.Target(); err != nil {
+			done <- err
+			return
+		}
 		l, _, err := h.Lease()
 		if err == nil {
 			l.Release()
@@ -508,7 +537,7 @@ func TestHandleLeasesThroughTheRecordItTook(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		f.owner.mu.Unlock()
 		<-done
-		t.Fatal("the handle's Slots and Lease waited for the Owner's map: they looked the record up again")
+		t.Fatal("the handle's Slots, Target and Lease waited for the Owner's map: they looked the record up again")
 	}
 
 	if err := f.client.CoreV1().Secrets(ns).Delete(context.Background(), "c", metav1.DeleteOptions{}); err != nil {

@@ -380,16 +380,20 @@ func tableEventByMaps(obj json.RawMessage, cluster string, headers bool) ([]byte
 }
 
 func TestTableEventMeansWhatMapsMeant(t *testing.T) {
-	for _, in := range []string{
-		`{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"3"},"columnDefinitions":[{"name":"Name","type":"string","format":"name","description":"d","priority":0}],"rows":[{"cells":["x",1,{"a":[1]}],"object":{"metadata":{"name":"x"}}}]}`,
-		`{"rows":[{"cells":["x"],"conditions":[{"type":"Completed","status":"True"}],"object":{"metadata":{"annotations":{"gateway.clustergateway.io/cluster":"forged"}}}},{"cells":[],"object":null}],"kind":"Table"}`,
-		` { "kind" : "Table" , "rows" : [ { "cells" : [ "a\"}" ] , "object" : { "metadata" : null } } ] , "columnDefinitions" : null } `,
-		`{"kind":"Table","rows":null}`,
-		`{"kind":"Table"}`,
-		`{"kind":"Table","rows":[{"cells":["x"],"object":{"kind":"Pod"}}],"rows\u0000":1}`,
-		`{"kind":"Table","rows":[{"cells":["x"],"object":[1]}]}`,
-	} {
+	// Two seeds find faults of the maps' own, not differences of meaning,
+	// and are left out where they do: "null" decodes to a nil map, which
+	// the maps then write into (a panic); and without headers the maps
+	// decode the column definitions they then drop, refusing ones that are
+	// not definitions, which the walk drops unread. The walk is held to the
+	// decoder on these too (TestTableEventWalkMeansWhatTheDecoderMeant).
+	mapsFault := func(in string, headers bool) bool {
+		return in == `null` || (!headers && in == `{"kind":"Table","columnDefinitions":[1]}`)
+	}
+	for _, in := range tableSeeds() {
 		for _, headers := range []bool{true, false} {
+			if mapsFault(in, headers) {
+				continue
+			}
 			got, err := tableEvent(json.RawMessage(in), "c-1", headers)
 			want, werr := tableEventByMaps(json.RawMessage(in), "c-1", headers)
 			if (err != nil) != (werr != nil) {

@@ -20,10 +20,9 @@ import (
 type coldStart struct {
 	a  *address // each address of an entry starts cold on its own
 	mu sync.Mutex
-	// dial is the dial that requests wait for, nil when none is awaited.
-	dial *awaitedDial
-	// awaiting is dial != nil, read without the lock on every request.
-	awaiting atomic.Bool
+	// dial is the dial that requests wait for, nil when none is awaited:
+	// read without the lock on every request, set and cleared under mu.
+	dial atomic.Pointer[awaitedDial]
 }
 
 // awaitedDial ends when the entry's next dial does, or when the request
@@ -42,12 +41,12 @@ type awaitedDial struct {
 // load: 4 dials for 2 addresses). So while a dial is awaited, a request
 // waits for it even when a connection is ready.
 func (c *coldStart) RoundTrip(req *http.Request) (*http.Response, error) {
-	for c.a.ready.Load() == 0 || c.awaiting.Load() {
+	for c.a.ready.Load() == 0 || c.dial.Load() != nil {
 		if testHookNoReadyConn != nil {
 			testHookNoReadyConn(req)
 		}
 		c.mu.Lock()
-		d := c.dial
+		d := c.dial.Load()
 		if d == nil && c.a.ready.Load() != 0 {
 			// A connection became ready after the check above, and the
 			// dial that made it has ended: a dial now would find it and be
@@ -59,8 +58,7 @@ func (c *coldStart) RoundTrip(req *http.Request) (*http.Response, error) {
 		if d == nil {
 			// This request dials; the others wait for it.
 			d = &awaitedDial{done: make(chan struct{})}
-			c.dial = d
-			c.awaiting.Store(true)
+			c.dial.Store(d)
 			c.mu.Unlock()
 			// They wait for the dial, not for this request: a dial that
 			// finds a usable connection, closes its own and sends this
@@ -94,10 +92,7 @@ func (c *coldStart) connUsable() { c.dialEnded(nil) }
 
 // dialEnded ends the awaited dial, if any, with a dial's outcome.
 func (c *coldStart) dialEnded(err error) {
-	c.mu.Lock()
-	d := c.dial
-	c.mu.Unlock()
-	if d != nil {
+	if d := c.dial.Load(); d != nil {
 		c.end(d, err)
 	}
 }
@@ -106,13 +101,12 @@ func (c *coldStart) dialEnded(err error) {
 func (c *coldStart) end(d *awaitedDial, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.dial != d {
+	if c.dial.Load() != d {
 		return // already ended
 	}
 	d.err = err
 	close(d.done)
-	c.dial = nil
-	c.awaiting.Store(false)
+	c.dial.Store(nil)
 }
 
 // closeBody honours the RoundTripper contract for a request not sent.

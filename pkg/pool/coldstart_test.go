@@ -127,7 +127,7 @@ func TestColdStartHTTP1(t *testing.T) {
 // A request waiting for another's dial gives up with its own context.
 func TestColdStartWaiterCancelled(t *testing.T) {
 	c := &coldStart{a: &address{e: &entry{}}}
-	c.dial = &awaitedDial{done: make(chan struct{})}
+	c.dial.Store(&awaitedDial{done: make(chan struct{})})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://127.0.0.1/", nil)

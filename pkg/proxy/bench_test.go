@@ -263,10 +263,15 @@ func BenchmarkServePieces(b *testing.B) {
 	})
 	b.Run("record-lease", func(b *testing.B) {
 		// The lease through the cluster's record (its target is built once
-		// per gateway version), as Serve takes it.
+		// per gateway version), as Serve takes it: through the handle the
+		// request took.
+		h, err := px.opts.Clusters.Take(context.Background(), benchCluster)
+		if err != nil {
+			b.Fatal(err)
+		}
 		b.ReportAllocs()
 		for b.Loop() {
-			l, _, err := px.opts.Clusters.Lease(gw)
+			l, _, err := h.Lease()
 			if err != nil {
 				b.Fatal(err)
 			}

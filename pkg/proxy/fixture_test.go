@@ -19,8 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/clustergateway/cluster-gateway/internal/testgateways"
 	"github.com/clustergateway/cluster-gateway/internal/testpki"
-	"github.com/clustergateway/cluster-gateway/internal/testpoll"
 	"github.com/clustergateway/cluster-gateway/pkg/clusters"
 	"github.com/clustergateway/cluster-gateway/pkg/credentials"
 	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
@@ -122,11 +122,7 @@ func runStore(t testing.TB, namespace string, client kubernetes.Interface) *gate
 // runGatewayStore runs store until the test ends, once it has synced.
 func runGatewayStore(t testing.TB, store *gateways.Store) *gateways.Store {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); store.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	testpoll.EventuallyTrue(t, 30*time.Second, "the store syncs", store.HasSynced)
+	testgateways.Run(t, store.Run, "the store syncs", store.HasSynced)
 	return store
 }
 

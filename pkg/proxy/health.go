@@ -25,6 +25,7 @@ import (
 	"github.com/clustergateway/cluster-gateway/pkg/endpointpolicy"
 	"github.com/clustergateway/cluster-gateway/pkg/gateways"
 	"github.com/clustergateway/cluster-gateway/pkg/health"
+	"github.com/clustergateway/cluster-gateway/pkg/pool"
 	"github.com/clustergateway/cluster-gateway/pkg/tracing"
 	"github.com/clustergateway/cluster-gateway/pkg/version"
 )
@@ -63,7 +64,8 @@ func (p *Proxy) Probe(ctx context.Context, name string) (*v1alpha1.ClusterGatewa
 	}
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	rss := p.getEach(ctx, gw, id, "", "/readyz")
+	target, terr := p.opts.Clusters.Target(gw)
+	rss := p.getEach(ctx, gw, target, terr, id, "", "/readyz")
 	r := rss[firstReachable(rss)][0]
 	h.Code = int32(r.code)
 	h.Healthy = r.reason == v1alpha1.ReasonReachable
@@ -90,23 +92,29 @@ func (p *Proxy) Probe(ctx context.Context, name string) (*v1alpha1.ClusterGatewa
 
 // ProbeCluster is the prober's probe: /readyz through the pooled transport
 // with the stored credential itself (no caller to impersonate: it only reads
-// /readyz and /version), and on success the cluster's version.
+// /readyz and /version), and on success the cluster's version. It takes
+// the cluster's record once (Take), as a proxied request does, for the
+// gateway and its pool key at every address.
 func (p *Proxy) ProbeCluster(ctx context.Context, name string) health.Outcome {
-	gw, err := p.opts.Clusters.GetForRequest(ctx, name)
+	h, err := p.opts.Clusters.Take(ctx, name)
 	if err != nil {
 		return health.Outcome{Reason: v1alpha1.ReasonGatewayNotReady, Message: err.Error()}
 	}
+	gw := h.Gateway()
 	id, _ := p.identityFor(gw, nil) // no caller, no error
 	ctx, span := p.opts.Tracer.Start(ctx, "cluster-gateway.probe", trace.SpanKindInternal, tracing.Cluster.String(name))
 	defer span.End()
-	rss := p.getEach(ctx, gw, id, proberUserAgent, "/readyz", "/version")
+	target, terr := h.Target()
+	rss := p.getEach(ctx, gw, target, terr, id, proberUserAgent, "/readyz", "/version")
 	rs := rss[firstReachable(rss)]
 	r := rs[0]
 	out := health.Outcome{Reason: r.reason, Message: r.message, Latency: r.latency}
 	span.SetAttributes(tracing.Outcome.String(r.reason))
 	if len(rss) > 1 {
 		out.Addresses = addressOutcomes(gw, rss)
-		p.reportAddresses(gw, rss)
+		if terr == nil {
+			p.reportAddresses(target, gw, rss)
+		}
 	}
 	if len(rs) == 2 {
 		if v := rs[1]; v.reason == v1alpha1.ReasonReachable {
@@ -145,13 +153,9 @@ func addressOutcomes(gw *gateways.Gateway, rss [][]probeResult) []health.Address
 }
 
 // reportAddresses tells the pool what the prober's probe found at each of
-// gw's addresses: its spreading leaves out the addresses that did not
-// answer.
-func (p *Proxy) reportAddresses(gw *gateways.Gateway, rss [][]probeResult) {
-	target, err := p.opts.Clusters.Target(gw)
-	if err != nil {
-		return
-	}
+// gw's addresses, at target, gw's pool key: its spreading leaves out the
+// addresses that did not answer.
+func (p *Proxy) reportAddresses(target *pool.Target, gw *gateways.Gateway, rss [][]probeResult) {
 	urls := append([]*url.URL{gw.Address}, gw.AdditionalAddresses...)
 	for i, rs := range rss {
 		p.opts.Pool.ReportAddress(target, urls[i], rs[0].reason == v1alpha1.ReasonReachable)
@@ -160,15 +164,16 @@ func (p *Proxy) reportAddresses(gw *gateways.Gateway, rss [][]probeResult) {
 
 // getEach is get at each of gw's addresses at once, address first: a
 // blackholed address costs the probe its timeout, not the others theirs.
-func (p *Proxy) getEach(ctx context.Context, gw *gateways.Gateway, id identity, userAgent string, paths ...string) [][]probeResult {
+// target is gw's pool key (Target), terr why it has none.
+func (p *Proxy) getEach(ctx context.Context, gw *gateways.Gateway, target *pool.Target, terr error, id identity, userAgent string, paths ...string) [][]probeResult {
 	if !gw.Ready || len(gw.AdditionalAddresses) == 0 {
-		return [][]probeResult{p.get(ctx, gw, gw.Address, id, userAgent, paths...)}
+		return [][]probeResult{p.get(ctx, gw, target, terr, gw.Address, id, userAgent, paths...)}
 	}
 	urls := append([]*url.URL{gw.Address}, gw.AdditionalAddresses...)
 	rss := make([][]probeResult, len(urls))
 	var wg sync.WaitGroup
 	for i, u := range urls {
-		wg.Go(func() { rss[i] = p.get(ctx, gw, u, id, userAgent, paths...) })
+		wg.Go(func() { rss[i] = p.get(ctx, gw, target, terr, u, id, userAgent, paths...) })
 	}
 	wg.Wait()
 	return rss
@@ -185,20 +190,20 @@ type probeResult struct {
 // get sends GET (as userAgent, if set) for each path in turn to gw's cluster at
 // addr (one of its addresses) the way a proxied request goes (the same transport, identity and endpoint policy), over one
 // connection, and says whether each answered 200 and, if not, why. It stops
-// at the first that did not: the result has at least one element.
-func (p *Proxy) get(ctx context.Context, gw *gateways.Gateway, addr *url.URL, id identity, userAgent string, paths ...string) []probeResult {
+// at the first that did not: the result has at least one element. target
+// is gw's pool key (Target), terr why it has none.
+func (p *Proxy) get(ctx context.Context, gw *gateways.Gateway, target *pool.Target, terr error, addr *url.URL, id identity, userAgent string, paths ...string) []probeResult {
 	name := gw.Name()
 	if !gw.Ready {
 		return []probeResult{{reason: v1alpha1.ReasonGatewayNotReady, message: gw.Problem}}
 	}
-	target, err := p.opts.Clusters.Target(gw)
-	if err != nil {
-		return []probeResult{{reason: v1alpha1.ReasonDialFailed, message: err.Error()}}
+	if terr != nil {
+		return []probeResult{{reason: v1alpha1.ReasonDialFailed, message: terr.Error()}}
 	}
 	var rs []probeResult
 	// Pool.Probe: a probe neither evicts, keeps alive nor counts as the
 	// entries users' requests work with.
-	err = p.opts.Pool.Probe(target, func(base http.RoundTripper) error {
+	err := p.opts.Pool.Probe(target, func(base http.RoundTripper) error {
 		rt := &upstreamTransport{base: base, id: id, cluster: name}
 		for _, path := range paths {
 			u := *addr

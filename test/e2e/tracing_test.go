@@ -123,17 +123,7 @@ func TestTracingOneTraceThroughHubGatewayAndCluster(t *testing.T) {
 
 	gw := directGateway(uniqueName(t, "traced"), 0)
 	gw.Spec.Endpoint.Address = managed.URL
-	createGateway(t, gw)
-	kubeconfig := kubeconfigFile(t, "", hub.URL+"/apis/gateway.clustergateway.io/v1alpha1/clustergateways/"+gw.Name+"/proxy", env.Hub.CA.CertPEM,
-		&clientcmdapi.AuthInfo{ClientCertificateData: env.Hub.Admin.CertPEM, ClientKeyData: env.Hub.Admin.KeyPEM})
-
-	// The traced hub aggregates the gateway once it has found the APIService.
-	eventually(t, "a GET through the traced hub and the gateway", func() error {
-		if r := kubectl(t, kubeconfig, nil, "", "get", "namespace", "default", "-o", "name"); r.Err != nil {
-			return fmt.Errorf("%v: %s", r.Err, r.Stderr)
-		}
-		return nil
-	})
+	kubeconfig := tracedGET(t, hub.URL, gw, "the gateway")
 
 	// Every GET of the namespace gave a trace; one of them is whole once
 	// the three have exported (kube-apiserver batches for up to 5s).
@@ -150,15 +140,7 @@ func TestTracingOneTraceThroughHubGatewayAndCluster(t *testing.T) {
 	}
 	konn := directGateway(uniqueName(t, "traced-konn"), 0)
 	konn.Spec.Endpoint.Type, konn.Spec.Endpoint.Address = gatewayv1alpha1.EndpointKonnectivity, managed.URL
-	createGateway(t, konn)
-	konnConfig := kubeconfigFile(t, "", hub.URL+"/apis/gateway.clustergateway.io/v1alpha1/clustergateways/"+konn.Name+"/proxy", env.Hub.CA.CertPEM,
-		&clientcmdapi.AuthInfo{ClientCertificateData: env.Hub.Admin.CertPEM, ClientKeyData: env.Hub.Admin.KeyPEM})
-	eventually(t, "a GET through the traced hub, the gateway and a konnectivity tunnel", func() error {
-		if r := kubectl(t, konnConfig, nil, "", "get", "namespace", "default", "-o", "name"); r.Err != nil {
-			return fmt.Errorf("%v: %s", r.Err, r.Stderr)
-		}
-		return nil
-	})
+	tracedGET(t, hub.URL, konn, "the gateway and a konnectivity tunnel")
 	eventually(t, "one trace from the hub through the gateway and a tunnel to the managed cluster", func() error {
 		if err := oneTrace(gwR.all(), hubR.all(), managedR.all(), konn.Name); err != nil {
 			return err
@@ -193,6 +175,24 @@ func TestTracingOneTraceThroughHubGatewayAndCluster(t *testing.T) {
 		}
 		return fmt.Errorf("%d upgrade spans of %s; none is the parent of a server span of the managed kube-apiserver", ups, gw.Name)
 	})
+}
+
+// tracedGET creates gw and returns a kubeconfig of the hub admin for it
+// through the traced hub at hubURL, once a GET of the default namespace
+// through it works (the traced hub aggregates the gateway once it has found
+// the APIService); way says what the GET goes through after the hub.
+func tracedGET(t *testing.T, hubURL string, gw *gatewayv1alpha1.ClusterGateway, way string) string {
+	t.Helper()
+	createGateway(t, gw)
+	kubeconfig := kubeconfigFile(t, "", hubURL+"/apis/gateway.clustergateway.io/v1alpha1/clustergateways/"+gw.Name+"/proxy", env.Hub.CA.CertPEM,
+		&clientcmdapi.AuthInfo{ClientCertificateData: env.Hub.Admin.CertPEM, ClientKeyData: env.Hub.Admin.KeyPEM})
+	eventually(t, "a GET through the traced hub and "+way, func() error {
+		if r := kubectl(t, kubeconfig, nil, "", "get", "namespace", "default", "-o", "name"); r.Err != nil {
+			return fmt.Errorf("%v: %s", r.Err, r.Stderr)
+		}
+		return nil
+	})
+	return kubeconfig
 }
 
 // oneTrace finds a GET of the namespace whose spans form one trace across
