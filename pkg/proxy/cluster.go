@@ -52,17 +52,8 @@ func (p *Proxy) toCluster(w http.ResponseWriter, req *http.Request, c clusterCal
 		span.SetAttributes(attribute.Bool("cluster_gateway.pool.created", lease.Created()))
 	}
 	tracing.End(span, err, "no transport")
-	var status apierrors.APIStatus
-	switch {
-	case errors.Is(err, endpointpolicy.ErrDenied):
-		writeStatus(w, req, endpointDenied(name, err))
-		return
-	case errors.As(err, &status):
-		writeStatus(w, req, err)
-		return
-	case err != nil:
-		writeStatus(w, req, statusError(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
-			fmt.Sprintf("ClusterGateway %q cannot be used: %v", name, err)))
+	if err != nil {
+		writeLeaseError(w, req, name, err)
 		return
 	}
 	defer lease.Release()
@@ -90,7 +81,25 @@ func (p *Proxy) toCluster(w http.ResponseWriter, req *http.Request, c clusterCal
 		rp.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), forwardedKey{}, f)))
 		return
 	}
-	p.upgrade(w, req, lease, &location, &up, id, res, c.attrs)
+	// Copies, so that only an upgrade moves them to the heap.
+	upLocation, upTransport := location, up
+	p.upgrade(w, req, lease, &upLocation, &upTransport, id, res, c.attrs)
+}
+
+// writeLeaseError answers a request whose cluster could not be leased: the
+// endpoint policy's refusal, the Status the lease failed with (NotFound,
+// for one), else 503 naming the cluster.
+func writeLeaseError(w http.ResponseWriter, req *http.Request, name string, err error) {
+	var status apierrors.APIStatus
+	switch {
+	case errors.Is(err, endpointpolicy.ErrDenied):
+		writeStatus(w, req, endpointDenied(name, err))
+	case errors.As(err, &status):
+		writeStatus(w, req, err)
+	default:
+		writeStatus(w, req, statusError(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+			fmt.Sprintf("ClusterGateway %q cannot be used: %v", name, err)))
+	}
 }
 
 // upgrade serves an upgrade (exec, attach, port-forward) through
