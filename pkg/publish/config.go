@@ -1,8 +1,6 @@
 package publish
 
 import (
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"net/url"
 	"os"
@@ -10,6 +8,8 @@ import (
 
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/clustergateway/cluster-gateway/pkg/cabundle"
 )
 
 // DefaultProviderName is the access provider name the gateway publishes
@@ -103,23 +103,10 @@ func LoadHubCA(path string) ([]byte, error) {
 	if len(b) > maxCABytes {
 		return nil, fmt.Errorf("--publish-hub-ca-file %s: %d bytes, more than the %d a CA bundle needs", path, len(b), maxCABytes)
 	}
-	rest, n := b, 0
-	for {
-		var blk *pem.Block
-		blk, rest = pem.Decode(rest)
-		if blk == nil {
-			break
-		}
-		if blk.Type != "CERTIFICATE" {
-			return nil, fmt.Errorf("--publish-hub-ca-file %s: holds a %q PEM block; it is published to every ClusterProfile reader, so it may hold CERTIFICATE blocks only", path, blk.Type)
-		}
-		if _, err := x509.ParseCertificate(blk.Bytes); err != nil {
-			return nil, fmt.Errorf("--publish-hub-ca-file %s: a certificate cannot be parsed: %v", path, err)
-		}
-		n++
-	}
-	if n == 0 {
-		return nil, fmt.Errorf("--publish-hub-ca-file %s: no PEM certificate in it", path)
+	// The same strict reading as every CA bundle the gateway uses
+	// (pkg/cabundle): certificates only, none truncated, at least one.
+	if _, err := cabundle.Parse(b); err != nil {
+		return nil, fmt.Errorf("--publish-hub-ca-file %s: %w (its bytes are published to every ClusterProfile reader)", path, err)
 	}
 	return b, nil
 }

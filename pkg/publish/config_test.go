@@ -22,6 +22,10 @@ func TestValidate(t *testing.T) {
 	withKey := filepath.Join(dir, "ca-and-key.pem")
 	_ = os.WriteFile(good, ca.CertPEM, 0o600)
 	_ = os.WriteFile(withKey, append(append([]byte{}, ca.CertPEM...), ca.KeyPEM...), 0o600)
+	truncated := filepath.Join(dir, "truncated.pem")
+	_ = os.WriteFile(truncated, append(append([]byte{}, ca.CertPEM...), ca.CertPEM[:len(ca.CertPEM)/2]...), 0o600)
+	empty := filepath.Join(dir, "empty.pem")
+	_ = os.WriteFile(empty, []byte("no certificate here\n"), 0o600)
 	ok := Config{Enabled: true, Namespace: "fleet", ProviderName: DefaultProviderName, HubServer: "https://hub.example.com:6443", HubCAFile: good}
 	if errs := ok.Validate(); len(errs) > 0 {
 		t.Fatalf("valid options refused: %v", errs)
@@ -35,6 +39,8 @@ func TestValidate(t *testing.T) {
 		"hub with user":      {func(o *Config) { o.HubServer = "https://u:p@hub:6443" }, "--publish-hub-server"},
 		"bad selector":       {func(o *Config) { o.Selector = "a in (" }, "--publish-gateway-selector"},
 		"private key in CA":  {func(o *Config) { o.HubCAFile = withKey }, "PRIVATE KEY"},
+		"truncated CA":       {func(o *Config) { o.HubCAFile = truncated }, "truncated"},
+		"CA without certs":   {func(o *Config) { o.HubCAFile = empty }, "no PEM certificate"},
 		"bad provider name":  {func(o *Config) { o.ProviderName = "Not_A_Name" }, "--publish-provider-name"},
 		"negative CA reload": {func(o *Config) { o.HubCAReloadInterval = -time.Second }, "--publish-hub-ca-reload-interval"},
 	} {
