@@ -252,9 +252,8 @@ func (f *fanouter) list(ctx context.Context, page int) error {
 	}
 	if err == nil {
 		// One unmeasured list through the set first, as the single lists
-		// have their warm-up round: the set's first list would otherwise
-		// also pay what any first use of the gateway's fan-out does (its
-		// buffers and compressors, the restarted gateway's connections).
+		// have their warm-up round, so that no list through the set is
+		// the gateway's first.
 		_, err = measureFanoutList(ctx, s.gw, f.hub, url)
 	}
 	if err != nil {
