@@ -70,7 +70,10 @@ func start(t *testing.T, secrets ...*corev1.Secret) *fixture {
 	f := &fixture{client: fake.NewClientset(objs...)}
 	// A fake clientset does not replay what was written between an
 	// informer's list and its watch: the fixture returns once the store
-	// watches, so a test's writes right after are seen.
+	// watches its gateway Secrets, so a test's writes right after are seen.
+	// The store also watches the other Secrets (credential sources): only
+	// the watch with the gateways' label selector counts, else a write
+	// between the two watches could be lost for good.
 	watching := make(chan struct{})
 	var once sync.Once
 	f.client.PrependWatchReactor("secrets", func(a k8stesting.Action) (bool, watch.Interface, error) {
@@ -79,7 +82,9 @@ func start(t *testing.T, secrets ...*corev1.Secret) *fixture {
 			opts = wa.ListOptions
 		}
 		w, err := f.client.Tracker().Watch(a.GetResource(), a.GetNamespace(), opts)
-		once.Do(func() { close(watching) })
+		if opts.LabelSelector == gateways.LabelGateway+"=true" {
+			once.Do(func() { close(watching) })
+		}
 		return true, w, err
 	})
 	f.store = gateways.NewStore(f.client, ns)
